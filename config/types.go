@@ -1,0 +1,89 @@
+package config
+
+import (
+	"time"
+
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	// File is the path the config was loaded from ("" for embedded defaults).
+	File     string
+	Daemon   Daemon
+	RawStore RawStore
+	Publish  Publish
+	// Sources holds every [source.NAME] block, enabled or not, sorted by name.
+	Sources []Source
+}
+
+// Daemon holds process-wide settings ([daemon]).
+type Daemon struct {
+	// DataDir holds the SQLite queue and, by default, the raw store. Default "./data".
+	DataDir string
+	// HTTPAddr serves /metrics, /healthz and /readyz. Default "127.0.0.1:9464".
+	HTTPAddr string
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string
+	// LogFormat is text or json. Default text.
+	LogFormat string
+	// ShutdownGrace bounds the drain on SIGTERM. Default 30s.
+	ShutdownGrace time.Duration
+}
+
+// RawStore says where raw payloads are made durable ([raw_store]).
+type RawStore struct {
+	// URL is file://DIR or s3://bucket/prefix. Default file://<data_dir>/raw.
+	URL string
+	// Endpoint overrides the S3 endpoint (S3-compatible servers).
+	Endpoint string
+	// Region is the S3 region. Default us-east-1.
+	Region string
+	// PathStyle selects path-style S3 addressing.
+	PathStyle bool
+}
+
+// Publish configures the write-ahead queue and ZeroMQ delivery ([publish]).
+type Publish struct {
+	// Endpoint is the ZeroMQ PUSH bind endpoint. Default tcp://127.0.0.1:5557.
+	Endpoint string
+	// AckEndpoint is the ZeroMQ PULL bind endpoint for acks. Default tcp://127.0.0.1:5558.
+	AckEndpoint string
+	// HighWaterMark is the ZeroMQ send/receive high-water mark in frames. Default 1000.
+	HighWaterMark int
+	// EventsPerFrame is how many events are packed into one frame. Default 100.
+	EventsPerFrame int
+	// AckTimeout is how long a sent frame waits for its ack before it is resent. Default 30s.
+	AckTimeout time.Duration
+	// MaxDeliveries caps deliveries of one frame; 0 means unlimited. Default 0.
+	MaxDeliveries int
+	// MaxInflightFrames caps frames sent and not yet acked. Default 1024.
+	MaxInflightFrames int
+	// MaxPendingEvents is the queue limit: at or above it, polls pause. Default 10,000,000.
+	MaxPendingEvents int64
+	// Synchronous is the SQLite synchronous pragma, full or normal. Default full.
+	Synchronous string
+}
+
+// Source is one [source.NAME] block after inheriting [defaults].
+type Source struct {
+	// Name is NAME in [source.NAME].
+	Name string
+	// Kind selects the implementation in package sources.
+	Kind string
+	// Enabled sources are started; default true.
+	Enabled bool
+	// Interval is the time between fetches. Default 10s.
+	Interval time.Duration
+	// Jitter is the +/- fraction of Interval applied to each wait (0.1 for "10%"). Default 0.1.
+	Jitter float64
+	// Timeout bounds one fetch. Default 30s.
+	Timeout time.Duration
+	// InflightBatches is how many fetched batches may wait for durability
+	// before the source stops fetching. Default 2.
+	InflightBatches int
+	// Spec is the kind-specific configuration, validated.
+	Spec sources.Spec
+	// Line is the line of the [source.NAME] header.
+	Line int
+}

@@ -1,0 +1,128 @@
+// Package sources holds the source kinds: each kind is one file with its
+// config struct (the keys of a [source.NAME] block beyond the common ones),
+// defaults, validation, constructor and fetch logic.
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+)
+
+// Record is one event found in a fetched payload. Its bytes are
+// Batch.Body[Off:Off+Len], exactly as the upstream sent them.
+type Record struct {
+	// Key is the idempotency key, stable across re-fetches of the same record.
+	Key string
+	// Cursor is the record's cursor value as found (raw JSON scalar text, quotes
+	// removed), or empty when the source has no cursor field.
+	Cursor string
+	// Time is the record's own timestamp, or the zero time when unknown.
+	Time time.Time
+	// Off and Len locate the record's bytes in Batch.Body.
+	Off, Len int
+}
+
+// Batch is the result of one fetch: one raw payload and the records in it.
+type Batch struct {
+	// Body is the raw payload exactly as fetched (after transport decoding such
+	// as gzip). It is what the raw store keeps.
+	Body []byte
+	// FetchedAt is when the payload was received.
+	FetchedAt time.Time
+	// Records are the events found in Body, in upstream order.
+	Records []Record
+	// Cursor is the cursor to persist once this batch is durable; empty means
+	// the cursor does not change.
+	Cursor string
+}
+
+// MalformedError reports a payload that could not be parsed. The fetch itself
+// worked: the payload is dead-lettered with Reason and polling goes on.
+type MalformedError struct {
+	// Body is the payload as received; it may be empty.
+	Body []byte
+	// FetchedAt is when the payload was received.
+	FetchedAt time.Time
+	// Reason says what is wrong, without the source name.
+	Reason string
+}
+
+func (e *MalformedError) Error() string { return "malformed payload: " + e.Reason }
+
+// AsMalformed reports whether err is (or wraps) a *MalformedError.
+func AsMalformed(err error) (*MalformedError, bool) {
+	var m *MalformedError
+	ok := errors.As(err, &m)
+	return m, ok
+}
+
+// Source is one configured feed. Fetch is called by one goroutine at a time.
+type Source interface {
+	// Fetch performs one poll. cursor is the last durable cursor ("" on the
+	// first run). It returns a batch (possibly with no records), a
+	// *MalformedError for a payload that could not be parsed, or another error
+	// for a failed request, which the caller retries with backoff.
+	Fetch(ctx context.Context, cursor string) (*Batch, error)
+	// Close releases the source's resources.
+	Close() error
+}
+
+// Env is what every source is built with, besides its own Spec.
+type Env struct {
+	// Name is the source's name, the NAME in [source.NAME].
+	Name string
+	// Timeout bounds one fetch.
+	Timeout time.Duration
+	// Logger already carries the source name.
+	Logger *slog.Logger
+}
+
+// FieldError is a problem with one key of a source block. The config package
+// adds the file, line and source name.
+type FieldError struct {
+	// Key is the TOML key the problem is about.
+	Key string
+	// Msg says what is wrong with it.
+	Msg string
+}
+
+func (e FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Key, e.Msg) }
+
+// Spec is the kind-specific configuration of a source. The config package
+// decodes a [source.NAME] block into the Spec returned by NewSpec (which
+// carries the kind's defaults), then calls Validate.
+type Spec interface {
+	// Validate returns every problem with the decoded values.
+	Validate() []FieldError
+	// Open builds the source.
+	Open(env Env) (Source, error)
+}
+
+// kinds maps a kind name to a constructor of its Spec with defaults applied.
+var kinds = map[string]func() Spec{
+	"demo":      func() Spec { return newDemoSpec() },
+	"http_poll": func() Spec { return newHTTPPollSpec() },
+}
+
+// NewSpec returns a new Spec with defaults for kind, or false for an unknown kind.
+func NewSpec(kind string) (Spec, bool) {
+	f, ok := kinds[kind]
+	if !ok {
+		return nil, false
+	}
+	return f(), true
+}
+
+// Kinds returns the known kind names, sorted.
+func Kinds() []string {
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
