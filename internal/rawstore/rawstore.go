@@ -4,6 +4,13 @@ package rawstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -13,7 +20,8 @@ import (
 type Store interface {
 	// Put stores body under key durably.
 	Put(ctx context.Context, key string, body []byte) error
-	// Get returns the bytes stored under key.
+	// Get returns the bytes stored under key. The error wraps
+	// fs.ErrNotExist when nothing is stored under key.
 	Get(ctx context.Context, key string) ([]byte, error)
 	// String describes the store for logs, e.g. "file:///var/lib/ingestor/raw".
 	String() string
@@ -37,4 +45,52 @@ type Options struct {
 // retried Put overwrites; the content hash keeps keys unique across restarts.
 func Key(source string, fetchedAt time.Time, body []byte) string {
 	return keyFor(source, fetchedAt, body)
+}
+
+// keyFor implements Key. The hash is over the body only, so two sources
+// fetching identical bytes at the same instant still get distinct keys
+// through the source component.
+func keyFor(source string, fetchedAt time.Time, body []byte) string {
+	sum := sha256.Sum256(body)
+	t := fetchedAt.UTC()
+	return fmt.Sprintf("%s/%04d/%02d/%02d/%d-%s.json",
+		source, t.Year(), int(t.Month()), t.Day(), t.UnixNano(), hex.EncodeToString(sum[:16]))
+}
+
+// Open returns the Store that o.URL names: file://DIR (DIR may be relative,
+// e.g. file://./data/raw, and is created if missing) or s3://bucket/prefix
+// (the bucket must exist and be reachable; credentials come from the default
+// AWS chain).
+func Open(ctx context.Context, o Options) (Store, error) {
+	scheme, rest, ok := strings.Cut(o.URL, "://")
+	if !ok {
+		return nil, fmt.Errorf("raw store %q: want file://DIR or s3://bucket/prefix", o.URL)
+	}
+	switch scheme {
+	case "file":
+		return openFile(rest)
+	case "s3":
+		return openS3(ctx, o)
+	default:
+		return nil, fmt.Errorf("raw store %q: unsupported scheme %q (want file or s3)", o.URL, scheme)
+	}
+}
+
+// validateKey rejects keys that could escape the store's root or that name
+// the same object in more than one way. Both stores apply it, so a key that
+// one accepts the other accepts too.
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("invalid key: empty")
+	case strings.HasPrefix(key, "/"):
+		return errors.New("invalid key: starts with /")
+	case strings.Contains(key, ".."):
+		return errors.New("invalid key: contains ..")
+	case path.Clean(key) != key:
+		return errors.New("invalid key: not a clean path")
+	case !filepath.IsLocal(filepath.FromSlash(key)):
+		return errors.New("invalid key: not a local path")
+	}
+	return nil
 }

@@ -1,0 +1,450 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+const testdata = "../testdata/config"
+
+// envOf returns a lookup func over a fixed environment.
+func envOf(env map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := env[name]
+		return v, ok
+	}
+}
+
+// parseFile parses a file under testdata/config with env as the environment.
+func parseFile(t *testing.T, name string, env map[string]string) (*Config, error) {
+	t.Helper()
+	path := filepath.Join(testdata, name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ParseWithEnv(path, data, envOf(env))
+}
+
+// source returns the source called name, failing the test if there is none.
+func source(t *testing.T, cfg *Config, name string) Source {
+	t.Helper()
+	for _, s := range cfg.Sources {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no source %q in %+v", name, cfg.Sources)
+	return Source{}
+}
+
+// checkTestdata fails if a file matching pattern has no entry in names, so
+// that a new testdata file cannot go untested.
+func checkTestdata[V any](t *testing.T, pattern string, names map[string]V) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(testdata, pattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no %s files in %s", pattern, testdata)
+	}
+	for _, f := range files {
+		if _, ok := names[filepath.Base(f)]; !ok {
+			t.Errorf("%s has no entry in the test table", f)
+		}
+	}
+}
+
+func TestGoodFiles(t *testing.T) {
+	tests := map[string]struct {
+		env   map[string]string
+		check func(t *testing.T, cfg *Config)
+	}{
+		"minimal.good.toml": {check: func(t *testing.T, cfg *Config) {
+			want := &Config{
+				File: filepath.Join(testdata, "minimal.good.toml"),
+				Daemon: Daemon{DataDir: "./data", HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
+					LogFormat: "text", ShutdownGrace: 30 * time.Second},
+				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1"},
+				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
+					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
+					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full"},
+				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
+					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2,
+					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
+			}
+			if !reflect.DeepEqual(cfg, want) {
+				t.Errorf("got  %+v\nwant %+v", cfg, want)
+			}
+		}},
+		"empty.good.toml": {check: func(t *testing.T, cfg *Config) {
+			if len(cfg.Sources) != 0 {
+				t.Errorf("sources = %+v, want none", cfg.Sources)
+			}
+		}},
+		"full_s3.good.toml": {check: func(t *testing.T, cfg *Config) {
+			wantRaw := RawStore{URL: "s3://ingest-raw/prod/payloads", Endpoint: "http://127.0.0.1:9000",
+				Region: "eu-west-1", PathStyle: true}
+			if cfg.RawStore != wantRaw {
+				t.Errorf("raw store = %+v, want %+v", cfg.RawStore, wantRaw)
+			}
+			wantPub := Publish{Endpoint: "ipc:///run/ingestor/events.sock", AckEndpoint: "tcp://0.0.0.0:6001",
+				HighWaterMark: 5000, EventsPerFrame: 500, AckTimeout: 45 * time.Second, MaxDeliveries: 10,
+				MaxInflightFrames: 64, MaxPendingEvents: 2_000_000, Synchronous: "normal"}
+			if cfg.Publish != wantPub {
+				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
+			}
+			wantDaemon := Daemon{DataDir: "/var/lib/ingestor", HTTPAddr: ":9464", LogLevel: "debug",
+				LogFormat: "json", ShutdownGrace: time.Minute}
+			if cfg.Daemon != wantDaemon {
+				t.Errorf("daemon = %+v, want %+v", cfg.Daemon, wantDaemon)
+			}
+			if names := []string{cfg.Sources[0].Name, cfg.Sources[1].Name}; names[0] != "orders-eu" || names[1] != "synthetic" {
+				t.Errorf("sources = %v, want sorted [orders-eu synthetic]", names)
+			}
+			orders := source(t, cfg, "orders-eu")
+			wantSpec := &sources.HTTPPollSpec{PollURL: "https://orders.example.com/api/orders?region=eu",
+				Headers: map[string]string{"Accept": "application/json", "X-Client": "ingestor"},
+				IDField: "order.id", CursorField: "order.updated_at", CursorParam: "updated_since",
+				TimeField: "order.created_at", MaxBodyBytes: 1 << 20}
+			if !reflect.DeepEqual(orders.Spec, wantSpec) {
+				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
+			}
+			if orders.Line != 32 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
+				t.Errorf("orders-eu = %+v, want line 32 and [defaults] 5s 0%% 3s 8", orders)
+			}
+			synth := source(t, cfg, "synthetic")
+			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
+				t.Errorf("synthetic = %+v, spec %+v", synth, synth.Spec)
+			}
+		}},
+		"env.good.toml": {
+			env: map[string]string{"STATE_DIR": "/srv", "BUCKET": "acme-raw", "GITHUB_TOKEN": `s3cr3t"with'quotes`},
+			check: func(t *testing.T, cfg *Config) {
+				if cfg.Daemon.DataDir != "/srv/ingestor" || cfg.RawStore.URL != "s3://acme-raw/raw" {
+					t.Errorf("data_dir %q, url %q: not interpolated", cfg.Daemon.DataDir, cfg.RawStore.URL)
+				}
+				gh := source(t, cfg, "github").Spec.(*sources.HTTPPollSpec)
+				want := map[string]string{"Authorization": `Bearer s3cr3t"with'quotes`, "X-Literal": "${NOT_A_VAR}"}
+				if !reflect.DeepEqual(gh.Headers, want) {
+					t.Errorf("github headers = %q, want %q", gh.Headers, want)
+				}
+				// A disabled source is left as written.
+				later := source(t, cfg, "later")
+				if h := later.Spec.(*sources.HTTPPollSpec).Headers["Authorization"]; later.Enabled || h != "Bearer ${LATER_TOKEN}" {
+					t.Errorf("later: enabled %v, Authorization %q", later.Enabled, h)
+				}
+			},
+		},
+		"defaults.good.toml": {check: func(t *testing.T, cfg *Config) {
+			for _, tc := range []struct {
+				name              string
+				interval, timeout time.Duration
+				jitter            float64
+				inflight          int
+			}{
+				{"inherits", time.Minute, 5 * time.Second, 0.25, 3},
+				{"overrides", 250 * time.Millisecond, time.Second, 0.025, 64},
+				{"partial", time.Minute, 12 * time.Second, 0.25, 3},
+			} {
+				s := source(t, cfg, tc.name)
+				if s.Interval != tc.interval || s.Timeout != tc.timeout || s.Jitter != tc.jitter || s.InflightBatches != tc.inflight {
+					t.Errorf("%s: interval %v timeout %v jitter %v inflight %d, want %v %v %v %d", tc.name,
+						s.Interval, s.Timeout, s.Jitter, s.InflightBatches, tc.interval, tc.timeout, tc.jitter, tc.inflight)
+				}
+			}
+			if spec := source(t, cfg, "partial").Spec.(*sources.HTTPPollSpec); spec.MaxBodyBytes != 64<<20 {
+				t.Errorf("partial: max_body_bytes = %d, want the kind's default", spec.MaxBodyBytes)
+			}
+		}},
+	}
+	checkTestdata(t, "*.good.toml", tests)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := parseFile(t, name, tc.env)
+			if err != nil {
+				t.Fatalf("unexpected error:\n%v", err)
+			}
+			tc.check(t, cfg)
+		})
+	}
+}
+
+func TestBadFiles(t *testing.T) {
+	tests := map[string]struct {
+		env    map[string]string
+		want   []string // each must appear in the error text
+		absent []string // none may appear in it
+	}{
+		"unknown_key.bad.toml": {want: []string{
+			`unknown_key.bad.toml:7: source "github": colour: unknown key`,
+		}},
+		"unknown_publish_key.bad.toml": {want: []string{
+			`unknown_publish_key.bad.toml:5: publish.colour: unknown key`,
+			`unknown_publish_key.bad.toml:6: publish.Ack_Timeout: unknown key`,
+			`unknown_publish_key.bad.toml:8: deamon: unknown key`,
+		}},
+		"bad_duration.bad.toml": {want: []string{
+			`bad_duration.bad.toml:4: daemon.shutdown_grace: must be a duration such as "500ms", "30s" or "1m30s", not "10 parsecs"`,
+			`bad_duration.bad.toml:7: publish.ack_timeout: must be positive, not "-5s"`,
+			`bad_duration.bad.toml:11: source "demo": interval: must be a duration`,
+			`bad_duration.bad.toml:12: source "demo": timeout: must be a duration string such as "30s", not an integer`,
+		}},
+		"missing_kind.bad.toml": {want: []string{
+			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo" or "http_poll")`,
+		}},
+		"unknown_kind.bad.toml": {want: []string{
+			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo" or "http_poll")`,
+		}},
+		"missing_poll_url.bad.toml": {want: []string{
+			`missing_poll_url.bad.toml:3: source "github": poll_url: is required for kind http_poll`,
+			`missing_poll_url.bad.toml:3: source "github": cursor_param: is required when cursor_field is set`,
+		}},
+		"bad_jitter.bad.toml": {want: []string{
+			`bad_jitter.bad.toml:2: defaults.jitter: must be a percentage from "0%" to "100%" such as "10%", not "150%"`,
+			`bad_jitter.bad.toml:6: source "a": jitter: must be a percentage from "0%" to "100%"`,
+			`bad_jitter.bad.toml:10: source "b": jitter: must be a percentage string such as "10%", not an integer`,
+		}},
+		"credentials.bad.toml": {want: []string{
+			`credentials.bad.toml:4: raw_store.access_key: credentials do not belong in the config file; ` +
+				`use the standard AWS environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or credential chain`,
+			`credentials.bad.toml:5: raw_store.aws_secret_access_key: credentials do not belong`,
+		}, absent: []string{"AKIAEXAMPLE", "wJalrXUtnFEMI"}},
+		"bad_raw_store_url.bad.toml": {want: []string{
+			`bad_raw_store_url.bad.toml:2: raw_store.url: must be file://DIR or s3://bucket[/prefix], not "/var/lib/ingestor/raw"`,
+			`bad_raw_store_url.bad.toml:3: raw_store.endpoint: must be an absolute http or https URL`,
+		}},
+		"bad_s3_url.bad.toml": {want: []string{
+			`bad_s3_url.bad.toml:2: raw_store.url: must be file://DIR or s3://bucket[/prefix] (invalid bucket name "My_Bucket")`,
+		}},
+		"unset_env.bad.toml": {env: map[string]string{"UNRELATED": "x"}, want: []string{
+			`unset_env.bad.toml:4: raw_store.endpoint: environment variable S3_ENDPOINT is not set`,
+			`unset_env.bad.toml:9: source "github": headers.Authorization: environment variable GITHUB_TOKEN is not set`,
+		}},
+		"syntax.bad.toml": {want: []string{
+			`syntax.bad.toml:5: invalid TOML: `,
+		}},
+		"many.bad.toml": {want: []string{
+			`many.bad.toml:3: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "verbose"`,
+			`many.bad.toml:4: daemon.http_addr: must be host:port`,
+			`many.bad.toml:8: publish.ack_endpoint: must differ from publish.endpoint`,
+			`many.bad.toml:9: publish.events_per_frame: must be between 1 and 10000, not 0`,
+			`many.bad.toml:10: publish.max_pending_events: must be an integer, not a string`,
+			`many.bad.toml:11: publish.synchronous: must be one of "full" or "normal", not "off"`,
+			`many.bad.toml:14: defaults.inflight_batches: must be between 1 and 64, not 100`,
+			`many.bad.toml:15: defaults.retries: unknown key`,
+			`many.bad.toml:17: source "bad name": invalid source name`,
+			`many.bad.toml:19: source "bad name": interval: must be a duration`,
+			`many.bad.toml:23: source "demo": events_per_tick: must be between 1 and 1000000`,
+			`many.bad.toml:25: source "demo": colour: unknown key`,
+			`many.bad.toml:27: source "api": cursor_param: is required when cursor_field is set`,
+			`many.bad.toml:29: source "api": poll_url: must be an absolute http or https URL`,
+			`many.bad.toml:30: source "api": cursor_field: must be a dotted path`,
+			`many.bad.toml:31: source "api": headers.Authorization: must be a string, not an integer`,
+		}},
+	}
+	checkTestdata(t, "*.bad.toml", tests)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := parseFile(t, name, tc.env)
+			if err == nil {
+				t.Fatalf("no error; config %+v", cfg)
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error is %T, want Errors: %v", err, err)
+			}
+			// Every listed error and nothing more: the count is that of
+			// the list, as each entry names a distinct problem.
+			if len(errs) != len(tc.want) {
+				t.Errorf("got %d errors, want %d:\n%v", len(errs), len(tc.want), err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error output lacks %q; got:\n%v", w, err)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(err.Error(), a) {
+					t.Errorf("error output reveals %q:\n%v", a, err)
+				}
+			}
+			for _, e := range errs {
+				if e.Line < 1 {
+					t.Errorf("error without a line: %v", e)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretsStayOutOfErrors(t *testing.T) {
+	const secret = "hunter2-very-secret"
+	data := []byte(`
+[daemon]
+shutdown_grace = "${GRACE}"
+log_level = "${LEVEL}"
+[raw_store]
+url = "${STORE}"
+[source.s]
+kind = "${KIND}"
+`)
+	env := map[string]string{"GRACE": secret, "LEVEL": secret, "STORE": secret, "KIND": secret}
+	_, err := ParseWithEnv("secret.toml", data, envOf(env))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("error reveals an environment value:\n%v", err)
+	}
+	for _, w := range []string{
+		`secret.toml:3: daemon.shutdown_grace: must be a duration such as "500ms", "30s" or "1m30s", not "${GRACE}"`,
+		`secret.toml:4: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "${LEVEL}"`,
+		`secret.toml:6: raw_store.url: must be file://DIR or s3://bucket[/prefix], not "${STORE}"`,
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error output lacks %q; got:\n%v", w, err)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Setenv("STATE_DIR", "/srv")
+	t.Setenv("BUCKET", "acme-raw")
+	t.Setenv("GITHUB_TOKEN", "tok")
+	path := filepath.Join(testdata, "env.good.toml")
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.File != path || cfg.RawStore.URL != "s3://acme-raw/raw" {
+		t.Errorf("file %q, url %q", cfg.File, cfg.RawStore.URL)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.toml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing file: %v, want os.ErrNotExist", err)
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	es := Errors{
+		{File: "ingestor.toml", Line: 12, Source: "github", Key: "poll_url", Msg: "is required for kind http_poll"},
+		{File: "ingestor.toml", Line: 3, Key: "publish.ack_timeout", Msg: "must be positive"},
+		{File: "ingestor.toml", Line: 1, Msg: "invalid TOML: oops"},
+	}
+	want := `ingestor.toml:12: source "github": poll_url: is required for kind http_poll
+ingestor.toml:3: publish.ack_timeout: must be positive
+ingestor.toml:1: invalid TOML: oops`
+	if got := es.Error(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestExampleCopiesMatch(t *testing.T) {
+	root, err := os.ReadFile("../ingestor.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(root) != ExampleTOML {
+		t.Error("ingestor.example.toml at the repository root differs from config/ingestor.example.toml; " +
+			"edit config/ingestor.example.toml and copy it to the root")
+	}
+}
+
+func TestExampleLoads(t *testing.T) {
+	cfg, err := ParseWithEnv("ingestor.example.toml", []byte(ExampleTOML), envOf(nil))
+	if err != nil {
+		t.Fatalf("example does not load:\n%v", err)
+	}
+	var enabled []string
+	for _, s := range cfg.Sources {
+		if s.Enabled {
+			enabled = append(enabled, s.Name)
+		}
+	}
+	if len(enabled) != 1 || enabled[0] != "demo" {
+		t.Errorf("enabled sources = %v, want [demo]", enabled)
+	}
+	demo := source(t, cfg, "demo")
+	if demo.Kind != "demo" || demo.Interval != 200*time.Millisecond ||
+		!reflect.DeepEqual(demo.Spec, &sources.DemoSpec{EventsPerTick: 1000, EventSize: 256}) {
+		t.Errorf("demo = %+v, spec %+v", demo, demo.Spec)
+	}
+	api := source(t, cfg, "example_api")
+	spec, ok := api.Spec.(*sources.HTTPPollSpec)
+	if api.Kind != "http_poll" || !ok || !strings.Contains(spec.Headers["Authorization"], "${EXAMPLE_API_TOKEN}") {
+		t.Errorf("example_api = %+v, spec %+v", api, api.Spec)
+	}
+	if cfg.Daemon.DataDir != "./data" || cfg.RawStore.URL != "file://./data/raw" {
+		t.Errorf("data_dir %q, raw_store.url %q", cfg.Daemon.DataDir, cfg.RawStore.URL)
+	}
+	if d := Default(); d.File != "" || !reflect.DeepEqual(d.Sources, cfg.Sources) {
+		t.Errorf("Default() = %+v, want the example with File empty", d)
+	}
+}
+
+// TestExampleDocumentsEveryKey checks that every key the decoder knows is
+// written in the example, set or commented out, under its own table.
+func TestExampleDocumentsEveryKey(t *testing.T) {
+	known := map[string][]any{
+		"daemon":    {daemonTOML{}},
+		"raw_store": {rawStoreTOML{}},
+		"publish":   {publishTOML{}},
+		"defaults":  {defaultsTOML{}},
+		"source":    {sourceTOML{}},
+	}
+	for _, kind := range sources.Kinds() {
+		spec, _ := sources.NewSpec(kind)
+		known["source"] = append(known["source"], reflect.ValueOf(spec).Elem().Interface())
+	}
+
+	header := regexp.MustCompile(`^\[([a-z_]+)`)
+	keyLine := regexp.MustCompile(`^#?\s*([a-z_]+)\s*=`)
+	documented := map[string]bool{}
+	table := ""
+	for _, line := range strings.Split(ExampleTOML, "\n") {
+		if m := header.FindStringSubmatch(line); m != nil {
+			table = m[1]
+		} else if m := keyLine.FindStringSubmatch(line); m != nil && table != "" {
+			documented[table+"."+m[1]] = true
+		}
+	}
+	for table, types := range known {
+		for _, v := range types {
+			rt := reflect.TypeOf(v)
+			for i := range rt.NumField() {
+				if name := tagName(rt.Field(i)); name != "" && !documented[table+"."+name] {
+					t.Errorf("key %s (%s.%s) is not documented in ingestor.example.toml", name, table, rt.Name())
+				}
+			}
+		}
+	}
+}
+
+// TestKindKeysDoNotShadowCommonKeys guards against a kind declaring a key
+// that every source block already takes, which the decoder would never fill.
+func TestKindKeysDoNotShadowCommonKeys(t *testing.T) {
+	common := map[string]bool{}
+	rt := reflect.TypeFor[sourceTOML]()
+	for i := range rt.NumField() {
+		common[tagName(rt.Field(i))] = true
+	}
+	for _, kind := range sources.Kinds() {
+		spec, _ := sources.NewSpec(kind)
+		st := reflect.TypeOf(spec).Elem()
+		for i := range st.NumField() {
+			if name := tagName(st.Field(i)); common[name] {
+				t.Errorf("kind %s declares %q, a key common to every source", kind, name)
+			}
+		}
+	}
+}

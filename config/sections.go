@@ -1,0 +1,273 @@
+package config
+
+import (
+	"math"
+	"net"
+	"net/url"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// daemonTOML is [daemon] as written in the file.
+type daemonTOML struct {
+	DataDir       string   `toml:"data_dir"`
+	HTTPAddr      string   `toml:"http_addr"`
+	LogLevel      string   `toml:"log_level"`
+	LogFormat     string   `toml:"log_format"`
+	ShutdownGrace duration `toml:"shutdown_grace"`
+}
+
+func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
+	t := daemonTOML{
+		DataDir:       "./data",
+		HTTPAddr:      "127.0.0.1:9464",
+		LogLevel:      "info",
+		LogFormat:     "text",
+		ShutdownGrace: "30s",
+	}
+	d.section(top, "daemon", &t)
+	p := []string{"daemon"}
+	if t.DataDir == "" {
+		d.errAt(child(p, "data_dir"), "must not be empty")
+	}
+	if _, _, err := net.SplitHostPort(t.HTTPAddr); err != nil {
+		d.errAt(child(p, "http_addr"), "must be host:port such as \"127.0.0.1:9464\" or \":9464\", not %s", d.show(child(p, "http_addr"), t.HTTPAddr))
+	}
+	d.oneOf(child(p, "log_level"), t.LogLevel, "debug", "info", "warn", "error")
+	d.oneOf(child(p, "log_format"), t.LogFormat, "text", "json")
+	return Daemon{
+		DataDir:       t.DataDir,
+		HTTPAddr:      t.HTTPAddr,
+		LogLevel:      t.LogLevel,
+		LogFormat:     t.LogFormat,
+		ShutdownGrace: d.duration(child(p, "shutdown_grace"), t.ShutdownGrace, 30*time.Second),
+	}
+}
+
+// rawStoreTOML is [raw_store] as written in the file.
+type rawStoreTOML struct {
+	URL       string `toml:"url"`
+	Endpoint  string `toml:"endpoint"`
+	Region    string `toml:"region"`
+	PathStyle bool   `toml:"path_style"`
+}
+
+func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
+	t := rawStoreTOML{
+		URL:    "file://" + strings.TrimSuffix(dataDir, "/") + "/raw",
+		Region: "us-east-1",
+	}
+	d.section(top, "raw_store", &t)
+	p := []string{"raw_store"}
+	if msg := checkStoreURL(t.URL); msg != "" {
+		d.errAt(child(p, "url"), "%s, not %s", msg, d.show(child(p, "url"), t.URL))
+	}
+	if t.Endpoint != "" {
+		if u, err := url.Parse(t.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			d.errAt(child(p, "endpoint"), "must be an absolute http or https URL such as \"http://127.0.0.1:9000\"")
+		}
+	}
+	if t.Region == "" {
+		d.errAt(child(p, "region"), "must not be empty")
+	}
+	return RawStore(t)
+}
+
+// s3Bucket matches an S3 bucket name.
+var s3Bucket = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// checkStoreURL returns what is wrong with a raw store URL, or "". It
+// accepts what package rawstore opens: file://DIR or s3://bucket[/prefix].
+func checkStoreURL(s string) string {
+	const want = "must be file://DIR or s3://bucket[/prefix]"
+	scheme, rest, ok := strings.Cut(s, "://")
+	switch {
+	case !ok:
+		return want
+	case scheme == "file":
+		if rest == "" {
+			return want + " (the directory is empty)"
+		}
+		return ""
+	case scheme != "s3":
+		return want + " (unsupported scheme " + strconv.Quote(scheme) + ")"
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Port() != "" {
+		return want
+	}
+	if !s3Bucket.MatchString(u.Host) {
+		return want + " (invalid bucket name " + strconv.Quote(u.Host) + ")"
+	}
+	if prefix := strings.Trim(u.Path, "/"); prefix != "" && (path.Clean(prefix) != prefix || strings.Contains(prefix, "..")) {
+		return want + " (the prefix must be a clean path without ..)"
+	}
+	return ""
+}
+
+// publishTOML is [publish] as written in the file.
+type publishTOML struct {
+	Endpoint          string   `toml:"endpoint"`
+	AckEndpoint       string   `toml:"ack_endpoint"`
+	HighWaterMark     int      `toml:"high_water_mark"`
+	EventsPerFrame    int      `toml:"events_per_frame"`
+	AckTimeout        duration `toml:"ack_timeout"`
+	MaxDeliveries     int      `toml:"max_deliveries"`
+	MaxInflightFrames int      `toml:"max_inflight_frames"`
+	MaxPendingEvents  int64    `toml:"max_pending_events"`
+	Synchronous       string   `toml:"synchronous"`
+}
+
+func (d *decoder) publish(top map[string]toml.Primitive) Publish {
+	t := publishTOML{
+		Endpoint:          "tcp://127.0.0.1:5557",
+		AckEndpoint:       "tcp://127.0.0.1:5558",
+		HighWaterMark:     1000,
+		EventsPerFrame:    100,
+		AckTimeout:        "30s",
+		MaxInflightFrames: 1024,
+		MaxPendingEvents:  10_000_000,
+		Synchronous:       "full",
+	}
+	d.section(top, "publish", &t)
+	p := []string{"publish"}
+	for _, e := range []struct{ key, val string }{{"endpoint", t.Endpoint}, {"ack_endpoint", t.AckEndpoint}} {
+		scheme, rest, _ := strings.Cut(e.val, "://")
+		if (scheme != "tcp" && scheme != "ipc") || rest == "" {
+			d.errAt(child(p, e.key), "must be a ZeroMQ endpoint tcp://HOST:PORT or ipc://PATH, not %s", d.show(child(p, e.key), e.val))
+		}
+	}
+	if t.Endpoint == t.AckEndpoint {
+		d.errAt(child(p, "ack_endpoint"), "must differ from publish.endpoint")
+	}
+	d.intRange(child(p, "high_water_mark"), int64(t.HighWaterMark), 0, math.MaxInt32)
+	d.intRange(child(p, "events_per_frame"), int64(t.EventsPerFrame), 1, 10_000)
+	d.intRange(child(p, "max_deliveries"), int64(t.MaxDeliveries), 0, math.MaxInt32)
+	d.intRange(child(p, "max_inflight_frames"), int64(t.MaxInflightFrames), 1, math.MaxInt32)
+	d.intRange(child(p, "max_pending_events"), t.MaxPendingEvents, 1, math.MaxInt64)
+	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
+	return Publish{
+		Endpoint:          t.Endpoint,
+		AckEndpoint:       t.AckEndpoint,
+		HighWaterMark:     t.HighWaterMark,
+		EventsPerFrame:    t.EventsPerFrame,
+		AckTimeout:        d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
+		MaxDeliveries:     t.MaxDeliveries,
+		MaxInflightFrames: t.MaxInflightFrames,
+		MaxPendingEvents:  t.MaxPendingEvents,
+		Synchronous:       t.Synchronous,
+	}
+}
+
+// defaultsTOML is [defaults] as written in the file; sourceTOML holds the
+// same keys for one source.
+type defaultsTOML struct {
+	Interval        duration `toml:"interval"`
+	Jitter          percent  `toml:"jitter"`
+	Timeout         duration `toml:"timeout"`
+	InflightBatches int      `toml:"inflight_batches"`
+}
+
+// sourceDefaults are the validated [defaults] that sources inherit.
+type sourceDefaults struct {
+	interval, timeout time.Duration
+	jitter            float64
+	inflightBatches   int
+}
+
+func (d *decoder) defaults(top map[string]toml.Primitive) sourceDefaults {
+	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2}
+	d.section(top, "defaults", &t)
+	p := []string{"defaults"}
+	return sourceDefaults{
+		interval:        d.duration(child(p, "interval"), t.Interval, 10*time.Second),
+		jitter:          d.percent(child(p, "jitter"), t.Jitter, 0.1),
+		timeout:         d.duration(child(p, "timeout"), t.Timeout, 30*time.Second),
+		inflightBatches: d.inflight(child(p, "inflight_batches"), t.InflightBatches, 2),
+	}
+}
+
+// duration parses the positive duration v at path, or reports it and
+// returns def.
+func (d *decoder) duration(path []string, v duration, def time.Duration) time.Duration {
+	if d.covered(path) {
+		return def
+	}
+	dur, err := time.ParseDuration(string(v))
+	switch {
+	case err != nil:
+		d.errAt(path, `must be a duration such as "500ms", "30s" or "1m30s", not %s`, d.show(path, string(v)))
+	case dur <= 0:
+		d.errAt(path, "must be positive, not %s", d.show(path, string(v)))
+	default:
+		return dur
+	}
+	return def
+}
+
+// percent parses the percentage v ("10%") at path into a fraction (0.1),
+// or reports it and returns def.
+func (d *decoder) percent(path []string, v percent, def float64) float64 {
+	if d.covered(path) {
+		return def
+	}
+	num, ok := strings.CutSuffix(strings.TrimSpace(string(v)), "%")
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !ok || err != nil || math.IsNaN(f) || f < 0 || f > 100 {
+		d.errAt(path, `must be a percentage from "0%%" to "100%%" such as "10%%", not %s`, d.show(path, string(v)))
+		return def
+	}
+	return f / 100
+}
+
+// inflight checks inflight_batches at path, returning def when it is invalid.
+func (d *decoder) inflight(path []string, v, def int) int {
+	if d.covered(path) || !d.intRange(path, int64(v), 1, 64) {
+		return def
+	}
+	return v
+}
+
+// intRange reports v at path unless lo <= v <= hi; a hi of math.MaxInt32
+// or more means "no upper bound worth mentioning" unless v exceeds it.
+func (d *decoder) intRange(path []string, v, lo, hi int64) bool {
+	if v >= lo && v <= hi {
+		return true
+	}
+	switch {
+	case hi < math.MaxInt32:
+		d.errAt(path, "must be between %d and %d, not %d", lo, hi, v)
+	case v < lo:
+		d.errAt(path, "must be at least %d, not %d", lo, v)
+	default:
+		d.errAt(path, "must be at most %d, not %d", hi, v)
+	}
+	return false
+}
+
+// oneOf reports v at path unless it is one of allowed.
+func (d *decoder) oneOf(path []string, v string, allowed ...string) {
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	d.errAt(path, "must be one of %s, not %s", quoteList(allowed), d.show(path, v))
+}
+
+// quoteList formats ["a", "b"] as `"a" or "b"`.
+func quoteList(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = strconv.Quote(s)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}

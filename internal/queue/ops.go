@@ -1,0 +1,499 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// NewEvent is one event to append.
+type NewEvent struct {
+	// Key is the idempotency key, unique within the source.
+	Key string
+	// EventTime is the event's own time, or zero.
+	EventTime time.Time
+	// RawOff and RawLen locate the event in the batch's raw object.
+	RawOff, RawLen int
+	// Payload is the event's bytes; not stored (the raw object holds them),
+	// but handed back in the returned frames for the first send.
+	Payload []byte
+}
+
+// Batch is one fetched batch: its events, its raw object and the cursor
+// that follows it.
+type Batch struct {
+	Source    string
+	FetchedAt time.Time
+	// RawKey is the key of the batch's raw object, already durable.
+	RawKey string
+	Events []NewEvent
+	// Cursor, when SetCursor is true, is stored as the source's cursor in
+	// the same transaction as the events.
+	Cursor    string
+	SetCursor bool
+}
+
+// Event is one queued event as it is sent.
+type Event struct {
+	Seq       int64
+	Source    string
+	Key       string
+	FetchedAt time.Time
+	EventTime time.Time
+	RawKey    string
+	RawOff    int
+	RawLen    int
+	// Payload is set for frames returned by Append and nil for frames
+	// loaded from the database, whose payload is read from the raw store.
+	Payload []byte
+}
+
+// Frame is a unit of delivery.
+type Frame struct {
+	ID     int64
+	Source string
+	// Deliveries counts earlier deliveries recorded for the frame.
+	Deliveries int
+	Events     []Event
+}
+
+// Append commits b durably and returns the frames of its events that were
+// new; an event whose (source, key) is already queued or remembered is
+// dropped as a duplicate.
+func (q *Queue) Append(ctx context.Context, b Batch) ([]Frame, error) {
+	var frames []Frame
+	var added int64
+	r := &request{
+		apply: func(tx *sql.Tx) error {
+			var err error
+			frames, added, err = q.applyAppend(tx, &b)
+			return err
+		},
+	}
+	r.committed = func() {
+		q.pendingEvents.Add(added)
+		q.pendingFrames.Add(int64(len(frames)))
+	}
+	if err := q.submit(ctx, r); err != nil {
+		return nil, fmt.Errorf("append batch of %q: %w", b.Source, err)
+	}
+	return frames, nil
+}
+
+const eventCols = 8
+
+// prepareInserts prepares the multi-row insert statements before the writer
+// starts (the writer's only connection is busy inside its transaction
+// later): one for a full frame and one per power of two below it, so any
+// chunk is inserted with at most log2(EventsPerFrame)+1 statements.
+func (q *Queue) prepareInserts() error {
+	sizes := []int{q.opts.EventsPerFrame}
+	for n := 1; n < q.opts.EventsPerFrame; n *= 2 {
+		sizes = append(sizes, n)
+	}
+	for _, rows := range sizes {
+		var sb strings.Builder
+		sb.WriteString(`INSERT INTO events(source, key, frame_id, fetched_at, event_time, raw_id, raw_off, raw_len) VALUES `)
+		for i := 0; i < rows; i++ {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(`(?,?,?,?,?,?,?,?)`)
+		}
+		sb.WriteString(` ON CONFLICT(source, key) DO NOTHING RETURNING id, key`)
+		st, err := q.wdb.Prepare(sb.String())
+		if err != nil {
+			return fmt.Errorf("prepare insert of %d rows: %w", rows, err)
+		}
+		q.stmts[rows] = st
+	}
+	return nil
+}
+
+// insertChunk inserts the rows in args (eventCols values each) and adds the
+// ids of the new ones to ids.
+func (q *Queue) insertChunk(tx *sql.Tx, args []any, ids map[string]int64) error {
+	for len(args) > 0 {
+		rows := len(args) / eventCols
+		if _, ok := q.stmts[rows]; !ok {
+			rows = 1
+			for rows*2 <= len(args)/eventCols {
+				rows *= 2
+			}
+		}
+		if err := insertReturning(tx.Stmt(q.stmts[rows]), args[:rows*eventCols], ids); err != nil {
+			return err
+		}
+		args = args[rows*eventCols:]
+	}
+	return nil
+}
+
+func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
+	now := time.Now().UnixNano()
+	var frames []Frame
+	var added int64
+	if len(b.Events) > 0 {
+		res, err := tx.Exec(`INSERT INTO raw_objects(key) VALUES (?)`, b.RawKey)
+		if err != nil {
+			return nil, 0, fmt.Errorf("insert raw object: %w", err)
+		}
+		rawID, err := res.LastInsertId()
+		if err != nil {
+			return nil, 0, fmt.Errorf("insert raw object: %w", err)
+		}
+		fetched := b.FetchedAt.UnixNano()
+		per := q.opts.EventsPerFrame
+		args := make([]any, 0, per*eventCols)
+		for start := 0; start < len(b.Events); start += per {
+			chunk := b.Events[start:min(start+per, len(b.Events))]
+			frameID := q.nextFrame
+			q.nextFrame++
+			args = args[:0]
+			for i := range chunk {
+				e := &chunk[i]
+				var et int64
+				if !e.EventTime.IsZero() {
+					et = e.EventTime.UnixNano()
+				}
+				args = append(args, b.Source, e.Key, frameID, fetched, et, rawID, e.RawOff, e.RawLen)
+			}
+			ids := make(map[string]int64, len(chunk))
+			if err := q.insertChunk(tx, args, ids); err != nil {
+				return nil, 0, err
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			f := Frame{ID: frameID, Source: b.Source, Events: make([]Event, 0, len(ids))}
+			for i := range chunk {
+				e := &chunk[i]
+				seq, ok := ids[e.Key]
+				if !ok {
+					continue
+				}
+				delete(ids, e.Key) // a key repeated within the batch is sent once
+				f.Events = append(f.Events, Event{
+					Seq: seq, Source: b.Source, Key: e.Key, FetchedAt: b.FetchedAt, EventTime: e.EventTime,
+					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
+				})
+			}
+			if _, err := tx.Exec(`INSERT INTO frames(id, source, n, created_at) VALUES (?,?,?,?)`,
+				frameID, b.Source, len(f.Events), now); err != nil {
+				return nil, 0, fmt.Errorf("insert frame: %w", err)
+			}
+			added += int64(len(f.Events))
+			frames = append(frames, f)
+		}
+	}
+	if b.SetCursor {
+		if _, err := tx.Exec(`INSERT INTO offsets(source, cursor, updated_at) VALUES (?,?,?)
+			ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`,
+			b.Source, b.Cursor, now); err != nil {
+			return nil, 0, fmt.Errorf("store cursor: %w", err)
+		}
+	}
+	return frames, added, nil
+}
+
+func insertReturning(st *sql.Stmt, args []any, ids map[string]int64) error {
+	rows, err := st.Query(args...)
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var key string
+		if err := rows.Scan(&id, &key); err != nil {
+			return fmt.Errorf("insert events: %w", errors.Join(err, rows.Close()))
+		}
+		if _, dup := ids[key]; !dup {
+			ids[key] = id
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	return nil
+}
+
+// KeyAck acknowledges one event of a frame.
+type KeyAck struct {
+	Frame  int64
+	Source string
+	Key    string
+}
+
+// Ack clears acked frames and events. Unknown or already acked ones are
+// ignored: acks are idempotent. It returns the frames now fully acked.
+func (q *Queue) Ack(ctx context.Context, frames []int64, keys []KeyAck) ([]int64, error) {
+	var cleared []int64
+	var events int64
+	r := &request{apply: func(tx *sql.Tx) error {
+		cleared, events = cleared[:0], 0
+		for _, id := range frames {
+			var n int64
+			err := tx.QueryRow(`DELETE FROM frames WHERE id = ? RETURNING n`, id).Scan(&n)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("ack frame %d: %w", id, err)
+			}
+			cleared = append(cleared, id)
+			events += n
+		}
+		for _, k := range keys {
+			res, err := tx.Exec(`UPDATE events SET acked = 1 WHERE source = ? AND key = ? AND frame_id = ? AND acked = 0
+				AND EXISTS (SELECT 1 FROM frames WHERE id = ?)`, k.Source, k.Key, k.Frame, k.Frame)
+			if err != nil {
+				return fmt.Errorf("ack key in frame %d: %w", k.Frame, err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				continue
+			}
+			events++
+			var left int64
+			if err := tx.QueryRow(`UPDATE frames SET n = n - 1 WHERE id = ? RETURNING n`, k.Frame).Scan(&left); err != nil {
+				return fmt.Errorf("ack key in frame %d: %w", k.Frame, err)
+			}
+			if left <= 0 {
+				if _, err := tx.Exec(`DELETE FROM frames WHERE id = ?`, k.Frame); err != nil {
+					return fmt.Errorf("ack key in frame %d: %w", k.Frame, err)
+				}
+				cleared = append(cleared, k.Frame)
+			}
+		}
+		return nil
+	}}
+	r.committed = func() {
+		q.pendingEvents.Add(-events)
+		q.pendingFrames.Add(-int64(len(cleared)))
+	}
+	if err := q.submit(ctx, r); err != nil {
+		return nil, fmt.Errorf("ack: %w", err)
+	}
+	return cleared, nil
+}
+
+// Cursor returns the stored cursor of source; ok is false when none is stored.
+func (q *Queue) Cursor(ctx context.Context, source string) (cursor string, ok bool, err error) {
+	err = q.rdb.QueryRowContext(ctx, `SELECT cursor FROM offsets WHERE source = ?`, source).Scan(&cursor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read cursor of %q: %w", source, err)
+	}
+	return cursor, true, nil
+}
+
+// FramesAfter returns up to limit pending frame ids greater than after, in
+// order. Paging with it streams the backlog without loading it.
+func (q *Queue) FramesAfter(ctx context.Context, after int64, limit int) ([]int64, error) {
+	rows, err := q.rdb.QueryContext(ctx, `SELECT id FROM frames WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("scan frames: %w", err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("scan frames: %w", errors.Join(err, rows.Close()))
+		}
+		ids = append(ids, id)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("scan frames: %w", err)
+	}
+	return ids, nil
+}
+
+// LoadFrame returns a pending frame with its events not yet acked; ok is
+// false when the frame is no longer pending.
+func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
+	f := Frame{ID: id}
+	err := q.rdb.QueryRowContext(ctx, `SELECT source, deliveries FROM frames WHERE id = ?`, id).Scan(&f.Source, &f.Deliveries)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Frame{}, false, nil
+	}
+	if err != nil {
+		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
+	}
+	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, e.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len
+		FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.frame_id = ? AND e.acked = 0 ORDER BY e.id`, id)
+	if err != nil {
+		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
+	}
+	for rows.Next() {
+		var e Event
+		var fetched, et int64
+		if err := rows.Scan(&e.Seq, &e.Source, &e.Key, &fetched, &et, &e.RawKey, &e.RawOff, &e.RawLen); err != nil {
+			return Frame{}, false, fmt.Errorf("load frame %d: %w", id, errors.Join(err, rows.Close()))
+		}
+		e.FetchedAt = time.Unix(0, fetched).UTC()
+		if et != 0 {
+			e.EventTime = time.Unix(0, et).UTC()
+		}
+		f.Events = append(f.Events, e)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
+	}
+	return f, true, nil
+}
+
+// CountDeliveries records one more delivery of each frame.
+func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
+	r := &request{apply: func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.Exec(`UPDATE frames SET deliveries = deliveries + 1 WHERE id = ?`, id); err != nil {
+				return fmt.Errorf("count delivery of frame %d: %w", id, err)
+			}
+		}
+		return nil
+	}}
+	return q.submit(ctx, r)
+}
+
+// DeadLetter records a payload that could not be queued (for example a
+// malformed upstream response), whose bytes are in the raw store at rawKey.
+func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey string) error {
+	r := &request{apply: func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, created_at) VALUES (?,?,?,?)`,
+			source, reason, rawKey, time.Now().UnixNano())
+		return err
+	}}
+	if err := q.submit(ctx, r); err != nil {
+		return fmt.Errorf("dead-letter payload of %q: %w", source, err)
+	}
+	return nil
+}
+
+// DeadLetterFrame moves a pending frame out of delivery into the
+// dead-letter list with reason. Its events stay recorded.
+func (q *Queue) DeadLetterFrame(ctx context.Context, id int64, reason string) error {
+	var n int64
+	var moved bool
+	r := &request{apply: func(tx *sql.Tx) error {
+		var source string
+		err := tx.QueryRow(`DELETE FROM frames WHERE id = ? RETURNING source, n`, id).Scan(&source, &n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dead-letter frame %d: %w", id, err)
+		}
+		moved = true
+		_, err = tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at)
+			SELECT ?, ?, coalesce((SELECT r.key FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.frame_id = ? LIMIT 1), ''), ?, ?`,
+			source, reason, id, id, time.Now().UnixNano())
+		return err
+	}}
+	r.committed = func() {
+		if moved {
+			q.pendingEvents.Add(-n)
+			q.pendingFrames.Add(-1)
+		}
+	}
+	return q.submit(ctx, r)
+}
+
+// DeadLetter is one entry of the dead-letter list.
+type DeadLetter struct {
+	ID        int64
+	Source    string
+	Reason    string
+	RawKey    string
+	Frame     int64
+	CreatedAt time.Time
+}
+
+// DeadLetters lists dead letters, oldest first, up to limit.
+func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	rows, err := q.rdb.QueryContext(ctx, `SELECT id, source, reason, raw_key, frame_id, created_at FROM dead_letters ORDER BY id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		var at int64
+		if err := rows.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &at); err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", errors.Join(err, rows.Close()))
+		}
+		d.CreatedAt = time.Unix(0, at)
+		out = append(out, d)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// Stats is a snapshot for startup logs and metrics.
+type Stats struct {
+	PendingEvents int64
+	PendingFrames int64
+	DeadLetters   int64
+	// OldestPending is the creation time of the oldest pending frame, or zero.
+	OldestPending time.Time
+}
+
+// Stats reads a snapshot using indexed aggregate queries.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{PendingEvents: q.pendingEvents.Load(), PendingFrames: q.pendingFrames.Load()}
+	var oldest sql.NullInt64
+	if err := q.rdb.QueryRowContext(ctx, `SELECT created_at FROM frames ORDER BY id LIMIT 1`).Scan(&oldest); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return s, fmt.Errorf("queue stats: %w", err)
+	}
+	if oldest.Valid {
+		s.OldestPending = time.Unix(0, oldest.Int64)
+	}
+	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters`).Scan(&s.DeadLetters); err != nil {
+		return s, fmt.Errorf("queue stats: %w", err)
+	}
+	return s, nil
+}
+
+// Prune deletes up to limit remembered events that were acked and are older
+// than the dedupe window, and raw-object rows no event refers to any more.
+// It returns how many events it deleted; call it until it returns less than
+// limit.
+func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
+	cutoff := time.Now().Add(-q.opts.DedupeWindow).UnixNano()
+	var deleted int64
+	r := &request{apply: func(tx *sql.Tx) error {
+		// Frames are allocated in increasing order, so every event below the
+		// oldest pending frame has been acked (or dead-lettered).
+		var minPending sql.NullInt64
+		if err := tx.QueryRow(`SELECT min(id) FROM frames`).Scan(&minPending); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+		bound := q.nextFrame
+		if minPending.Valid {
+			bound = minPending.Int64
+		}
+		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE frame_id < ? AND fetched_at < ? ORDER BY frame_id LIMIT ?)`,
+			bound, cutoff, limit)
+		if err != nil {
+			return fmt.Errorf("prune events: %w", err)
+		}
+		if deleted, err = res.RowsAffected(); err != nil {
+			return fmt.Errorf("prune events: %w", err)
+		}
+		if deleted > 0 {
+			if _, err := tx.Exec(`DELETE FROM raw_objects WHERE id < coalesce((SELECT raw_id FROM events ORDER BY id LIMIT 1), (SELECT max(id) + 1 FROM raw_objects))`); err != nil {
+				return fmt.Errorf("prune raw objects: %w", err)
+			}
+		}
+		return nil
+	}}
+	if err := q.submit(ctx, r); err != nil {
+		return 0, err
+	}
+	return deleted, nil
+}

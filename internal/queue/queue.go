@@ -1,0 +1,256 @@
+// Package queue is the daemon's SQLite write-ahead queue: the system of
+// record between the upstream and the processors.
+//
+// One writer goroutine owns the write connection and commits whatever work is
+// waiting (batches from several sources, acks, cursors) in one transaction:
+// group commit, so one fsync covers many batches. A batch's events and the
+// cursor that follows them commit together, so a crash leaves both or
+// neither. Rows hold a reference into the raw store, not the payload: the
+// payload is already durable there.
+//
+// Events are packed into frames of up to EventsPerFrame events when they are
+// appended; a frame is the unit of delivery and of acknowledgement. An acked
+// frame's row is deleted; its event rows stay as tombstones for DedupeWindow
+// so that a re-fetched event is recognised and not queued twice.
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the sqlite3 driver
+)
+
+// Options configure a Queue.
+type Options struct {
+	// Path is the SQLite database file.
+	Path string
+	// Synchronous is "full" (default) or "normal".
+	Synchronous string
+	// EventsPerFrame caps the events packed into one frame. Default 100.
+	EventsPerFrame int
+	// DedupeWindow is how long acked events are remembered to suppress
+	// re-fetched duplicates. Default 1h.
+	DedupeWindow time.Duration
+	// Logger receives the queue's logs.
+	Logger *slog.Logger
+}
+
+// ErrClosed is returned by calls made after Close.
+var ErrClosed = errors.New("queue closed")
+
+// Queue is the write-ahead queue. Its methods are safe for concurrent use.
+type Queue struct {
+	opts Options
+	wdb  *sql.DB // the single writer connection
+	rdb  *sql.DB // readers
+
+	reqs    chan *request
+	done    chan struct{}
+	closeMu sync.RWMutex
+	closed  bool
+
+	pendingEvents atomic.Int64
+	pendingFrames atomic.Int64
+
+	// writer-goroutine state
+	nextFrame int64
+	stmts     map[int]*sql.Stmt
+}
+
+// Open opens (creating if needed) the queue at o.Path, applies migrations and
+// starts the writer.
+func Open(o Options) (*Queue, error) {
+	if o.EventsPerFrame <= 0 {
+		o.EventsPerFrame = 100
+	}
+	if o.DedupeWindow <= 0 {
+		o.DedupeWindow = time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	sync := "FULL"
+	if o.Synchronous == "normal" {
+		sync = "NORMAL"
+	}
+	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0", o.Path, sync)
+	wdb, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", o.Path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	if err := migrate(wdb); err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
+	}
+	rdb, err := sql.Open("sqlite3", fmt.Sprintf("file:%s?_journal_mode=WAL&_busy_timeout=10000&_query_only=1", o.Path))
+	if err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
+	}
+	rdb.SetMaxOpenConns(4)
+	q := &Queue{
+		opts:  o,
+		wdb:   wdb,
+		rdb:   rdb,
+		reqs:  make(chan *request, 256),
+		done:  make(chan struct{}),
+		stmts: make(map[int]*sql.Stmt),
+	}
+	if err := errors.Join(q.load(), q.prepareInserts()); err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close(), rdb.Close()))
+	}
+	go q.writer()
+	return q, nil
+}
+
+// load reads the counters the writer maintains in memory. It uses
+// aggregate queries over the frames table only, never the whole backlog.
+func (q *Queue) load() error {
+	var maxFrame, maxEventFrame sql.NullInt64
+	if err := q.wdb.QueryRow(`SELECT max(id) FROM frames`).Scan(&maxFrame); err != nil {
+		return fmt.Errorf("load frame counter: %w", err)
+	}
+	if err := q.wdb.QueryRow(`SELECT max(frame_id) FROM events`).Scan(&maxEventFrame); err != nil {
+		return fmt.Errorf("load frame counter: %w", err)
+	}
+	q.nextFrame = max(maxFrame.Int64, maxEventFrame.Int64) + 1
+	var n, f sql.NullInt64
+	if err := q.wdb.QueryRow(`SELECT sum(n), count(*) FROM frames`).Scan(&n, &f); err != nil {
+		return fmt.Errorf("load pending count: %w", err)
+	}
+	q.pendingEvents.Store(n.Int64)
+	q.pendingFrames.Store(f.Int64)
+	return nil
+}
+
+// PendingEvents returns the number of events queued and not yet acked.
+func (q *Queue) PendingEvents() int64 { return q.pendingEvents.Load() }
+
+// PendingFrames returns the number of frames queued and not yet acked.
+func (q *Queue) PendingFrames() int64 { return q.pendingFrames.Load() }
+
+// Close stops the writer after the work already submitted and closes the
+// database. Calls after Close return ErrClosed.
+func (q *Queue) Close() error {
+	q.closeMu.Lock()
+	if q.closed {
+		q.closeMu.Unlock()
+		return nil
+	}
+	q.closed = true
+	close(q.reqs)
+	q.closeMu.Unlock()
+	<-q.done
+	var errs []error
+	for _, st := range q.stmts {
+		errs = append(errs, st.Close())
+	}
+	errs = append(errs, q.rdb.Close(), q.wdb.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close queue %s: %w", q.opts.Path, err)
+	}
+	return nil
+}
+
+// request is one unit of work for the writer. apply runs inside the group
+// transaction under its own savepoint; after the commit, done is called
+// with the commit's outcome.
+type request struct {
+	apply func(tx *sql.Tx) error
+	// committed runs on the writer goroutine after a successful commit, to
+	// update in-memory counters.
+	committed func()
+	err       chan error
+}
+
+// submit hands r to the writer and waits for its commit.
+func (q *Queue) submit(ctx context.Context, r *request) error {
+	r.err = make(chan error, 1)
+	q.closeMu.RLock()
+	if q.closed {
+		q.closeMu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case q.reqs <- r:
+		q.closeMu.RUnlock()
+	case <-ctx.Done():
+		q.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	// Once submitted, the request is committed or failed by the writer even
+	// if ctx ends: wait for the outcome so the caller knows what happened.
+	return <-r.err
+}
+
+// maxGroup caps the requests committed in one transaction.
+const maxGroup = 128
+
+func (q *Queue) writer() {
+	defer close(q.done)
+	group := make([]*request, 0, maxGroup)
+	errs := make([]error, 0, maxGroup)
+	for r := range q.reqs {
+		group = append(group[:0], r)
+	fill:
+		for len(group) < maxGroup {
+			select {
+			case r, ok := <-q.reqs:
+				if !ok {
+					break fill
+				}
+				group = append(group, r)
+			default:
+				break fill
+			}
+		}
+		errs = errs[:0]
+		err := q.commitGroup(group, &errs)
+		for i, r := range group {
+			e := err
+			if e == nil {
+				e = errs[i]
+			}
+			if e == nil && r.committed != nil {
+				r.committed()
+			}
+			r.err <- e
+		}
+	}
+}
+
+// commitGroup applies every request under its own savepoint (a failing
+// request is rolled back alone) and commits once.
+func (q *Queue) commitGroup(group []*request, errs *[]error) error {
+	tx, err := q.wdb.Begin()
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	for _, r := range group {
+		if _, err := tx.Exec(`SAVEPOINT req`); err != nil {
+			return fmt.Errorf("savepoint: %w", errors.Join(err, tx.Rollback()))
+		}
+		aerr := r.apply(tx)
+		if aerr != nil {
+			if _, err := tx.Exec(`ROLLBACK TO req`); err != nil {
+				return fmt.Errorf("rollback to savepoint: %w", errors.Join(err, aerr, tx.Rollback()))
+			}
+		}
+		if _, err := tx.Exec(`RELEASE req`); err != nil {
+			return fmt.Errorf("release savepoint: %w", errors.Join(err, tx.Rollback()))
+		}
+		*errs = append(*errs, aerr)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package queue
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func openTest(t *testing.T, path string, perFrame int) *Queue {
+	t.Helper()
+	q, err := Open(Options{Path: path, EventsPerFrame: perFrame})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := q.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return q
+}
+
+func batch(source string, from, n int, cursor string) Batch {
+	b := Batch{Source: source, FetchedAt: time.Now(), RawKey: fmt.Sprintf("%s/raw-%d", source, from), Cursor: cursor, SetCursor: cursor != ""}
+	for i := from; i < from+n; i++ {
+		b.Events = append(b.Events, NewEvent{Key: fmt.Sprintf("k%d", i), RawOff: i * 10, RawLen: 10, Payload: []byte(`{}`)})
+	}
+	return b
+}
+
+func TestAppendPacksFramesDedupesAndStoresCursor(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 10, "10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 3 || len(frames[0].Events) != 4 || len(frames[2].Events) != 2 {
+		t.Fatalf("want frames of 4,4,2 events, got %d frames", len(frames))
+	}
+	if got := q.PendingEvents(); got != 10 {
+		t.Fatalf("pending = %d, want 10", got)
+	}
+	// Overlapping re-fetch: k5..k14, only k10..k14 are new.
+	frames, err = q.Append(ctx, batch("a", 5, 10, "15"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, f := range frames {
+		for _, e := range f.Events {
+			if e.Key < "k10" && len(e.Key) == 2 {
+				t.Errorf("duplicate %s was queued again", e.Key)
+			}
+			n++
+		}
+	}
+	if n != 5 || q.PendingEvents() != 15 {
+		t.Fatalf("new events = %d pending = %d, want 5 and 15", n, q.PendingEvents())
+	}
+	// Same keys in another source are distinct.
+	if frames, err = q.Append(ctx, batch("b", 0, 3, "")); err != nil || len(frames) != 1 || len(frames[0].Events) != 3 {
+		t.Fatalf("source b: frames=%v err=%v", frames, err)
+	}
+	c, ok, err := q.Cursor(ctx, "a")
+	if err != nil || !ok || c != "15" {
+		t.Fatalf("cursor of a = %q %v %v, want 15", c, ok, err)
+	}
+	if _, ok, _ := q.Cursor(ctx, "b"); ok {
+		t.Error("source b has a cursor though none was set")
+	}
+}
+
+func TestAckFramesAndKeysAndReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := Open(Options{Path: path, EventsPerFrame: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 10, "9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleared, err := q.Ack(ctx, []int64{frames[0].ID, 99999}, []KeyAck{{Frame: frames[1].ID, Source: "a", Key: "k5"}, {Frame: frames[1].ID, Source: "a", Key: "k5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cleared) != 1 || cleared[0] != frames[0].ID {
+		t.Fatalf("cleared = %v, want only %d", cleared, frames[0].ID)
+	}
+	if q.PendingEvents() != 4 || q.PendingFrames() != 1 {
+		t.Fatalf("pending events=%d frames=%d, want 4 and 1", q.PendingEvents(), q.PendingFrames())
+	}
+	f, ok, err := q.LoadFrame(ctx, frames[1].ID)
+	if err != nil || !ok || len(f.Events) != 4 || f.Events[0].Key != "k6" || f.Events[0].RawKey != "a/raw-0" || f.Events[0].RawOff != 60 {
+		t.Fatalf("LoadFrame = %+v %v %v", f, ok, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	q = openTest(t, path, 5)
+	if q.PendingEvents() != 4 || q.PendingFrames() != 1 {
+		t.Fatalf("after reopen pending events=%d frames=%d, want 4 and 1", q.PendingEvents(), q.PendingFrames())
+	}
+	ids, err := q.FramesAfter(ctx, 0, 10)
+	if err != nil || len(ids) != 1 || ids[0] != frames[1].ID {
+		t.Fatalf("FramesAfter = %v %v", ids, err)
+	}
+	// Acked keys are remembered: re-appending them queues nothing.
+	again, err := q.Append(ctx, batch("a", 0, 10, "9"))
+	if err != nil || len(again) != 0 {
+		t.Fatalf("re-append queued %d frames, err %v", len(again), err)
+	}
+	// Completing the frame key by key clears it.
+	var keys []KeyAck
+	for _, e := range f.Events {
+		keys = append(keys, KeyAck{Frame: f.ID, Source: "a", Key: e.Key})
+	}
+	cleared, err = q.Ack(ctx, nil, keys)
+	if err != nil || len(cleared) != 1 || q.PendingEvents() != 0 || q.PendingFrames() != 0 {
+		t.Fatalf("ack by keys: cleared=%v err=%v pending=%d", cleared, err, q.PendingEvents())
+	}
+	// New frames get ids above every earlier one, even after reopen.
+	fr, err := q.Append(ctx, batch("a", 100, 1, ""))
+	if err != nil || fr[0].ID <= frames[1].ID {
+		t.Fatalf("new frame id %v not above %d (err %v)", fr, frames[1].ID, err)
+	}
+}
+
+func TestDeadLetterFrameAndPrune(t *testing.T) {
+	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 10, DedupeWindow: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 20, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.DeadLetterFrame(ctx, frames[0].ID, "max deliveries reached"); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dl) != 1 || dl[0].Frame != frames[0].ID || dl[0].RawKey != "a/raw-0" {
+		t.Fatalf("dead letters = %+v %v", dl, err)
+	}
+	if q.PendingEvents() != 10 {
+		t.Fatalf("pending = %d, want 10", q.PendingEvents())
+	}
+	// Only events below the oldest pending frame may go.
+	n, err := q.Prune(ctx, 1000)
+	if err != nil || n != 10 {
+		t.Fatalf("prune deleted %d (err %v), want the 10 dead-lettered events", n, err)
+	}
+	if _, err := q.Ack(ctx, []int64{frames[1].ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = q.Prune(ctx, 1000); err != nil || n != 10 {
+		t.Fatalf("prune after ack deleted %d (err %v), want 10", n, err)
+	}
+}

@@ -1,0 +1,80 @@
+package queue
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// migrations are applied in order; migrations[i] takes the schema from
+// user_version i to i+1. Never edit one that has shipped: append.
+var migrations = []string{
+	`
+CREATE TABLE raw_objects (
+	id  INTEGER PRIMARY KEY,
+	key TEXT NOT NULL
+);
+CREATE TABLE events (
+	id         INTEGER PRIMARY KEY,
+	source     TEXT    NOT NULL,
+	key        TEXT    NOT NULL,
+	frame_id   INTEGER NOT NULL,
+	fetched_at INTEGER NOT NULL,
+	event_time INTEGER NOT NULL,
+	raw_id     INTEGER NOT NULL,
+	raw_off    INTEGER NOT NULL,
+	raw_len    INTEGER NOT NULL,
+	acked      INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX events_source_key ON events(source, key);
+CREATE INDEX events_frame ON events(frame_id);
+CREATE TABLE frames (
+	id         INTEGER PRIMARY KEY,
+	source     TEXT    NOT NULL,
+	n          INTEGER NOT NULL,
+	deliveries INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL
+);
+CREATE TABLE offsets (
+	source     TEXT PRIMARY KEY,
+	cursor     TEXT    NOT NULL,
+	updated_at INTEGER NOT NULL
+);
+CREATE TABLE dead_letters (
+	id         INTEGER PRIMARY KEY,
+	source     TEXT    NOT NULL,
+	reason     TEXT    NOT NULL,
+	raw_key    TEXT    NOT NULL,
+	frame_id   INTEGER NOT NULL DEFAULT 0,
+	created_at INTEGER NOT NULL
+);
+CREATE INDEX dead_letters_source ON dead_letters(source, created_at);
+`,
+}
+
+// migrate brings the schema to the newest version, one transaction per step.
+func migrate(db *sql.DB) error {
+	var v int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this binary knows (%d)", v, len(migrations))
+	}
+	for ; v < len(migrations); v++ {
+		tx, err := db.Begin()
+		if err != nil {
+			return fmt.Errorf("migrate to %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(migrations[v]); err != nil {
+			return fmt.Errorf("migrate to %d: %w", v+1, errors.Join(err, tx.Rollback()))
+		}
+		if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+			return fmt.Errorf("migrate to %d: %w", v+1, errors.Join(err, tx.Rollback()))
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate to %d: %w", v+1, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package rawstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// fileStore keeps each payload in its own file under dir. Keys map to
+// relative paths, so a key's slashes become subdirectories.
+type fileStore struct {
+	// dir is the absolute root directory.
+	dir string
+}
+
+// openFile opens (creating if needed) the directory of a file:// URL; dir is
+// the part after "file://".
+func openFile(dir string) (*fileStore, error) {
+	if dir == "" {
+		return nil, errors.New(`raw store "file://": empty directory`)
+	}
+	abs, err := filepath.Abs(filepath.FromSlash(dir))
+	if err != nil {
+		return nil, fmt.Errorf("raw store file://%s: %w", dir, err)
+	}
+	s := &fileStore{dir: abs}
+	if err := mkdirAllSync(abs); err != nil {
+		return nil, fmt.Errorf("raw store %s: create directory: %w", s, err)
+	}
+	return s, nil
+}
+
+// String returns "file://" and the absolute directory.
+func (s *fileStore) String() string { return "file://" + s.dir }
+
+// path returns the file that holds key, after checking that key stays
+// inside the store.
+func (s *fileStore) path(key string) (string, error) {
+	if err := validateKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.dir, filepath.FromSlash(key)), nil
+}
+
+// Put writes body to a temporary file next to the final one, syncs it,
+// renames it into place and syncs the directory, so after Put returns the
+// file is either absent or complete, across crashes too.
+func (s *fileStore) Put(ctx context.Context, key string, body []byte) error {
+	if err := s.put(ctx, key, body); err != nil {
+		return fmt.Errorf("raw store %s: put %q: %w", s, key, err)
+	}
+	return nil
+}
+
+func (s *fileStore) put(ctx context.Context, key string, body []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	final, err := s.path(key)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(final)
+	if err := mkdirAllSync(dir); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(final)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if err := writeSync(f, body); err != nil {
+		return errors.Join(err, os.Remove(tmp))
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return errors.Join(err, os.Remove(tmp))
+	}
+	return syncDir(dir)
+}
+
+// writeSync writes body to f, syncs and closes it.
+func writeSync(f *os.File, body []byte) error {
+	if _, err := f.Write(body); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	return f.Close()
+}
+
+// Get reads the file that holds key.
+func (s *fileStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
+	}
+	p, err := s.path(key)
+	if err != nil {
+		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
+	}
+	return b, nil
+}
+
+// mkdirAllSync creates dir and any missing parents, syncing the parent of
+// every directory it creates so that the new entries survive a crash.
+func mkdirAllSync(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: not a directory", dir)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllSync(parent); err != nil {
+			return err
+		}
+	}
+	// A concurrent Put may create dir first; syncing the parent anyway
+	// keeps this Put from returning before the entry is durable.
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
+}
+
+// syncDir fsyncs a directory, making renames and creations in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("sync %s: %w", dir, err), d.Close())
+	}
+	return d.Close()
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package s3test
+
+import "syscall"
+
+// sysProcAttr returns nil: outside Linux there is no parent-death signal,
+// and the test's cleanup alone stops the server.
+func sysProcAttr() *syscall.SysProcAttr { return nil }

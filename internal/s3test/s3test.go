@@ -1,0 +1,328 @@
+// Package s3test runs a real S3-compatible server (versitygw with a posix
+// backend in a temporary directory) for tests that exercise S3 code paths.
+//
+// Install the server with:
+//
+//	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+//
+// Without it, Start skips the test, or fails it when $CI is set.
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"go/build"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// installHint tells how to get the server binary.
+const installHint = "go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 (or set $VERSITYGW to its path)"
+
+const (
+	// readyTimeout bounds how long Start and Restart wait for the server
+	// to answer.
+	readyTimeout = 30 * time.Second
+	// stopTimeout bounds how long Stop waits after SIGTERM before SIGKILL.
+	stopTimeout = 10 * time.Second
+	// pollInterval is how often readiness is checked.
+	pollInterval = 20 * time.Millisecond
+)
+
+// Server is a running versitygw with one empty bucket. Its fields are
+// fixed for its lifetime, across Stop and Restart.
+type Server struct {
+	// Endpoint is the server's base URL, http://127.0.0.1:PORT.
+	Endpoint string
+	// Bucket is the bucket Start created.
+	Bucket string
+	// AccessKey is the root user's access key ID.
+	AccessKey string
+	// SecretKey is the root user's secret access key.
+	SecretKey string
+	// Region is the region the server answers for.
+	Region string
+
+	t    testing.TB
+	bin  string
+	addr string
+	dir  string
+
+	client *s3.Client
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
+}
+
+// process is one run of the server binary.
+type process struct {
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{} // closed when the process has exited
+	err  error         // the Wait result, valid once done is closed
+}
+
+// Start runs a server on a free loopback port with a fresh data directory,
+// waits until it answers, creates a bucket and registers a cleanup that
+// stops the server.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := findBinary()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("s3test: %v; CI must provide it: %s", err, installHint)
+		}
+		t.Skipf("s3test: %v; install it with: %s", err, installHint)
+	}
+	s := &Server{
+		Bucket:    "ingestor-test",
+		AccessKey: "ingestor-test-access",
+		SecretKey: "ingestor-test-secret",
+		Region:    "us-east-1",
+		t:         t,
+		bin:       bin,
+		dir:       t.TempDir(),
+	}
+	t.Cleanup(s.Stop)
+
+	// The port is free when chosen but may be taken before the server binds
+	// it, so a server that exits during startup is retried on a new port.
+	var lastErr error
+	for range 3 {
+		addr, err := freePort()
+		if err != nil {
+			t.Fatalf("s3test: %v", err)
+		}
+		s.addr = addr
+		s.Endpoint = "http://" + addr
+		if lastErr = s.start(); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("s3test: %v", lastErr)
+	}
+
+	s.client = s3.New(s3.Options{
+		Region:       s.Region,
+		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		BaseEndpoint: aws.String(s.Endpoint),
+		UsePathStyle: true,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := s.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(s.Bucket)}); err != nil {
+		t.Fatalf("s3test: create bucket %q on %s: %v", s.Bucket, s.Endpoint, err)
+	}
+	return s
+}
+
+// Client returns an S3 client for the server with the root credentials and
+// path-style addressing, for assertions.
+func (s *Server) Client() *s3.Client { return s.client }
+
+// SetEnv points the default AWS credential chain at the server with
+// t.Setenv: access key, secret key and region, with shared config files and
+// instance metadata disabled so the developer's own AWS setup cannot leak
+// in. Like t.Setenv it cannot be used in parallel tests.
+func (s *Server) SetEnv(t testing.TB) {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_REGION", s.Region)
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// Stop terminates the server with SIGTERM and waits for it to exit,
+// killing it if it does not exit in time. The data directory is kept, so
+// Restart brings the same objects back. Stop on a stopped server does
+// nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.t.Errorf("s3test: stop %s: %v", s.Endpoint, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(stopTimeout):
+		s.t.Errorf("s3test: %s did not exit %v after SIGTERM; killing it\n%s", s.Endpoint, stopTimeout, p.out)
+		if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			s.t.Errorf("s3test: kill %s: %v", s.Endpoint, err)
+		}
+		<-p.done
+	}
+}
+
+// Restart stops the server if it is running and starts it again on the same
+// port with the same data directory, waiting until it answers.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("s3test: restart: %v", err)
+	}
+}
+
+// start launches the binary on s.addr and waits until it answers HTTP.
+func (s *Server) start() error {
+	out := &lockedBuffer{}
+	cmd := exec.Command(s.bin,
+		"--port", s.addr,
+		"--access", s.AccessKey,
+		"--secret", s.SecretKey,
+		"--region", s.Region,
+		"--quiet",
+		"posix", s.dir)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.Env = serverEnv()
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+
+	if err := waitReady(s.Endpoint, p); err != nil {
+		s.Stop()
+		return fmt.Errorf("%s on %s: %w\n%s", s.bin, s.addr, err, out)
+	}
+	return nil
+}
+
+// waitReady polls url until the server answers any HTTP response, the
+// process exits, or readyTimeout passes.
+func waitReady(url string, p *process) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.NewTimer(readyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get(url + "/")
+		if err == nil {
+			return resp.Body.Close()
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited during startup: %v", p.err)
+		case <-deadline.C:
+			return fmt.Errorf("not answering after %v: %w", readyTimeout, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// serverEnv is the environment for the server process: the test's own,
+// minus the variables that would override the command-line flags.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "VGW_") || strings.HasPrefix(name, "ROOT_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// freePort returns a loopback address with a port that was free a moment
+// ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	return addr, nil
+}
+
+// findBinary looks for versitygw in $VERSITYGW, then $PATH, then the bin
+// directories that go install writes to.
+func findBinary() (string, error) {
+	if p := os.Getenv("VERSITYGW"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$VERSITYGW: %w", err)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p, nil
+	}
+	var dirs []string
+	// go env reports GOBIN and GOPATH also when they were set with go env -w.
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 {
+			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
+				dirs = append(dirs, gobin)
+			}
+			for _, gp := range filepath.SplitList(strings.TrimSpace(lines[1])) {
+				dirs = append(dirs, filepath.Join(gp, "bin"))
+			}
+		}
+	}
+	for _, gp := range filepath.SplitList(build.Default.GOPATH) {
+		dirs = append(dirs, filepath.Join(gp, "bin"))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "versitygw")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("versitygw not found in $VERSITYGW, $PATH or %s", strings.Join(dirs, ", "))
+}
+
+// lockedBuffer collects the server's output, written from exec's copying
+// goroutines and read for failure messages.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
