@@ -202,15 +202,30 @@ func (e *Encoder) End() []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string, escaping as encoding/json does
-// (invalid UTF-8 becomes U+FFFD).
+// safeSet marks the ASCII bytes that appendString copies unescaped: exactly
+// those encoding/json leaves alone with its default HTML escaping, so every
+// control byte, '"', '\\', '<', '>' and '&' are escaped.
+var safeSet = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		switch c {
+		case '"', '\\', '<', '>', '&':
+		default:
+			t[c] = true
+		}
+	}
+	return t
+}()
+
+// appendString appends s as a JSON string, byte for byte as json.Marshal
+// writes it: invalid UTF-8 becomes U+FFFD, and '<', '>', '&', U+2028 and
+// U+2029 are escaped as \u sequences.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if safeSet[c] {
 				i++
 				continue
 			}
@@ -218,6 +233,10 @@ func appendString(b []byte, s string) []byte {
 			switch c {
 			case '"', '\\':
 				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			case '\n':
 				b = append(b, '\\', 'n')
 			case '\r':
@@ -235,6 +254,13 @@ func appendString(b []byte, s string) []byte {
 		if r == utf8.RuneError && size == 1 {
 			b = append(b, s[start:i]...)
 			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
 			i += size
 			start = i
 			continue

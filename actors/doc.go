@@ -1,0 +1,18 @@
+// Package actors wires the daemon's pipeline as protoactor-go actors.
+//
+// The Supervisor spawns the shared actors (PersistRaw, Publisher,
+// OffsetStore, AckManager) and one SourceActor per enabled [source.NAME]
+// block, and restarts a crashed child after a capped exponential backoff
+// with full jitter, without touching its siblings.
+//
+// A fetched batch flows SourceActor -> PersistRaw (raw payload durable) ->
+// SourceActor -> Publisher (events and cursor committed to the write-ahead
+// queue in one transaction, then handed to the ZeroMQ sender) ->
+// SourceActor. Every Receive stays quick: HTTP, raw-store and SQLite work
+// runs in goroutines whose results come back as messages.
+//
+// Backpressure is an in-flight window, not a full mailbox: a source holds at
+// most inflight_batches fetched batches that are not yet committed and
+// fetches nothing more until one commits; when the queue holds
+// max_pending_events unacked events, sources pause polling.
+package actors

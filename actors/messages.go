@@ -1,0 +1,77 @@
+package actors
+
+import (
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// pollTick asks a SourceActor to fetch, if its window allows.
+type pollTick struct{ gen uint64 }
+
+// fetchDone carries a fetch's outcome back to its SourceActor.
+type fetchDone struct {
+	gen   uint64
+	batch *sources.Batch
+	err   error
+	// panicked is set when the fetch panicked; the actor then fails so that
+	// its supervisor restarts it.
+	panicked any
+}
+
+// persistRaw asks PersistRaw to make a batch's payload durable.
+type persistRaw struct {
+	gen    uint64
+	seq    uint64
+	source string
+	batch  *sources.Batch
+}
+
+// rawPersisted is PersistRaw's reply to persistRaw.
+type rawPersisted struct {
+	gen    uint64
+	seq    uint64
+	rawKey string
+	err    error
+}
+
+// deadLetterPayload asks PersistRaw to keep a malformed payload and record
+// it in the dead-letter list.
+type deadLetterPayload struct {
+	source string
+	err    *sources.MalformedError
+}
+
+// appendBatch asks the Publisher to commit a durable batch and send it.
+type appendBatch struct {
+	gen    uint64
+	seq    uint64
+	source string
+	rawKey string
+	batch  *sources.Batch
+}
+
+// batchCommitted is the Publisher's reply to appendBatch.
+type batchCommitted struct {
+	gen       uint64
+	seq       uint64
+	newEvents int
+	err       error
+}
+
+// getCursor asks the OffsetStore for a source's durable cursor.
+type getCursor struct{ source string }
+
+// cursorReply answers getCursor.
+type cursorReply struct {
+	cursor string
+	err    error
+}
+
+// drainRequest asks a SourceActor to stop fetching and answer with drained
+// once every batch it fetched is committed.
+type drainRequest struct{}
+
+// drained answers drainRequest.
+type drained struct{ source string }
+
+// failed makes an actor fail on its own goroutine, so the supervisor sees it.
+type failed struct{ reason any }

@@ -1,0 +1,307 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/backoff"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// pauseCheck is how often a source paused by a full queue looks again.
+const pauseCheck = 200 * time.Millisecond
+
+// SourceActor runs one configured feed: it fetches on a jittered schedule,
+// sends each batch to PersistRaw, then to the Publisher in fetch order, and
+// keeps at most InflightBatches batches uncommitted.
+type SourceActor struct {
+	cfg  config.Source
+	deps *Deps
+	log  *slog.Logger
+
+	gen    uint64 // incarnation: replies from an earlier one are ignored
+	runCtx context.Context
+	cancel context.CancelFunc
+	src    sources.Source
+	timer  *time.Timer
+
+	cursor     string // cursor for the next fetch (may be ahead of the durable one)
+	ready      bool   // the durable cursor has been read
+	fetching   bool
+	failures   int
+	nextSeq    uint64
+	inflight   int                      // fetched, not yet committed
+	pending    map[uint64]*pendingBatch // fetched batches by seq, until committed
+	commitAt   uint64                   // next seq to commit
+	committing bool                     // a commit is in flight
+	drainer    *actor.PID               // set once a drain was requested
+	retry      backoff.Policy
+}
+
+// pendingBatch is a fetched batch on its way to the queue.
+type pendingBatch struct {
+	batch  *sources.Batch
+	rawKey string // set once the raw payload is durable
+}
+
+func newSourceActor(cfg config.Source, deps *Deps) *SourceActor {
+	return &SourceActor{
+		cfg:   cfg,
+		deps:  deps,
+		log:   deps.Logger.With("source", cfg.Name),
+		retry: backoff.Policy{Base: min(cfg.Interval, time.Second), Max: max(cfg.Interval, 5*time.Minute)},
+	}
+}
+
+// Receive implements actor.Actor.
+func (a *SourceActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Stopping, *actor.Restarting:
+		a.stop()
+	case *cursorReply:
+		a.cursorLoaded(ctx, m)
+	case *pollTick:
+		if m.gen == a.gen {
+			a.poll(ctx)
+		}
+	case *fetchDone:
+		if m.gen == a.gen {
+			a.fetched(ctx, m)
+		}
+	case *rawPersisted:
+		if m.gen == a.gen {
+			a.persisted(ctx, m)
+		}
+	case *batchCommitted:
+		if m.gen == a.gen {
+			a.committed(ctx, m)
+		}
+	case *drainRequest:
+		a.drainer = ctx.Sender()
+		a.stopTimer()
+		a.maybeDrained(ctx)
+	case *failed:
+		panic(m.reason)
+	}
+}
+
+func (a *SourceActor) start(ctx actor.Context) {
+	a.gen = rand.Uint64()
+	a.runCtx, a.cancel = context.WithCancel(context.Background())
+	a.pending = make(map[uint64]*pendingBatch)
+	a.nextSeq, a.commitAt, a.inflight, a.fetching, a.ready, a.committing = 0, 0, 0, false, false, false
+	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log})
+	if err != nil {
+		// A source that cannot be built fails; the supervisor retries it
+		// with backoff, and other sources are untouched.
+		panic(fmt.Errorf("source %q: open: %w", a.cfg.Name, err))
+	}
+	a.src = src
+	ctx.Request(a.deps.OffsetStore, &getCursor{source: a.cfg.Name})
+}
+
+func (a *SourceActor) stop() {
+	a.stopTimer()
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if a.src != nil {
+		if err := a.src.Close(); err != nil {
+			a.log.Warn("close source", "err", err)
+		}
+		a.src = nil
+	}
+}
+
+func (a *SourceActor) stopTimer() {
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+}
+
+// schedule sends a pollTick after d, replacing any pending one.
+func (a *SourceActor) schedule(ctx actor.Context, d time.Duration) {
+	if a.drainer != nil {
+		return
+	}
+	a.stopTimer()
+	self, root, gen := ctx.Self(), ctx.ActorSystem().Root, a.gen
+	a.timer = time.AfterFunc(d, func() { root.Send(self, &pollTick{gen: gen}) })
+}
+
+func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorReply) {
+	if m.err != nil {
+		panic(fmt.Errorf("source %q: read cursor: %w", a.cfg.Name, m.err))
+	}
+	a.cursor, a.ready = m.cursor, true
+	a.log.Info("source started", "kind", a.cfg.Kind, "cursor", a.cursor, "interval", a.cfg.Interval)
+	// Spread first polls over one interval so many sources do not fire together.
+	a.schedule(ctx, time.Duration(rand.Int64N(int64(a.cfg.Interval)/4+1)))
+}
+
+func (a *SourceActor) poll(ctx actor.Context) {
+	a.timer = nil
+	if !a.ready || a.fetching || a.drainer != nil {
+		return
+	}
+	if a.inflight >= a.cfg.InflightBatches {
+		return // committed() polls again when a slot frees
+	}
+	if a.deps.Queue.PendingEvents() >= a.deps.MaxPendingEvents {
+		a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
+		a.schedule(ctx, pauseCheck)
+		return
+	}
+	a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(0)
+	a.fetching = true
+	self, root, gen, src, cursor, runCtx := ctx.Self(), ctx.ActorSystem().Root, a.gen, a.src, a.cursor, a.runCtx
+	timeout := a.cfg.Timeout
+	go func() {
+		msg := &fetchDone{gen: gen}
+		defer func() {
+			if r := recover(); r != nil {
+				msg.panicked = r
+			}
+			root.Send(self, msg)
+		}()
+		fctx, cancel := context.WithTimeout(runCtx, timeout)
+		defer cancel()
+		start := time.Now()
+		msg.batch, msg.err = src.Fetch(fctx, cursor)
+		a.deps.Metrics.pollDuration.WithLabelValues(a.cfg.Name).Observe(time.Since(start).Seconds())
+	}()
+}
+
+func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
+	a.fetching = false
+	if m.panicked != nil {
+		panic(fmt.Errorf("source %q: fetch panicked: %v", a.cfg.Name, m.panicked))
+	}
+	if a.drainer != nil && m.err != nil {
+		a.maybeDrained(ctx)
+		return
+	}
+	if bad, ok := sources.AsMalformed(m.err); ok {
+		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "malformed").Inc()
+		a.deps.Metrics.malformed.WithLabelValues(a.cfg.Name).Inc()
+		a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body))
+		ctx.Send(a.deps.PersistRaw, &deadLetterPayload{source: a.cfg.Name, err: bad})
+		a.failures = 0
+		a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
+		return
+	}
+	if m.err != nil {
+		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
+		wait := a.retry.Delay(a.failures)
+		if a.failures == 0 {
+			a.log.Warn("fetch failed; backing off", "err", m.err, "retry_in", wait)
+		} else {
+			a.log.Debug("fetch failed again", "err", m.err, "failures", a.failures+1, "retry_in", wait)
+		}
+		a.failures++
+		a.schedule(ctx, wait)
+		return
+	}
+	if a.failures > 0 {
+		a.log.Info("fetch recovered", "after_failures", a.failures)
+	}
+	a.failures = 0
+	a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "ok").Inc()
+	b := m.batch
+	if b != nil && (len(b.Records) > 0 || b.Cursor != "") {
+		a.deps.Metrics.bytes.WithLabelValues(a.cfg.Name).Add(float64(len(b.Body)))
+		if b.Cursor != "" {
+			a.cursor = b.Cursor
+		}
+		seq := a.nextSeq
+		a.nextSeq++
+		a.inflight++
+		a.pending[seq] = &pendingBatch{batch: b}
+		ctx.Request(a.deps.PersistRaw, &persistRaw{gen: a.gen, seq: seq, source: a.cfg.Name, batch: b})
+	}
+	if a.drainer != nil {
+		a.maybeDrained(ctx)
+		return
+	}
+	a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
+}
+
+func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {
+	if m.err != nil {
+		// PersistRaw retries until it succeeds or is stopped, so an error
+		// here means shutdown or a bug: fail and let supervision decide.
+		panic(fmt.Errorf("source %q: persist raw batch: %w", a.cfg.Name, m.err))
+	}
+	if p, ok := a.pending[m.seq]; ok {
+		p.rawKey = m.rawKey
+	}
+	a.commitNext(ctx)
+}
+
+// commitNext sends the next batch, in fetch order, to the Publisher once its
+// raw payload is durable. One commit per source is in flight at a time, so
+// cursors are committed in the order they were fetched and never move back.
+func (a *SourceActor) commitNext(ctx actor.Context) {
+	if a.committing {
+		return
+	}
+	p, ok := a.pending[a.commitAt]
+	if !ok || p.rawKey == "" {
+		return
+	}
+	a.committing = true
+	ctx.Request(a.deps.Publisher, &appendBatch{gen: a.gen, seq: a.commitAt, source: a.cfg.Name, rawKey: p.rawKey, batch: p.batch})
+}
+
+func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
+	if m.err != nil {
+		// The batch is durable in the raw store but not queued: fail, so the
+		// restarted actor re-reads the durable cursor and fetches it again.
+		panic(fmt.Errorf("source %q: commit batch: %w", a.cfg.Name, m.err))
+	}
+	p := a.pending[m.seq]
+	delete(a.pending, m.seq)
+	a.committing = false
+	a.commitAt++
+	a.inflight--
+	now := time.Now()
+	a.deps.Metrics.events.WithLabelValues(a.cfg.Name).Add(float64(m.newEvents))
+	if p != nil {
+		a.deps.Metrics.duplicates.WithLabelValues(a.cfg.Name).Add(float64(len(p.batch.Records) - m.newEvents))
+		var newest time.Time
+		for i := range p.batch.Records {
+			if t := p.batch.Records[i].Time; t.After(newest) {
+				newest = t
+			}
+		}
+		if !newest.IsZero() {
+			a.deps.Metrics.lag.WithLabelValues(a.cfg.Name).Set(now.Sub(newest).Seconds())
+		}
+	}
+	a.deps.Metrics.lastSuccess.WithLabelValues(a.cfg.Name).Set(float64(now.UnixNano()) / 1e9)
+	a.commitNext(ctx)
+	if a.drainer != nil {
+		a.maybeDrained(ctx)
+		return
+	}
+	if a.timer == nil && !a.fetching {
+		a.poll(ctx) // the window was full; fetch now
+	}
+}
+
+// maybeDrained answers a drain request once nothing is fetching or in flight.
+func (a *SourceActor) maybeDrained(ctx actor.Context) {
+	if a.fetching || a.inflight > 0 {
+		return
+	}
+	ctx.Send(a.drainer, &drained{source: a.cfg.Name})
+}

@@ -1,0 +1,314 @@
+// Package daemon assembles the ingestor from a loaded config: raw store,
+// write-ahead queue, ZeroMQ delivery, the actor pipeline and the HTTP ops
+// endpoints, and shuts them down in order.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	zmq "github.com/pebbe/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ingestorhq/ingestor/actors"
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/delivery"
+	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
+)
+
+// Options tune a Daemon beyond its config; the zero value is right for the
+// ingestor binary.
+type Options struct {
+	// Logger defaults to one built from the config's log level and format.
+	Logger *slog.Logger
+	// OnAck is passed to the sender (benchmarks measure latency with it).
+	OnAck func(fetchedAt time.Time, events int)
+}
+
+// Daemon is a running ingestor.
+type Daemon struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	queue    *queue.Queue
+	raw      rawstore.Store
+	zctx     *zmq.Context
+	sender   *delivery.Sender
+	system   *actor.ActorSystem
+	pipeline *actors.Pipeline
+	http     *http.Server
+	httpLn   net.Listener
+	ready    atomic.Bool
+
+	stopSender context.CancelFunc
+	senderDone chan struct{}
+	pruneDone  chan struct{}
+	stopPrune  context.CancelFunc
+}
+
+// NewLogger builds the daemon's logger from its config.
+func NewLogger(d config.Daemon) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(d.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	ho := &slog.HandlerOptions{Level: level}
+	if d.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, ho))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, ho))
+}
+
+// Start opens every component and starts the pipeline. On error, whatever
+// was opened is closed again.
+func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err error) {
+	log := o.Logger
+	if log == nil {
+		log = NewLogger(cfg.Daemon)
+	}
+	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.close())
+		}
+	}()
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if err := os.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if d.raw, err = rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
+		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle}); err != nil {
+		return nil, err
+	}
+	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
+	if d.queue, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous,
+		EventsPerFrame: cfg.Publish.EventsPerFrame, Logger: log}); err != nil {
+		return nil, err
+	}
+	stats, err := d.queue.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var oldest any = "none"
+	if !stats.OldestPending.IsZero() {
+		oldest = time.Since(stats.OldestPending).Round(time.Millisecond)
+	}
+	log.Info("queue opened", "path", qpath, "pending_events", stats.PendingEvents, "pending_frames", stats.PendingFrames,
+		"dead_letters", stats.DeadLetters, "oldest_pending_age", oldest, "raw_store", d.raw.String())
+	d.registerQueueMetrics()
+
+	if d.zctx, err = zmq.NewContext(); err != nil {
+		return nil, fmt.Errorf("zeromq context: %w", err)
+	}
+	dm := delivery.NewMetrics(d.reg)
+	pub := cfg.Publish
+	if d.sender, err = delivery.NewSender(d.zctx, d.queue, d.raw, delivery.SenderOptions{
+		Endpoint: pub.Endpoint, HighWaterMark: pub.HighWaterMark, AckTimeout: pub.AckTimeout,
+		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: o.OnAck,
+	}); err != nil {
+		return nil, err
+	}
+	senderCtx, stopSender := context.WithCancel(context.Background())
+	d.stopSender, d.senderDone = stopSender, make(chan struct{})
+	go func() {
+		defer close(d.senderDone)
+		if err := d.sender.Run(senderCtx); err != nil {
+			log.Error("sender stopped", "err", err)
+		}
+	}()
+
+	if cfg.Daemon.HTTPAddr != "" {
+		if err := d.startHTTP(); err != nil {
+			return nil, err
+		}
+	}
+
+	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return log.With("lib", "protoactor")
+	}))
+	deps := &actors.Deps{
+		Queue: d.queue, Raw: d.raw, Sender: d.sender,
+		NewAckReceiver: func() (*delivery.AckReceiver, error) {
+			return delivery.NewAckReceiver(d.zctx, pub.AckEndpoint, pub.HighWaterMark, d.queue, d.sender, log, dm)
+		},
+		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
+	}
+	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources); err != nil {
+		return nil, err
+	}
+	pruneCtx, stopPrune := context.WithCancel(context.Background())
+	d.stopPrune, d.pruneDone = stopPrune, make(chan struct{})
+	go d.prune(pruneCtx)
+
+	enabled := 0
+	for _, s := range cfg.Sources {
+		if s.Enabled {
+			enabled++
+		}
+	}
+	if enabled == 0 {
+		log.Warn("no source is enabled; the daemon only delivers what is already queued")
+	}
+	d.ready.Store(true)
+	log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint, "http", d.HTTPAddr())
+	return d, nil
+}
+
+// HTTPAddr returns the address the ops endpoints listen on ("" if none).
+func (d *Daemon) HTTPAddr() string {
+	if d.httpLn == nil {
+		return ""
+	}
+	return d.httpLn.Addr().String()
+}
+
+// Registry returns the daemon's metrics registry.
+func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
+
+// Queue returns the daemon's queue, for tests and benchmarks.
+func (d *Daemon) Queue() *queue.Queue { return d.queue }
+
+func (d *Daemon) registerQueueMetrics() {
+	d.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_pending_events",
+			Help: "Events in the write-ahead queue not yet acked."}, func() float64 { return float64(d.queue.PendingEvents()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_pending_frames",
+			Help: "Frames in the write-ahead queue not yet acked."}, func() float64 { return float64(d.queue.PendingFrames()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_max_pending_events",
+			Help: "The configured queue limit at which sources pause."}, func() float64 { return float64(d.cfg.Publish.MaxPendingEvents) }),
+	)
+}
+
+func (d *Daemon) startHTTP() error {
+	ln, err := net.Listen("tcp", d.cfg.Daemon.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", d.cfg.Daemon.HTTPAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	d.httpLn = ln
+	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("http server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// pruneEvery is how often remembered, acked events past the dedupe window
+// are deleted.
+const pruneEvery = 30 * time.Second
+
+func (d *Daemon) prune(ctx context.Context) {
+	defer close(d.pruneDone)
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for ctx.Err() == nil {
+			n, err := d.queue.Prune(ctx, 5000)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Warn("prune queue", "err", err)
+				}
+				break
+			}
+			if n < 5000 {
+				break
+			}
+		}
+	}
+}
+
+// Shutdown drains and stops the daemon: sources stop fetching and commit
+// what they fetched, in-flight frames get the rest of the grace period to
+// be acked, then actors, sockets and the queue close. Whatever is not acked
+// stays queued and is resent on the next start.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.ready.Store(false)
+	d.log.Info("draining", "grace", d.cfg.Daemon.ShutdownGrace)
+	var errs []error
+	if err := d.pipeline.Drain(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	wait := time.NewTicker(20 * time.Millisecond)
+	for d.sender.Inflight() > 0 && ctx.Err() == nil {
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+	}
+	wait.Stop()
+	if n := d.sender.Inflight(); n > 0 {
+		d.log.Warn("grace period over with frames unacked; they stay queued and are resent on the next start", "frames", n)
+	}
+	errs = append(errs, d.close())
+	d.log.Info("stopped", "pending_events", d.pendingOnStop())
+	return errors.Join(errs...)
+}
+
+func (d *Daemon) pendingOnStop() int64 {
+	if d.queue == nil {
+		return 0
+	}
+	return d.queue.PendingEvents()
+}
+
+// close stops whatever Start opened, in reverse order.
+func (d *Daemon) close() error {
+	var errs []error
+	if d.stopPrune != nil {
+		d.stopPrune()
+		<-d.pruneDone
+	}
+	if d.pipeline != nil {
+		errs = append(errs, d.pipeline.Stop())
+	}
+	if d.stopSender != nil {
+		d.stopSender()
+		<-d.senderDone
+	}
+	if d.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		errs = append(errs, d.http.Shutdown(sctx))
+		cancel()
+	}
+	if d.system != nil {
+		d.system.Shutdown()
+	}
+	if d.zctx != nil {
+		errs = append(errs, d.zctx.Term())
+	}
+	if d.queue != nil {
+		errs = append(errs, d.queue.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,52 @@
+package delivery
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the delivery path's Prometheus metrics.
+type Metrics struct {
+	framesSent   prometheus.Counter
+	framesResent prometheus.Counter
+	eventsSent   prometheus.Counter
+	sendBlocked  prometheus.Counter
+	ackTimeouts  prometheus.Counter
+	deadLettered prometheus.Counter
+	inflight     prometheus.Gauge
+	fetchToAck   prometheus.Histogram
+	acks         prometheus.Counter
+	badAcks      prometheus.Counter
+	framesAcked  prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		framesSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_frames_sent_total",
+			Help: "Frames sent to processors, first deliveries and resends."}),
+		framesResent: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_frames_resent_total",
+			Help: "Frames sent again because no ack came in time or the daemon restarted."}),
+		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_events_sent_total",
+			Help: "Events sent to processors, counting resends."}),
+		sendBlocked: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_send_blocked_total",
+			Help: "Sends refused by the socket (no processor connected or high-water mark reached)."}),
+		ackTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_ack_timeouts_total",
+			Help: "Frames whose ack did not arrive within the ack timeout."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_frames_dead_lettered_total",
+			Help: "Frames moved to the dead-letter list after max_deliveries."}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_publish_inflight_frames",
+			Help: "Frames sent and not yet acked."}),
+		fetchToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_fetch_to_ack_seconds",
+			Help:    "Time from fetching a payload to the ack of the frame carrying its events.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		acks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_received_total",
+			Help: "Ack messages received from processors."}),
+		badAcks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_malformed_total",
+			Help: "Ack messages that could not be decoded and were dropped."}),
+		framesAcked: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_frames_acked_total",
+			Help: "Frames cleared from the queue by acks."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.framesSent, m.framesResent, m.eventsSent, m.sendBlocked, m.ackTimeouts,
+			m.deadLettered, m.inflight, m.fetchToAck, m.acks, m.badAcks, m.framesAcked)
+	}
+	return m
+}

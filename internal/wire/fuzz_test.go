@@ -1,0 +1,27 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// The seed corpus is in testdata/fuzz/FuzzAppendString.
+
+// FuzzAppendString checks appendString byte for byte against json.Marshal of
+// the same string, and that what it appends is valid JSON.
+func FuzzAppendString(f *testing.F) {
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatalf("json.Marshal(%q): %v", s, err)
+		}
+		got := appendString([]byte("[1,"), s)
+		if !bytes.Equal(got[3:], want) {
+			t.Fatalf("appendString(%q)\n got %s\nwant %s", s, got[3:], want)
+		}
+		if !json.Valid(append(got, ']')) {
+			t.Fatalf("appendString(%q) = %s is not valid JSON", s, got[3:])
+		}
+	})
+}

@@ -1,0 +1,355 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// awkwardStrings are keys and sources that need escaping or replacement.
+var awkwardStrings = []string{
+	"",
+	"plain-key-42",
+	`say "hi"`,
+	`C:\path\to\file`,
+	"tab\there\nnewline\rreturn",
+	"\x00\x01\x07\x08\x0b\x0c\x1b\x1f\x7f",
+	"html <b>&amp;</b>",
+	"café ☕ 日本語 🎉",
+	"line\u2028separator\u2029paragraph",
+	"bad \xff utf-8 \xc3\x28 and a cut rune \xe2\x82",
+	"\xed\xa0\x80 surrogate half",
+	"\ufffd already a replacement char",
+}
+
+// viaJSON returns s as encoding/json returns it after a round trip: invalid
+// UTF-8 replaced by U+FFFD.
+func viaJSON(t testing.TB, s string) string {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatalf("marshal %q: %v", s, err)
+	}
+	var out string
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("unmarshal %s: %v", b, err)
+	}
+	return out
+}
+
+func TestAppendStringMatchesEncodingJSON(t *testing.T) {
+	for _, s := range awkwardStrings {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatalf("marshal %q: %v", s, err)
+		}
+		got := appendString([]byte("prefix"), s)
+		if !bytes.Equal(got, append([]byte("prefix"), want...)) {
+			t.Errorf("appendString(%q)\n got %s\nwant prefix%s", s, got, want)
+		}
+	}
+}
+
+func TestEncoderRoundTrip(t *testing.T) {
+	fetched := time.Date(2024, 5, 1, 10, 0, 0, 123456789, time.UTC)
+	// A non-UTC event time must come out as the same instant.
+	eventTime := time.Date(2024, 5, 1, 11, 30, 0, 0, time.FixedZone("CEST", 2*3600))
+	jsonPayload := []byte("{ \"id\" : \"a\\\"b\",\n  \"n\": [1, 2.5e3, null, true], \"s\": \"<tag> & \\u00e9\" }")
+	binPayload := []byte{0x00, 0xff, 0xfe, '"', '\\', 0x80, 'x', '\n'}
+
+	type input struct {
+		ev      Event
+		payload []byte
+		isJSON  bool
+	}
+	var inputs []input
+	for i, s := range awkwardStrings {
+		in := input{
+			ev: Event{
+				Key:       s,
+				Source:    "src-" + s,
+				Seq:       int64(1000 + i),
+				FetchedAt: fetched,
+				Raw:       RawRef{Key: "raw/" + s, Off: i * 10, Len: 10},
+			},
+			payload: jsonPayload,
+			isJSON:  true,
+		}
+		if i%2 == 1 {
+			in.ev.EventTime = eventTime
+		}
+		if i%3 == 2 {
+			in.payload, in.isJSON = binPayload, false
+		}
+		inputs = append(inputs, in)
+	}
+	// Payloads that are JSON scalars and an empty non-JSON payload.
+	inputs = append(inputs,
+		input{ev: Event{Key: "scalar", Source: "s", Seq: 1, FetchedAt: fetched}, payload: []byte(`"just a string"`), isJSON: true},
+		input{ev: Event{Key: "number", Source: "s", Seq: 2, FetchedAt: fetched}, payload: []byte(`-12.5e-3`), isJSON: true},
+		input{ev: Event{Key: "empty-binary", Source: "s", Seq: 3, FetchedAt: fetched}, payload: []byte{}, isJSON: false},
+	)
+
+	var enc Encoder
+	// Encode an unrelated frame first: Begin must reset the reused buffer.
+	enc.Begin(1, 1, "stale")
+	enc.Add(&Event{Key: "stale", Source: "stale", FetchedAt: fetched}, []byte(`{}`), true)
+	enc.End()
+
+	rawStore := "s3://bucket/prefix \"quoted\" \xff"
+	enc.Begin(77, 3, rawStore)
+	for i := range inputs {
+		enc.Add(&inputs[i].ev, inputs[i].payload, inputs[i].isJSON)
+	}
+	data := enc.End()
+	if !json.Valid(data) {
+		t.Fatalf("encoder output is not valid JSON:\n%s", data)
+	}
+	if !bytes.Contains(data, jsonPayload) {
+		t.Errorf("JSON payload is not embedded verbatim in\n%s", data)
+	}
+
+	f, err := DecodeFrame(data)
+	if err != nil {
+		t.Fatalf("DecodeFrame: %v\n%s", err, data)
+	}
+	if f.V != Version || f.Type != TypeEvents || f.ID != 77 || f.Delivery != 3 || f.RawStore != viaJSON(t, rawStore) {
+		t.Errorf("frame header = v %d type %q id %d delivery %d raw_store %q", f.V, f.Type, f.ID, f.Delivery, f.RawStore)
+	}
+	if len(f.Events) != len(inputs) {
+		t.Fatalf("decoded %d events, want %d", len(f.Events), len(inputs))
+	}
+	for i, got := range f.Events {
+		in := inputs[i]
+		want := in.ev
+		if got.Key != viaJSON(t, want.Key) || got.Source != viaJSON(t, want.Source) || got.Seq != want.Seq {
+			t.Errorf("event %d: key %q source %q seq %d, want %q %q %d", i, got.Key, got.Source, got.Seq, viaJSON(t, want.Key), viaJSON(t, want.Source), want.Seq)
+		}
+		if !got.FetchedAt.Equal(want.FetchedAt) {
+			t.Errorf("event %d: fetched_at %v, want %v", i, got.FetchedAt, want.FetchedAt)
+		}
+		if !got.EventTime.Equal(want.EventTime) {
+			t.Errorf("event %d: event_time %v, want %v", i, got.EventTime, want.EventTime)
+		}
+		if got.Raw != (RawRef{Key: viaJSON(t, want.Raw.Key), Off: want.Raw.Off, Len: want.Raw.Len}) {
+			t.Errorf("event %d: raw %+v, want %+v", i, got.Raw, want.Raw)
+		}
+		if in.isJSON {
+			if !bytes.Equal(got.Payload, in.payload) || got.PayloadBase64 != nil {
+				t.Errorf("event %d: payload %q payload_b64 %q, want payload %q verbatim", i, got.Payload, got.PayloadBase64, in.payload)
+			}
+		} else if got.Payload != nil || !bytes.Equal(got.PayloadBase64, in.payload) {
+			t.Errorf("event %d: payload %q payload_b64 %q, want payload_b64 %q", i, got.Payload, got.PayloadBase64, in.payload)
+		}
+		if !bytes.Equal(got.Data(), in.payload) {
+			t.Errorf("event %d: Data() = %q, want %q", i, got.Data(), in.payload)
+		}
+	}
+
+	// event_time is left out, not sent as a zero time, when it is unknown.
+	var generic struct {
+		Events []map[string]json.RawMessage `json:"events"`
+	}
+	if err := json.Unmarshal(data, &generic); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range generic.Events {
+		_, has := m["event_time"]
+		if wantHas := !inputs[i].ev.EventTime.IsZero(); has != wantHas {
+			t.Errorf("event %d: event_time present = %v, want %v", i, has, wantHas)
+		}
+		_, hasJSON := m["payload"]
+		_, hasB64 := m["payload_b64"]
+		if hasJSON != inputs[i].isJSON || hasB64 == inputs[i].isJSON {
+			t.Errorf("event %d: payload present %v, payload_b64 present %v; payload is JSON: %v", i, hasJSON, hasB64, inputs[i].isJSON)
+		}
+	}
+}
+
+// TestEncoderMatchesEncodingJSON checks the encoder byte for byte against
+// json.Marshal of the same Frame, for compact payloads (json.Marshal
+// compacts and HTML-escapes a json.RawMessage; the encoder embeds it as is).
+func TestEncoderMatchesEncodingJSON(t *testing.T) {
+	fetched := time.Date(2023, 12, 31, 23, 59, 59, 5000, time.UTC)
+	f := Frame{V: Version, Type: TypeEvents, ID: 9, Delivery: 1, RawStore: "file://./data/raw"}
+	var enc Encoder
+	enc.Begin(f.ID, f.Delivery, f.RawStore)
+	for i, s := range awkwardStrings {
+		ev := Event{
+			Key: s, Source: "github", Seq: int64(i + 1), FetchedAt: fetched,
+			Raw: RawRef{Key: "github/2023/12/31/" + s, Off: 100 * i, Len: 99},
+		}
+		payload := []byte(fmt.Sprintf(`{"n":%d,"tags":["a","b"]}`, i))
+		isJSON := i%2 == 0
+		if isJSON {
+			ev.Payload = payload
+		} else {
+			ev.EventTime = fetched.Add(-time.Hour)
+			ev.PayloadBase64 = payload
+		}
+		enc.Add(&ev, payload, isJSON)
+		f.Events = append(f.Events, ev)
+	}
+	got := enc.End()
+	want, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("encoder and json.Marshal differ\nencoder: %s\n   json: %s", got, want)
+	}
+}
+
+func TestEncoderEmptyFrame(t *testing.T) {
+	var enc Encoder
+	enc.Begin(5, 1, "")
+	data := enc.End()
+	f, err := DecodeFrame(data)
+	if err != nil {
+		t.Fatalf("DecodeFrame(%s): %v", data, err)
+	}
+	if f.ID != 5 || len(f.Events) != 0 {
+		t.Errorf("decoded %+v, want frame 5 with no events", f)
+	}
+}
+
+func TestDecodeFrameIgnoresUnknownFields(t *testing.T) {
+	data := []byte(`{"v":1,"type":"events","frame":3,"delivery":2,"raw_store":"r","future":{"x":[1]},
+		"events":[{"key":"k","source":"s","seq":7,"fetched_at":"2024-01-02T03:04:05Z","raw":{"key":"o","off":0,"len":2,"crc":1},
+		"payload":{},"priority":"high"}]}`)
+	f, err := DecodeFrame(data)
+	if err != nil {
+		t.Fatalf("DecodeFrame: %v", err)
+	}
+	if len(f.Events) != 1 || f.Events[0].Key != "k" || f.Events[0].Raw.Len != 2 || string(f.Events[0].Payload) != "{}" {
+		t.Errorf("decoded %+v", f)
+	}
+}
+
+func TestDecodeFrameErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, data, wantErr string
+	}{
+		{"not JSON", `hello`, "decode frame: invalid character"},
+		{"truncated", `{"v":1,"type":"events","frame":1,"events":[`, "decode frame: unexpected end of JSON input"},
+		{"wrong field type", `{"v":1,"type":"events","frame":"one"}`, "decode frame: json: cannot unmarshal string"},
+		{"no version", `{"type":"events","frame":1,"events":[]}`, "decode frame: unsupported version 0 (want 1)"},
+		{"newer version", `{"v":2,"type":"events","frame":1,"events":[]}`, "decode frame: unsupported version 2 (want 1)"},
+		{"ack type", `{"v":1,"type":"ack","frames":[1]}`, `decode frame: unexpected type "ack"`},
+		{"no type", `{"v":1,"frame":1,"events":[]}`, `decode frame: unexpected type ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := DecodeFrame([]byte(tc.data))
+			if err == nil {
+				t.Fatalf("DecodeFrame(%s) = %+v, want an error", tc.data, f)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %q does not contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestAckRoundTrip(t *testing.T) {
+	for _, a := range []Ack{
+		{Frames: []int64{1, 2, 1 << 53}},
+		{Keys: []KeyAck{{Frame: 4, Source: "github", Key: `k"1\` + "\n"}}},
+		// V and Type are set by EncodeAck whatever the caller passed.
+		{V: 7, Type: "bogus", Frames: []int64{9}, Keys: []KeyAck{{Frame: 10, Source: "s", Key: "a"}, {Frame: 10, Source: "s", Key: "b"}}},
+	} {
+		data, err := EncodeAck(a)
+		if err != nil {
+			t.Fatalf("EncodeAck(%+v): %v", a, err)
+		}
+		got, err := DecodeAck(data)
+		if err != nil {
+			t.Fatalf("DecodeAck(%s): %v", data, err)
+		}
+		want := a
+		want.V, want.Type = Version, TypeAck
+		if !reflect.DeepEqual(*got, want) {
+			t.Errorf("round trip of %s = %+v, want %+v", data, *got, want)
+		}
+	}
+}
+
+func TestEncodeAckWireShape(t *testing.T) {
+	data, err := EncodeAck(Ack{Frames: []int64{3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "keys" is left out when empty: receivers must accept either field alone.
+	if want := `{"v":1,"type":"ack","frames":[3]}`; string(data) != want {
+		t.Errorf("EncodeAck = %s, want %s", data, want)
+	}
+}
+
+func TestDecodeAckErrors(t *testing.T) {
+	empty, err := EncodeAck(Ack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, data, wantErr string
+	}{
+		{"empty ack", string(empty), "decode ack: no frames and no keys"},
+		{"empty lists", `{"v":1,"type":"ack","frames":[],"keys":[]}`, "decode ack: no frames and no keys"},
+		{"not JSON", `\x00\x01`, "decode ack: invalid character"},
+		{"frames not numbers", `{"v":1,"type":"ack","frames":["1"]}`, "decode ack: json: cannot unmarshal string"},
+		{"newer version", `{"v":2,"type":"ack","frames":[1]}`, "decode ack: unsupported version 2 (want 1)"},
+		{"events type", `{"v":1,"type":"events","frames":[1]}`, `decode ack: unexpected type "events"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := DecodeAck([]byte(tc.data))
+			if err == nil {
+				t.Fatalf("DecodeAck(%s) = %+v, want an error", tc.data, a)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %q does not contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func BenchmarkEncodeFrame(b *testing.B) {
+	const events = 100
+	fetched := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	evs := make([]Event, events)
+	payloads := make([][]byte, events)
+	for i := range evs {
+		evs[i] = Event{
+			Key:       fmt.Sprintf("evt-%08d", i),
+			Source:    "github",
+			Seq:       int64(1_000_000 + i),
+			FetchedAt: fetched,
+			EventTime: fetched.Add(-time.Duration(i) * time.Second),
+			Raw:       RawRef{Key: "github/2024/05/01/100000-000042.json", Off: i * 500, Len: 500},
+		}
+		// A ~500 B JSON record, typical of an upstream API item.
+		p := fmt.Appendf(nil, `{"id":"evt-%08d","type":"PushEvent","actor":{"id":%d,"login":"user-%d"},"payload":{"ref":"refs/heads/main","size":3,"commits":[`, i, i, i)
+		for len(p) < 470 {
+			p = append(p, `{"sha":"0123456789abcdef"},`...)
+		}
+		p = append(p[:len(p)-1], `]},"public":true}`...)
+		payloads[i] = p
+	}
+	var enc Encoder
+	encode := func() []byte {
+		enc.Begin(42, 1, "s3://ingest-raw/prod")
+		for i := range evs {
+			enc.Add(&evs[i], payloads[i], true)
+		}
+		return enc.End()
+	}
+	size := len(encode())
+	b.SetBytes(int64(size))
+	b.ReportMetric(float64(size)/events, "B/event")
+	b.ReportAllocs()
+	for b.Loop() {
+		encode()
+	}
+}
