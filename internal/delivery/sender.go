@@ -66,12 +66,12 @@ type Sender struct {
 	missed atomic.Int64
 
 	// loop-goroutine state
-	inflight map[int64]inflight
-	backlog  bool
-	scanFrom int64 // backlog scan resumes after this id
-	scanned  int64 // highest id the backlog scan has handled
-	enc      wire.Encoder
-	rawCache map[string][]byte
+	inflight  map[int64]inflight
+	backlog   bool
+	scanFrom  int64 // backlog scan resumes after this id
+	scanned   int64 // highest id the backlog scan has handled
+	enc       wire.Encoder
+	rawCache  map[string][]byte
 	inflightN atomic.Int64
 }
 

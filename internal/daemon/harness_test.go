@@ -1,0 +1,204 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+// freeTCP returns a tcp:// endpoint on a loopback port that was free a
+// moment ago.
+func freeTCP(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return "tcp://" + addr
+}
+
+// syncBuffer collects logs from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	t        *testing.T
+	dir      string
+	pub, ack string
+	d        *Daemon
+	logs     *syncBuffer
+}
+
+// startDaemon starts a daemon whose config is the given source blocks and
+// extra settings; %[1]s in them is replaced by the data dir.
+func startDaemon(t *testing.T, rawStore, publishExtra, sourcesTOML string) *harness {
+	t.Helper()
+	h := &harness{t: t, dir: t.TempDir(), pub: freeTCP(t), ack: freeTCP(t), logs: &syncBuffer{}}
+	if rawStore == "" {
+		rawStore = fmt.Sprintf("url = %q", "file://"+h.dir+"/raw")
+	}
+	text := fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = "127.0.0.1:0"
+shutdown_grace = "10s"
+
+[raw_store]
+%s
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+%s
+
+%s
+`, h.dir, rawStore, h.pub, h.ack, publishExtra, sourcesTOML)
+	cfg, err := config.Parse("test.toml", []byte(text))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, text)
+	}
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.d, err = Start(t.Context(), cfg, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := h.d.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// startProcessor runs a processor client against h until the test ends or
+// stop is called.
+func (h *harness) startProcessor(handler processor.Handler) (c *processor.Client, stop func()) {
+	h.t.Helper()
+	c, err := processor.New(processor.Options{Endpoint: h.pub, AckEndpoint: h.ack,
+		Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx, handler); err != nil {
+			h.t.Errorf("processor: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	h.t.Cleanup(stop)
+	return c, stop
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metric returns the value of the metric name with the given label values
+// (name=value pairs), or 0 when absent.
+func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// seenSet records delivered events by key.
+type seenSet struct {
+	mu         sync.Mutex
+	keys       map[string]int
+	deliveries map[int64]int // highest delivery number seen per frame
+}
+
+func newSeenSet() *seenSet {
+	return &seenSet{keys: make(map[string]int)}
+}
+
+func (s *seenSet) add(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[key]++
+}
+
+func (s *seenSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+func (s *seenSet) count(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[key]
+}
