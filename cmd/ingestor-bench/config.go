@@ -24,7 +24,7 @@ func benchConfig(o options, dir string) (*config.Config, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, `[daemon]
 data_dir = %s
-http_addr = ""
+http_addr = "127.0.0.1:0"
 shutdown_grace = "30s"
 
 [raw_store]

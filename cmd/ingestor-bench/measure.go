@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -101,7 +103,7 @@ func weightedPercentiles(s []sample, ps ...float64) []time.Duration {
 	if total == 0 {
 		return out
 	}
-	slices.SortFunc(s, func(a, b sample) int { return int(a.latency - b.latency) })
+	slices.SortFunc(s, func(a, b sample) int { return cmp.Compare(a.latency, b.latency) })
 	for i, p := range ps {
 		// rank is the 1-based position of the percentile among all events.
 		rank := max(int64(p/100*float64(total)+0.5), 1)
@@ -158,7 +160,7 @@ func currentRSSMiB() float64 {
 const stallLimit = 30 * time.Second
 
 // errCapped reports that the -duration cap ended a wait.
-var errCapped = fmt.Errorf("duration cap reached")
+var errCapped = errors.New("duration cap reached")
 
 // wait polls until done reports true. It fails when progress has not changed
 // for stallLimit, and returns errCapped when capCtx ends first (or the error

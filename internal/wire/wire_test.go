@@ -315,7 +315,9 @@ func TestDecodeAckErrors(t *testing.T) {
 	}
 }
 
-func BenchmarkEncodeFrame(b *testing.B) {
+// benchFrame returns 100 events of about 500 B JSON payload each, the
+// daemon's default frame size, with their payloads.
+func benchFrame() ([]Event, [][]byte) {
 	const events = 100
 	fetched := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
 	evs := make([]Event, events)
@@ -337,6 +339,11 @@ func BenchmarkEncodeFrame(b *testing.B) {
 		p = append(p[:len(p)-1], `]},"public":true}`...)
 		payloads[i] = p
 	}
+	return evs, payloads
+}
+
+func BenchmarkEncodeFrame(b *testing.B) {
+	evs, payloads := benchFrame()
 	var enc Encoder
 	encode := func() []byte {
 		enc.Begin(42, 1, "s3://ingest-raw/prod")
@@ -347,9 +354,29 @@ func BenchmarkEncodeFrame(b *testing.B) {
 	}
 	size := len(encode())
 	b.SetBytes(int64(size))
-	b.ReportMetric(float64(size)/events, "B/event")
+	b.ReportMetric(float64(size)/float64(len(evs)), "B/event")
 	b.ReportAllocs()
 	for b.Loop() {
 		encode()
 	}
+}
+
+// BenchmarkDecodeFrame measures what a Go processor spends per frame
+// before its handler runs.
+func BenchmarkDecodeFrame(b *testing.B) {
+	evs, payloads := benchFrame()
+	var enc Encoder
+	enc.Begin(42, 1, "s3://ingest-raw/prod")
+	for i := range evs {
+		enc.Add(&evs[i], payloads[i], true)
+	}
+	data := enc.End()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeFrame(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
 }

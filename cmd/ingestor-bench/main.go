@@ -1,0 +1,337 @@
+// Command ingestor-bench measures the whole ingestion pipeline on this
+// machine: demo sources -> raw store (file://, fsync) -> SQLite queue ->
+// ZeroMQ (ipc://) -> in-process processors -> acks committed back to the
+// queue. It runs the real daemon and the real processor client in one
+// process, in a temporary directory.
+//
+// Usage:
+//
+//	ingestor-bench [-mode throughput|processor-down] [-events N] [-duration D]
+//	               [-sources K] [-events-per-tick N] [-event-size B]
+//	               [-processors P] [-synchronous full|normal]
+//	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
+//
+// Mode throughput (the default) runs until -events events are acked and
+// reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
+// processor-down first runs the daemon with no processor until -backlog
+// events are queued on disk, then starts the processors and also reports
+// how fast that backlog drains and the RSS before and after.
+//
+// CPU time is the whole process's (getrusage), so it includes the
+// in-process processors. A run that makes no progress for 30s fails.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "ingestor-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Modes.
+const (
+	modeThroughput    = "throughput"
+	modeProcessorDown = "processor-down"
+)
+
+// options is the command line.
+type options struct {
+	mode           string
+	events         int64
+	duration       time.Duration
+	sources        int
+	eventsPerTick  int
+	eventSize      int
+	processors     int
+	synchronous    string
+	eventsPerFrame int
+	backlog        int64
+	dir            string
+	json           bool
+	verbose        bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput, or processor-down: queue -backlog events with no processor, then measure the drain")
+	fs.Int64Var(&o.events, "events", 2_000_000, "stop once this many events are acked")
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long even if fewer events were acked (0: no cap)")
+	fs.IntVar(&o.sources, "sources", 2, "demo sources")
+	fs.IntVar(&o.eventsPerTick, "events-per-tick", 1000, "events per demo fetch")
+	fs.IntVar(&o.eventSize, "event-size", 256, "approximate event size in bytes")
+	fs.IntVar(&o.processors, "processors", 2, "in-process processor clients, each on its own goroutine")
+	fs.StringVar(&o.synchronous, "synchronous", "full", "SQLite synchronous mode of the queue: full or normal")
+	fs.IntVar(&o.eventsPerFrame, "events-per-frame", 100, "events packed into one ZeroMQ frame")
+	fs.Int64Var(&o.backlog, "backlog", 200_000, "processor-down mode: events queued before the processors start")
+	fs.StringVar(&o.dir, "dir", "", "empty directory for the queue, raw store and sockets, kept afterwards (default: a temporary directory, removed)")
+	fs.BoolVar(&o.json, "json", false, "print the result as one JSON line")
+	fs.BoolVar(&o.verbose, "v", false, "log the daemon and processors at info level (default: warnings only)")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.mode != modeThroughput && o.mode != modeProcessorDown {
+		errs = append(errs, fmt.Errorf("-mode must be %s or %s, not %q", modeThroughput, modeProcessorDown, o.mode))
+	}
+	if o.synchronous != "full" && o.synchronous != "normal" {
+		errs = append(errs, fmt.Errorf("-synchronous must be full or normal, not %q", o.synchronous))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"events", o.events}, {"sources", int64(o.sources)}, {"processors", int64(o.processors)}, {"backlog", o.backlog}} {
+		if f.v < 1 {
+			errs = append(errs, fmt.Errorf("-%s must be at least 1, not %d", f.name, f.v))
+		}
+	}
+	if o.duration < 0 {
+		errs = append(errs, fmt.Errorf("-duration must not be negative, not %v", o.duration))
+	}
+	// events-per-tick, event-size and events-per-frame are checked by the
+	// config package, which knows their ranges.
+	return o, errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	dir, cleanup, err := benchDir(o.dir)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cleanup()) }()
+	cfg, err := benchConfig(o, dir)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	res, err := bench(ctx, o, cfg, log, stderr)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return printJSON(stdout, res)
+	}
+	printText(stdout, res)
+	return nil
+}
+
+// benchDir returns the directory to run in and a function that removes it
+// if it was made here. A given directory must be empty or absent: the bench
+// needs a fresh queue.
+func benchDir(dir string) (string, func() error, error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "ingestor-bench-")
+		if err != nil {
+			return "", nil, fmt.Errorf("temp dir: %w", err)
+		}
+		return tmp, func() error { return os.RemoveAll(tmp) }, nil
+	}
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return "", nil, fmt.Errorf("-dir: %w", err)
+		}
+	case err != nil:
+		return "", nil, fmt.Errorf("-dir: %w", err)
+	case len(entries) > 0:
+		return "", nil, fmt.Errorf("-dir %s is not empty: the bench needs a fresh queue", dir)
+	}
+	return dir, func() error { return nil }, nil
+}
+
+// bench runs the daemon and the processors and measures them. It reports
+// the phases of a processor-down run to progress.
+func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger, progress io.Writer) (*result, error) {
+	capCtx, cancelCap := context.WithCancel(ctx)
+	if o.duration > 0 {
+		capCtx, cancelCap = context.WithTimeout(ctx, o.duration)
+	}
+	defer cancelCap()
+	rec := newRecorder(o.events)
+	res := &result{Mode: o.mode, Target: o.events, Sources: o.sources, EventsPerTick: o.eventsPerTick,
+		EventSize: o.eventSize, Processors: o.processors, Synchronous: o.synchronous, EventsPerFrame: o.eventsPerFrame}
+
+	u0, err := getUsage()
+	if err != nil {
+		return nil, err
+	}
+	daemonStart := time.Now()
+	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: log, OnAck: rec.onAck})
+	if err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	procs := &processors{log: log, endpoint: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}
+	defer func() {
+		// Normally already stopped; this covers an early return.
+		if err := procs.stop(); err != nil {
+			log.Error("processors", "err", err)
+		}
+	}()
+	pending := func() int64 { return d.Queue().PendingEvents() }
+	acked := func() int64 { return rec.acked.Load() }
+	state := func() string {
+		return fmt.Sprintf("%d of %d events acked, %d pending in the queue", rec.acked.Load(), o.events, pending())
+	}
+
+	// start is when the processors start; throughput is measured from it.
+	var start time.Time
+	var waitErr error
+	if o.mode == modeProcessorDown {
+		waitErr = wait(ctx, capCtx, "queueing the backlog with no processor running",
+			func() bool { return pending() >= o.backlog }, pending, state)
+		if waitErr == nil {
+			size := pending() // every one of these was fetched before start
+			start = time.Now()
+			res.Backlog = &backlogResult{Events: size, FillSeconds: round(start.Sub(daemonStart).Seconds(), 3),
+				RSSQueuedMiB: round(currentRSSMiB(), 1)}
+			rec.watchBacklog(start, size)
+			fmt.Fprintf(progress, "ingestor-bench: %d events queued with no processor in %.2f s, RSS %.1f MiB; starting %d processors\n",
+				size, res.Backlog.FillSeconds, res.Backlog.RSSQueuedMiB, o.processors)
+		}
+	}
+	if waitErr == nil {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		waitErr = procs.start(o.processors)
+	}
+	if waitErr == nil && res.Backlog != nil {
+		waitErr = wait(ctx, capCtx, "draining the backlog", func() bool { return isClosed(rec.drained) }, acked, state)
+		if waitErr == nil {
+			u, err := getUsage()
+			waitErr = err
+			res.Backlog.setDrain(rec.drainedAt.Sub(start), u.user+u.sys-u0.user-u0.sys, currentRSSMiB())
+		}
+	}
+	if waitErr == nil {
+		waitErr = wait(ctx, capCtx, "acking events", func() bool { return isClosed(rec.reached) }, acked, state)
+	}
+	end := time.Now()
+	if isClosed(rec.reached) {
+		end = rec.reachedAt // acks come only after the processors start
+	}
+	if start.IsZero() {
+		start = end
+	}
+	u1, uerr := getUsage()
+
+	// Shut down while the processors still run, so in-flight frames get
+	// acked; then stop them.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Daemon.ShutdownGrace)
+	shutErr := d.Shutdown(sctx)
+	cancel()
+	procErr := procs.stop()
+
+	switch {
+	case errors.Is(waitErr, errCapped):
+		res.Capped = true
+	case waitErr != nil:
+		return nil, errors.Join(waitErr, shutErr, procErr)
+	}
+	if err := errors.Join(uerr, shutErr, procErr); err != nil {
+		return nil, err
+	}
+	res.finish(rec, end.Sub(start), u0, u1, pending(), procs.totals())
+	return res, nil
+}
+
+// processors are the in-process processor clients.
+type processors struct {
+	log           *slog.Logger
+	endpoint, ack string
+
+	clients []*processor.Client
+	bytes   atomic.Int64
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	errs    []error
+}
+
+// start starts n clients, each running on its own goroutine until stop. They
+// ack every event after reading its bytes.
+func (p *processors) start(n int) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	handle := func(_ context.Context, ev *processor.Event) error {
+		p.bytes.Add(int64(len(ev.Data())))
+		return nil
+	}
+	for i := range n {
+		c, err := processor.New(processor.Options{Endpoint: p.endpoint, AckEndpoint: p.ack, Logger: p.log.With("processor", i+1)})
+		if err != nil {
+			return err
+		}
+		p.clients = append(p.clients, c)
+		p.wg.Go(func() {
+			if err := c.Run(ctx, handle); err != nil {
+				p.mu.Lock()
+				p.errs = append(p.errs, fmt.Errorf("processor %d: %w", i+1, err))
+				p.mu.Unlock()
+			}
+		})
+	}
+	return nil
+}
+
+// stop stops the clients and returns their errors. It may be called again.
+func (p *processors) stop() error {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := errors.Join(p.errs...)
+	p.errs = nil
+	return err
+}
+
+// totals sums the clients' counters.
+func (p *processors) totals() processorTotals {
+	t := processorTotals{Bytes: p.bytes.Load()}
+	for _, c := range p.clients {
+		st := c.Stats()
+		t.Events += st.Events
+		t.Frames += st.Frames
+		t.Redeliveries += st.Redeliveries
+	}
+	return t
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/ingestorhq/ingestor/internal/testupstream"
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+// buildBinary builds the ingestor command into dir.
+func buildBinary(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "ingestor")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+type delivered struct {
+	rawKey   string
+	off, len int
+	payload  string
+}
+
+// TestCrashLosesNothing SIGKILLs the built daemon at random moments, 25
+// times, while an upstream serves a known sequence and a processor acks.
+// At the end every event was delivered at least once, every delivered
+// event's bytes are in the raw store where its reference says, every
+// event was queued, and the cursor reached the end without skipping.
+func TestCrashLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the daemon repeatedly")
+	}
+	const (
+		total  = 8000
+		cycles = 25
+	)
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	feed := testupstream.New(t, total, 20)
+	httpAddr, pub, ack := freePort(t), "tcp://"+freePort(t), "tcp://"+freePort(t)
+	cfgPath := filepath.Join(dir, "ingestor.toml")
+	cfg := fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = %q
+log_format = "json"
+shutdown_grace = "10s"
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+ack_timeout = "2s"
+events_per_frame = 7
+
+[source.seq]
+kind = "http_poll"
+poll_url = %q
+interval = "20ms"
+jitter = "20%%"
+timeout = "5s"
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, feed.URL+"/feed")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	seen := map[string]delivered{}
+	c, err := processor.New(processor.Options{Endpoint: pub, AckEndpoint: ack, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stopProcessor := context.WithCancel(context.Background())
+	pdone := make(chan error, 1)
+	go func() {
+		pdone <- c.Run(pctx, func(_ context.Context, ev *processor.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[ev.Key] = delivered{rawKey: ev.Raw.Key, off: ev.Raw.Off, len: ev.Raw.Len, payload: string(ev.Payload)}
+			return nil
+		})
+	}()
+	defer func() {
+		stopProcessor()
+		if err := <-pdone; err != nil {
+			t.Errorf("processor: %v", err)
+		}
+	}()
+	seenCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+
+	var logs lockedBuffer
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "run", "-c", cfgPath)
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, httpAddr, cmd)
+		return cmd
+	}
+	for i := 0; i < cycles; i++ {
+		cmd := start()
+		time.Sleep(time.Duration(rand.Int64N(int64(300*time.Millisecond))) + 20*time.Millisecond) // a random kill moment, not a wait for a condition
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait() // killed: its exit status is the signal
+	}
+	t.Logf("after %d kills: %d of %d events delivered, %d polls", cycles, seenCount(), total, len(feed.Requests()))
+
+	cmd := start()
+	deadline := time.Now().Add(2 * time.Minute)
+	for seenCount() < total || pendingEvents(t, httpAddr) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("final run: %d of %d delivered, pending %v\n%s", seenCount(), total, pendingEvents(t, httpAddr), tail(logs.String()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("graceful stop after SIGTERM: %v\n%s", err, tail(logs.String()))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	raws := map[string][]byte{}
+	for n := 1; n <= total; n++ {
+		id := testupstream.ID(n)
+		d, ok := seen[id]
+		if !ok {
+			t.Fatalf("event %s was never delivered", id)
+		}
+		body, ok := raws[d.rawKey]
+		if !ok {
+			body, err = os.ReadFile(filepath.Join(dir, "raw", d.rawKey))
+			if err != nil {
+				t.Fatalf("raw payload of %s missing: %v", id, err)
+			}
+			raws[d.rawKey] = body
+		}
+		if d.off+d.len > len(body) || string(body[d.off:d.off+d.len]) != d.payload {
+			t.Fatalf("raw object %s at [%d,+%d) does not hold the payload delivered for %s", d.rawKey, d.off, d.len, id)
+		}
+	}
+
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "data", "queue.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	var cursor string
+	var queued, pending int
+	if err := db.QueryRow(`SELECT cursor FROM offsets WHERE source = 'seq'`).Scan(&cursor); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM events WHERE source = 'seq'`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM frames`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if cursor != fmt.Sprint(total) || queued != total || pending != 0 {
+		t.Fatalf("queue after the run: cursor %q (want %d), %d events queued once each (want %d), %d frames pending (want 0)",
+			cursor, total, queued, total, pending)
+	}
+}
+
+// waitReady polls /readyz until the daemon answers or exits.
+func waitReady(t *testing.T, addr string, cmd *exec.Cmd) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if cmd.ProcessState != nil {
+			t.Fatal("daemon exited before it was ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("daemon not ready after 30s")
+}
+
+// pendingEvents reads ingestor_queue_pending_events from /metrics (-1 if
+// unavailable).
+func pendingEvents(t *testing.T, addr string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "ingestor_queue_pending_events "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return "..." + s[len(s)-4000:]
+	}
+	return s
+}
+
+// lockedBuffer is a bytes.Buffer safe for the exec copier and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestValidateCommand runs `ingestor validate` over every config in
+// testdata/config: good files exit 0, bad files exit non-zero and print
+// each problem with its file:line.
+func TestValidateCommand(t *testing.T) {
+	// env.good.toml interpolates these.
+	t.Setenv("STATE_DIR", t.TempDir())
+	t.Setenv("BUCKET", "acme-raw")
+	t.Setenv("GITHUB_TOKEN", "tok")
+	good, err := filepath.Glob("../../testdata/config/*.good.toml")
+	if err != nil || len(good) == 0 {
+		t.Fatalf("no good configs found: %v", err)
+	}
+	good = append(good, "../../ingestor.example.toml")
+	for _, f := range good {
+		var out, errb bytes.Buffer
+		if code := run([]string{"validate", "-c", f}, &out, &errb); code != 0 {
+			t.Errorf("validate %s: exit %d\n%s", f, code, errb.String())
+		}
+		if !strings.Contains(out.String(), ": ok (") {
+			t.Errorf("validate %s printed %q", f, out.String())
+		}
+	}
+	bad, err := filepath.Glob("../../testdata/config/*.bad.toml")
+	if err != nil || len(bad) == 0 {
+		t.Fatalf("no bad configs found: %v", err)
+	}
+	for _, f := range bad {
+		var out, errb bytes.Buffer
+		if code := run([]string{"validate", "-c", f}, &out, &errb); code != 1 {
+			t.Errorf("validate %s: exit %d, want 1", f, code)
+		}
+		if !strings.Contains(errb.String(), filepath.Base(f)+":") {
+			t.Errorf("validate %s: errors lack file:line:\n%s", f, errb.String())
+		}
+	}
+	// The many-problems file reports all of them, each on its own line.
+	var out, errb bytes.Buffer
+	run([]string{"validate", "-c", "../../testdata/config/many.bad.toml"}, &out, &errb)
+	if n := strings.Count(errb.String(), "many.bad.toml:"); n < 10 {
+		t.Errorf("many.bad.toml: %d located errors reported, want every one:\n%s", n, errb.String())
+	}
+	if !strings.Contains(errb.String(), `source "demo": colour: unknown key`) {
+		t.Errorf("unknown key not reported with its source:\n%s", errb.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(nil, &out, &errb); code != 2 {
+		t.Errorf("no args: exit %d, want 2", code)
+	}
+	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 {
+		t.Errorf("unknown command: exit %d, want 2", code)
+	}
+	if code := run([]string{"validate"}, &out, &errb); code != 2 {
+		t.Errorf("validate without -c: exit %d, want 2", code)
+	}
+}
