@@ -22,7 +22,8 @@ type Event = wire.Event
 // Handler processes one event. Returning nil acknowledges the event; an
 // error leaves it unacknowledged, so the daemon delivers it again after its
 // ack timeout, and is logged. ctx is the context given to Run: a Handler
-// should give up when it is done.
+// may give up when it is done, returning an error that wraps ctx.Err(),
+// which leaves the event unacknowledged without counting as a failure.
 type Handler func(ctx context.Context, ev *Event) error
 
 // Options configure a Client.
@@ -70,7 +71,9 @@ type Stats struct {
 	// Acked counts events whose acks were handed to ZeroMQ for sending,
 	// in whole frames and one by one alike.
 	Acked int64
-	// Failed counts events the Handler returned an error for or panicked on.
+	// Failed counts events the Handler returned an error for or panicked
+	// on; an error wrapping the context's error once Run is stopping is not
+	// a failure.
 	Failed int64
 	// Malformed counts messages that were not a valid version 1 events
 	// frame; they are logged, not acknowledged.
@@ -172,7 +175,7 @@ func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 			err = errors.Join(err, fmt.Errorf("processor: close: %w", cerr))
 		}
 	}()
-	c.log.Info("processor connected", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint)
+	c.log.Info("processor started", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint)
 
 	var acks ackBatch
 	loopErr := c.loop(ctx, s, h, &acks)
@@ -257,6 +260,11 @@ func (c *Client) handleMessage(ctx context.Context, msg [][]byte, h Handler, ack
 		ev := &f.Events[i]
 		c.events.Add(1)
 		if err := c.call(ctx, h, ev); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				// Interrupted by the stop: redelivered, not a failure.
+				whole = false
+				break
+			}
 			c.failed.Add(1)
 			whole = false
 			c.log.Warn("handler failed; the event stays unacked and will be redelivered",

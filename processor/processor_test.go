@@ -378,7 +378,10 @@ func TestCancellationSendsPendingAcks(t *testing.T) {
 		name   string
 		events []string
 		cancel string // the key whose handling cancels Run
-		want   wire.Ack
+		// interrupted makes the handler return the context's error after
+		// cancelling, as a handler whose work was cut short does.
+		interrupted bool
+		want        wire.Ack
 	}{
 		{
 			name:   "whole frame",
@@ -392,6 +395,13 @@ func TestCancellationSendsPendingAcks(t *testing.T) {
 			cancel: "k2",
 			want:   wire.Ack{V: 1, Type: "ack", Keys: []wire.KeyAck{{Frame: 1, Source: "s", Key: "k1"}, {Frame: 1, Source: "s", Key: "k2"}}},
 		},
+		{
+			name:        "handler interrupted",
+			events:      []string{"k1", "k2", "k3"},
+			cancel:      "k2",
+			interrupted: true,
+			want:        wire.Ack{V: 1, Type: "ack", Keys: []wire.KeyAck{{Frame: 1, Source: "s", Key: "k1"}}},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newFakeDaemon(t)
@@ -404,10 +414,13 @@ func TestCancellationSendsPendingAcks(t *testing.T) {
 				done <- processor.Run(ctx, processor.Options{
 					Endpoint: d.endpoint, AckEndpoint: d.ackEndpoint,
 					Logger: testLogger(t), AckFlushInterval: time.Hour,
-				}, func(_ context.Context, ev *processor.Event) error {
+				}, func(ctx context.Context, ev *processor.Event) error {
 					handled = append(handled, ev.Key)
 					if ev.Key == tc.cancel {
 						cancel()
+						if tc.interrupted {
+							return fmt.Errorf("write %s: %w", ev.Key, ctx.Err())
+						}
 					}
 					return nil
 				})

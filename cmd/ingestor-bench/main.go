@@ -10,6 +10,7 @@
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
+//	               [-cpuprofile FILE]
 //
 // Mode throughput (the default) runs until -events events are acked and
 // reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
@@ -30,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -73,6 +75,7 @@ type options struct {
 	dir            string
 	json           bool
 	verbose        bool
+	cpuProfile     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -91,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.backlog, "backlog", 200_000, "processor-down mode: events queued before the processors start")
 	fs.StringVar(&o.dir, "dir", "", "empty directory for the queue, raw store and sockets, kept afterwards (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON line")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE)")
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon and processors at info level (default: warnings only)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -140,6 +144,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.cpuProfile != "" {
+		stopProfile, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stopProfile()) }()
+	}
 	res, err := bench(ctx, o, cfg, log, stderr)
 	if err != nil {
 		return err
@@ -149,6 +160,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	printText(stdout, res)
 	return nil
+}
+
+// startCPUProfile starts profiling into path and returns the function that
+// stops it and closes the file.
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", errors.Join(err, f.Close()))
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // benchDir returns the directory to run in and a function that removes it
@@ -243,9 +273,9 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	if waitErr == nil {
 		waitErr = wait(ctx, capCtx, "acking events", func() bool { return isClosed(rec.reached) }, acked, state)
 	}
-	end := time.Now()
+	end, ackedAtEnd := time.Now(), rec.acked.Load()
 	if isClosed(rec.reached) {
-		end = rec.reachedAt // acks come only after the processors start
+		end, ackedAtEnd = rec.reachedAt, rec.reachedAcked // acks come only after the processors start
 	}
 	if start.IsZero() {
 		start = end
@@ -268,7 +298,7 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	if err := errors.Join(uerr, shutErr, procErr); err != nil {
 		return nil, err
 	}
-	res.finish(rec, end.Sub(start), u0, u1, pending(), procs.totals())
+	res.finish(rec, ackedAtEnd, end.Sub(start), u0, u1, pending(), procs.totals())
 	return res, nil
 }
 

@@ -32,7 +32,10 @@ type recorder struct {
 	acked     atomic.Int64
 	reached   chan struct{} // closed once target events are acked
 	reachOnce sync.Once
-	reachedAt time.Time // written before reached is closed
+	// reachedAt and reachedAcked (the events acked then, at least target)
+	// are written before reached is closed.
+	reachedAt    time.Time
+	reachedAcked int64
 
 	// The backlog: events fetched before backlogBefore (unix ns; 0 = no
 	// backlog being measured), backlogSize of them queued at that time.
@@ -58,14 +61,17 @@ func (r *recorder) watchBacklog(now time.Time, size int64) {
 	}
 }
 
-// onAck is the daemon's OnAck.
+// onAck is the daemon's OnAck. Latency samples stop once the target is
+// reached: later acks belong to the shutdown.
 func (r *recorder) onAck(fetchedAt time.Time, events int) {
 	now := time.Now()
-	r.mu.Lock()
-	r.samples = append(r.samples, sample{now.Sub(fetchedAt), events})
-	r.mu.Unlock()
-	if r.acked.Add(int64(events)) >= r.target {
-		r.reachOnce.Do(func() { r.reachedAt = now; close(r.reached) })
+	if !isClosed(r.reached) {
+		r.mu.Lock()
+		r.samples = append(r.samples, sample{now.Sub(fetchedAt), events})
+		r.mu.Unlock()
+	}
+	if n := r.acked.Add(int64(events)); n >= r.target {
+		r.reachOnce.Do(func() { r.reachedAt, r.reachedAcked = now, n; close(r.reached) })
 	}
 	if before := r.backlogBefore.Load(); before != 0 && fetchedAt.UnixNano() < before {
 		if r.backlogAcked.Add(int64(events)) >= r.backlogSize.Load() {

@@ -21,7 +21,8 @@ type result struct {
 	// Capped is true when -duration ended the run before Target was acked.
 	Capped bool `json:"capped"`
 
-	// Acked counts events acked (the sum of the daemon's OnAck calls).
+	// Acked counts events acked (the sum of the daemon's OnAck calls) by
+	// the end of the measurement: when Target was reached, or the cap.
 	Acked int64 `json:"events_acked"`
 	// WallSeconds runs from the processors' start to the last needed ack.
 	WallSeconds  float64 `json:"wall_seconds"`
@@ -38,6 +39,7 @@ type result struct {
 	PeakRSSMiB           float64 `json:"peak_rss_mib"`
 	// PendingAtEnd is the queue's pending events after shutdown: what the
 	// sources fetched beyond the target and no processor acked yet.
+	// Received counts what the processors got, shutdown included.
 	PendingAtEnd int64           `json:"queue_pending_at_end"`
 	Received     processorTotals `json:"processors_received"`
 	// Backlog is set in processor-down mode.
@@ -85,9 +87,9 @@ func (b *backlogResult) setDrain(d, cpu time.Duration, rss float64) {
 	b.RSSDrainedMiB = round(rss, 1)
 }
 
-// finish fills in the measurements.
-func (r *result) finish(rec *recorder, wall time.Duration, u0, u1 usage, pending int64, got processorTotals) {
-	r.Acked = rec.acked.Load()
+// finish fills in the measurements: acked events were acked in wall.
+func (r *result) finish(rec *recorder, acked int64, wall time.Duration, u0, u1 usage, pending int64, got processorTotals) {
+	r.Acked = acked
 	r.WallSeconds = round(wall.Seconds(), 3)
 	r.EventsPerSec = round(perSecond(r.Acked, wall), 0)
 	l := rec.latencies(50, 90, 99, 100)

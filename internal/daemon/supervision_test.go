@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/processor"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// crashingSpec is a source kind that panics on every fetch; no real kind
+// can be made to crash on purpose.
+type crashingSpec struct{ opens *atomic.Int64 }
+
+func (crashingSpec) Validate() []sources.FieldError { return nil }
+
+func (s crashingSpec) Open(sources.Env) (sources.Source, error) {
+	s.opens.Add(1)
+	return crashingSource{}, nil
+}
+
+type crashingSource struct{}
+
+func (crashingSource) Fetch(context.Context, string) (*sources.Batch, error) {
+	panic("this source always crashes")
+}
+
+func (crashingSource) Close() error { return errors.New("closed a crashed source") }
+
+// TestCrashingSourceIsRestartedAlone runs a source that panics on every
+// fetch next to a healthy one: the supervisor restarts the crashing one
+// again and again, and the healthy one keeps delivering meanwhile.
+func TestCrashingSourceIsRestartedAlone(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = "127.0.0.1:0"
+[publish]
+endpoint = %q
+ack_endpoint = %q
+[source.healthy]
+kind = "demo"
+interval = "20ms"
+events_per_tick = 10
+`, dir, freeTCP(t), freeTCP(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opens atomic.Int64
+	cfg.Sources = append(cfg.Sources, config.Source{Name: "boom", Kind: "crashing", Enabled: true,
+		Interval: 10 * time.Millisecond, Timeout: time.Second, InflightBatches: 1, Spec: crashingSpec{opens: &opens}})
+	h := &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint, logs: &syncBuffer{}}
+	h.d, err = Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := h.d.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	seen := newSeenSet()
+	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Key)
+		return nil
+	})
+	waitFor(t, "the crashing source to be restarted 4 times", 60*time.Second, func() bool {
+		return metric(t, h.d.Registry(), "ingestor_actor_restarts_total", "actor", "source-boom") >= 4 && opens.Load() >= 4
+	})
+	before := seen.len()
+	waitFor(t, "the healthy source to keep delivering", 30*time.Second, func() bool { return seen.len() >= before+100 })
+	if n := metric(t, h.d.Registry(), "ingestor_actor_restarts_total", "actor", "source-healthy"); n != 0 {
+		t.Errorf("the healthy source was restarted %v times", n)
+	}
+}
