@@ -482,6 +482,12 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		if minPending.Valid {
 			bound = minPending.Int64
 		}
+		// Remember the highest frame id ever allocated before its rows can
+		// go, so that ids are never reused (a late ack must not clear a
+		// newer frame). Event seqs are AUTOINCREMENT for the same reason.
+		if _, err := tx.Exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'frame_high'`, q.nextFrame-1); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
 		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE frame_id < ? AND fetched_at < ? ORDER BY frame_id LIMIT ?)`,
 			bound, cutoff, limit)
 		if err != nil {

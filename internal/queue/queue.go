@@ -121,7 +121,11 @@ func (q *Queue) load() error {
 	if err := q.wdb.QueryRow(`SELECT max(frame_id) FROM events`).Scan(&maxEventFrame); err != nil {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
-	q.nextFrame = max(maxFrame.Int64, maxEventFrame.Int64) + 1
+	var high int64
+	if err := q.wdb.QueryRow(`SELECT value FROM meta WHERE key = 'frame_high'`).Scan(&high); err != nil {
+		return fmt.Errorf("load frame counter: %w", err)
+	}
+	q.nextFrame = max(maxFrame.Int64, maxEventFrame.Int64, high) + 1
 	var n, f sql.NullInt64
 	if err := q.wdb.QueryRow(`SELECT sum(n), count(*) FROM frames`).Scan(&n, &f); err != nil {
 		return fmt.Errorf("load pending count: %w", err)

@@ -163,3 +163,39 @@ func TestDeadLetterFrameAndPrune(t *testing.T) {
 		t.Fatalf("prune after ack deleted %d (err %v), want 10", n, err)
 	}
 }
+
+// TestIDsNeverReused prunes everything, reopens, and checks that new frames
+// and events get ids above every earlier one: a late ack of an old frame
+// must never clear a new one.
+func TestIDsNeverReused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := Open(Options{Path: path, EventsPerFrame: 10, DedupeWindow: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 30, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := frames[len(frames)-1]
+	ids := []int64{frames[0].ID, frames[1].ID, last.ID}
+	if _, err := q.Ack(ctx, ids, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Prune(ctx, 1000); err != nil || n != 30 {
+		t.Fatalf("prune deleted %d (err %v), want 30", n, err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = openTest(t, path, 10)
+	again, err := q.Append(ctx, batch("a", 100, 1, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].ID <= last.ID || again[0].Events[0].Seq <= last.Events[len(last.Events)-1].Seq {
+		t.Fatalf("after prune and reopen: frame %d seq %d, not above frame %d seq %d",
+			again[0].ID, again[0].Events[0].Seq, last.ID, last.Events[len(last.Events)-1].Seq)
+	}
+}

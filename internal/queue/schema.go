@@ -15,7 +15,7 @@ CREATE TABLE raw_objects (
 	key TEXT NOT NULL
 );
 CREATE TABLE events (
-	id         INTEGER PRIMARY KEY,
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	source     TEXT    NOT NULL,
 	key        TEXT    NOT NULL,
 	frame_id   INTEGER NOT NULL,
@@ -35,6 +35,11 @@ CREATE TABLE frames (
 	deliveries INTEGER NOT NULL DEFAULT 0,
 	created_at INTEGER NOT NULL
 );
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+);
+INSERT INTO meta(key, value) VALUES ('frame_high', 0);
 CREATE TABLE offsets (
 	source     TEXT PRIMARY KEY,
 	cursor     TEXT    NOT NULL,

@@ -1,0 +1,75 @@
+# Makefile for the ingestor. `make test` is the test command (the README and
+# .ci/run use it); `make run` shows the daemon and the example processor at
+# work on the example config.
+
+GO       ?= go
+FUZZTIME ?= 30s
+BIN      := bin
+
+.PHONY: all deps build run test bench fmt vet fuzz clean
+
+all: build
+
+# deps installs libzmq and pkg-config (github.com/pebbe/zmq4 finds libzmq
+# through pkg-config) when they are missing, with sudo when not root.
+deps:
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then \
+		echo "make deps: installing libzmq3-dev pkg-config" >&2; \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev pkg-config; \
+	fi
+
+build: deps
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ingestor ./cmd/ingestor
+	$(GO) build -o $(BIN)/processor ./cmd/processor
+	$(GO) build -o $(BIN)/ingestor-bench ./cmd/ingestor-bench
+
+# run starts the example processor in the background (it logs events/s and
+# totals every 2s) and the daemon in the foreground on the example config.
+# Ctrl-C stops the daemon gracefully; the processor, which a non-interactive
+# shell starts with SIGINT ignored, keeps acking while the daemon drains and
+# is stopped with SIGTERM when the daemon exits, however it exits.
+run: build
+	@$(BIN)/processor -log-every 2s & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid' EXIT; \
+	trap 'exit 130' INT TERM; \
+	$(BIN)/ingestor run -c ingestor.example.toml
+
+test: deps
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+# bench runs the Go micro-benchmarks of the hot-path encoders, then the
+# whole-pipeline bench: throughput with defaults, and the drain of a backlog
+# queued while no processor ran.
+bench: build
+	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame' -benchmem ./internal/jsonscan/ ./internal/wire/
+	$(BIN)/ingestor-bench
+	$(BIN)/ingestor-bench -mode processor-down -events 400000
+
+# fmt fails, listing the files, when gofmt would change anything.
+fmt:
+	@files="$$(gofmt -l .)"; \
+	if [ -n "$$files" ]; then \
+		echo "gofmt would change these files (run gofmt -w on them):" >&2; \
+		echo "$$files" >&2; \
+		exit 1; \
+	fi
+
+vet: deps
+	$(GO) vet ./...
+
+# fuzz runs every fuzz target for FUZZTIME each; go test -list finds them,
+# printing each package's targets before its "ok" line.
+fuzz: deps
+	@list="$$($(GO) test -list '^Fuzz' ./...)" || { echo "$$list" >&2; exit 1; }; \
+	echo "$$list" | \
+	awk '/^Fuzz/ { t[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2, t[i]; n = 0 }' | \
+	while read -r pkg target; do \
+		echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null || exit 1; \
+	done
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWeightedPercentiles(t *testing.T) {
+	ms := time.Millisecond
+	s := []sample{{30 * ms, 1}, {10 * ms, 1}, {20 * ms, 98}}
+	got := weightedPercentiles(s, 1, 50, 99, 100)
+	want := []time.Duration{10 * ms, 20 * ms, 20 * ms, 30 * ms}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("percentiles = %v, want %v", got, want)
+			break
+		}
+	}
+	if got := weightedPercentiles(nil, 50); got[0] != 0 {
+		t.Errorf("percentile of no samples = %v, want 0", got[0])
+	}
+}
+
+func TestBenchConfigQuotesDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), `a "b" \c ${HOME}`)
+	o, err := parseFlags([]string{"-sources", "3", "-synchronous", "normal"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := benchConfig(o, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "data"); cfg.Daemon.DataDir != want {
+		t.Errorf("data_dir = %q, want %q", cfg.Daemon.DataDir, want)
+	}
+	if want := "ipc://" + filepath.Join(dir, "pub.sock"); cfg.Publish.Endpoint != want {
+		t.Errorf("endpoint = %q, want %q", cfg.Publish.Endpoint, want)
+	}
+	if len(cfg.Sources) != 3 || cfg.Publish.Synchronous != "normal" {
+		t.Errorf("got %d sources, synchronous %q; want 3, normal", len(cfg.Sources), cfg.Publish.Synchronous)
+	}
+}
+
+func TestParseFlagsReportsEveryProblem(t *testing.T) {
+	_, err := parseFlags([]string{"-mode", "fast", "-synchronous", "off", "-events", "0", "-processors", "0"}, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"-mode", "-synchronous", "-events", "-processors"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+func TestDirMustBeEmpty(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "queue.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"-events", "1", "-dir", dir}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("err = %v, want a not-empty error", err)
+	}
+}
+
+// runJSON runs the bench with args and -json and decodes its result.
+func runJSON(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	args = append(args, "-json", "-dir", filepath.Join(t.TempDir(), "b"))
+	if err := run(t.Context(), args, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, errOut.String())
+	}
+	var r result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("decode %q: %v", out.String(), err)
+	}
+	return r
+}
+
+func TestRunThroughput(t *testing.T) {
+	r := runJSON(t, "-events", "20000", "-events-per-tick", "500")
+	if r.Capped || r.Acked < 20000 {
+		t.Errorf("capped %v, acked %d; want every one of 20000 acked", r.Capped, r.Acked)
+	}
+	if r.EventsPerSec <= 0 || r.Latency.P50 <= 0 || r.Latency.Max < r.Latency.P99 || r.CPUSeconds <= 0 || r.PeakRSSMiB <= 0 {
+		t.Errorf("implausible measurements: %+v", r)
+	}
+	if r.Received.Events < r.Acked {
+		t.Errorf("processors received %d events, fewer than the %d acked", r.Received.Events, r.Acked)
+	}
+}
+
+func TestRunProcessorDown(t *testing.T) {
+	r := runJSON(t, "-mode", "processor-down", "-events", "15000", "-backlog", "10000", "-events-per-tick", "500")
+	b := r.Backlog
+	if b == nil {
+		t.Fatal("no backlog result")
+	}
+	if b.Events < 10000 || b.DrainEventsPerSec <= 0 || b.RSSQueuedMiB <= 0 {
+		t.Errorf("implausible backlog measurements: %+v", *b)
+	}
+	if r.Acked < 15000 {
+		t.Errorf("acked %d, want at least 15000", r.Acked)
+	}
+}
+
+func TestDurationCap(t *testing.T) {
+	r := runJSON(t, "-events", "1000000000", "-duration", "300ms")
+	if !r.Capped {
+		t.Errorf("not capped: %+v", r)
+	}
+}
