@@ -28,13 +28,14 @@ build: deps
 
 # run starts the example processor in the background (it logs events/s and
 # totals every 2s) and the daemon in the foreground on the example config.
-# Ctrl-C stops the daemon gracefully; the processor, which a non-interactive
-# shell starts with SIGINT ignored, keeps acking while the daemon drains and
-# is stopped with SIGTERM when the daemon exits, however it exits.
+# Ctrl-C stops the daemon gracefully. The processor runs in its own session
+# (setsid), so Ctrl-C does not reach it and it keeps acking while the daemon
+# drains; the trap stops it with SIGTERM once the daemon has exited, however
+# that happens.
 run: build
-	@$(BIN)/processor -log-every 2s & pid=$$!; \
+	@setsid $(BIN)/processor -log-every 2s & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid' EXIT; \
-	trap 'exit 130' INT TERM; \
+	trap 'exit 130' INT TERM HUP; \
 	$(BIN)/ingestor run -c ingestor.example.toml
 
 test: deps

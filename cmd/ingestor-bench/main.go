@@ -18,8 +18,10 @@
 // events are queued on disk, then starts the processors and also reports
 // how fast that backlog drains and the RSS before and after.
 //
-// CPU time is the whole process's (getrusage), so it includes the
-// in-process processors. A run that makes no progress for 30s fails.
+// Acks are counted, and latency measured, when the daemon's sender learns of
+// them (daemon.Options.OnAck). CPU time is the whole process's (getrusage),
+// so it includes the in-process processors. A run that makes no progress for
+// 30s fails.
 package main
 
 import (
@@ -32,18 +34,19 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/daemon"
-	"github.com/ingestorhq/ingestor/processor"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // the first signal shuts down gracefully; a second one kills
+	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
@@ -236,16 +239,16 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	}()
 	pending := func() int64 { return d.Queue().PendingEvents() }
 	acked := func() int64 { return rec.acked.Load() }
-	state := func() string {
+	w := &watchdog{ctx: ctx, capCtx: capCtx, stall: stallLimit, state: func() string {
 		return fmt.Sprintf("%d of %d events acked, %d pending in the queue", rec.acked.Load(), o.events, pending())
-	}
+	}}
 
 	// start is when the processors start; throughput is measured from it.
 	var start time.Time
 	var waitErr error
 	if o.mode == modeProcessorDown {
-		waitErr = wait(ctx, capCtx, "queueing the backlog with no processor running",
-			func() bool { return pending() >= o.backlog }, pending, state)
+		waitErr = w.wait("queueing the backlog with no processor running",
+			func() bool { return pending() >= o.backlog }, pending)
 		if waitErr == nil {
 			size := pending() // every one of these was fetched before start
 			start = time.Now()
@@ -263,7 +266,7 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 		waitErr = procs.start(o.processors)
 	}
 	if waitErr == nil && res.Backlog != nil {
-		waitErr = wait(ctx, capCtx, "draining the backlog", func() bool { return isClosed(rec.drained) }, acked, state)
+		waitErr = w.wait("draining the backlog", func() bool { return isClosed(rec.drained) }, acked)
 		if waitErr == nil {
 			u, err := getUsage()
 			waitErr = err
@@ -271,7 +274,7 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 		}
 	}
 	if waitErr == nil {
-		waitErr = wait(ctx, capCtx, "acking events", func() bool { return isClosed(rec.reached) }, acked, state)
+		waitErr = w.wait("acking events", func() bool { return isClosed(rec.reached) }, acked)
 	}
 	end, ackedAtEnd := time.Now(), rec.acked.Load()
 	if isClosed(rec.reached) {
@@ -300,68 +303,4 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	}
 	res.finish(rec, ackedAtEnd, end.Sub(start), u0, u1, pending(), procs.totals())
 	return res, nil
-}
-
-// processors are the in-process processor clients.
-type processors struct {
-	log           *slog.Logger
-	endpoint, ack string
-
-	clients []*processor.Client
-	bytes   atomic.Int64
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	errs    []error
-}
-
-// start starts n clients, each running on its own goroutine until stop. They
-// ack every event after reading its bytes.
-func (p *processors) start(n int) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	handle := func(_ context.Context, ev *processor.Event) error {
-		p.bytes.Add(int64(len(ev.Data())))
-		return nil
-	}
-	for i := range n {
-		c, err := processor.New(processor.Options{Endpoint: p.endpoint, AckEndpoint: p.ack, Logger: p.log.With("processor", i+1)})
-		if err != nil {
-			return err
-		}
-		p.clients = append(p.clients, c)
-		p.wg.Go(func() {
-			if err := c.Run(ctx, handle); err != nil {
-				p.mu.Lock()
-				p.errs = append(p.errs, fmt.Errorf("processor %d: %w", i+1, err))
-				p.mu.Unlock()
-			}
-		})
-	}
-	return nil
-}
-
-// stop stops the clients and returns their errors. It may be called again.
-func (p *processors) stop() error {
-	if p.cancel != nil {
-		p.cancel()
-	}
-	p.wg.Wait()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	err := errors.Join(p.errs...)
-	p.errs = nil
-	return err
-}
-
-// totals sums the clients' counters.
-func (p *processors) totals() processorTotals {
-	t := processorTotals{Bytes: p.bytes.Load()}
-	for _, c := range p.clients {
-		st := c.Stats()
-		t.Events += st.Events
-		t.Frames += st.Frames
-		t.Redeliveries += st.Redeliveries
-	}
-	return t
 }

@@ -112,6 +112,20 @@ func TestRunProcessorDown(t *testing.T) {
 	}
 }
 
+func TestWatchdogFailsWithoutProgress(t *testing.T) {
+	w := &watchdog{ctx: t.Context(), capCtx: t.Context(), stall: 50 * time.Millisecond,
+		state: func() string { return "7 of 10 events acked" }}
+	err := w.wait("acking events", func() bool { return false }, func() int64 { return 7 })
+	if err == nil || !strings.Contains(err.Error(), "no progress") || !strings.Contains(err.Error(), "7 of 10 events acked") {
+		t.Fatalf("err = %v, want a no-progress error with the state", err)
+	}
+	var n int64
+	err = w.wait("acking events", func() bool { return n >= 20 }, func() int64 { n++; return n })
+	if err != nil {
+		t.Fatalf("a wait that progresses failed: %v", err)
+	}
+}
+
 func TestDurationCap(t *testing.T) {
 	r := runJSON(t, "-events", "1000000000", "-duration", "300ms")
 	if !r.Capped {

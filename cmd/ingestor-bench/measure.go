@@ -168,25 +168,35 @@ const stallLimit = 30 * time.Second
 // errCapped reports that the -duration cap ended a wait.
 var errCapped = errors.New("duration cap reached")
 
-// wait polls until done reports true. It fails when progress has not changed
-// for stallLimit, and returns errCapped when capCtx ends first (or the error
-// of ctx, when the run itself is cancelled).
-func wait(ctx, capCtx context.Context, what string, done func() bool, progress func() int64, state func() string) error {
+// watchdog runs the bench's waits.
+type watchdog struct {
+	// ctx ends the run (a signal); capCtx ends it early but successfully
+	// (-duration).
+	ctx, capCtx context.Context
+	// stall is how long a wait may go without progress.
+	stall time.Duration
+	// state describes the pipeline for the stall error.
+	state func() string
+}
+
+// wait polls until done reports true. It fails when progress has not
+// changed for w.stall, and returns errCapped when w.capCtx ends first.
+func (w *watchdog) wait(what string, done func() bool, progress func() int64) error {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	last, lastAt := progress(), time.Now()
 	for !done() {
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, context.Cause(ctx))
-		case <-capCtx.Done():
+		case <-w.ctx.Done():
+			return fmt.Errorf("%s: %w", what, context.Cause(w.ctx))
+		case <-w.capCtx.Done():
 			return errCapped
 		case now := <-t.C:
 			if p := progress(); p != last {
 				last, lastAt = p, now
-			} else if now.Sub(lastAt) >= stallLimit {
+			} else if now.Sub(lastAt) >= w.stall {
 				return fmt.Errorf("no progress for %v while %s (%s): the pipeline is stuck; rerun with -v to see the daemon's logs",
-					stallLimit, what, state())
+					w.stall, what, w.state())
 			}
 		}
 	}

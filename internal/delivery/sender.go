@@ -66,12 +66,16 @@ type Sender struct {
 	missed atomic.Int64
 
 	// loop-goroutine state
-	inflight  map[int64]inflight
-	backlog   bool
-	scanFrom  int64 // backlog scan resumes after this id
-	scanned   int64 // highest id the backlog scan has handled
-	enc       wire.Encoder
-	rawCache  map[string][]byte
+	inflight map[int64]inflight
+	backlog  bool
+	scanFrom int64 // backlog scan resumes after this id
+	scanned  int64 // highest id the backlog scan has handled
+	enc      wire.Encoder
+	rawCache map[string][]byte
+	sent     []int64 // frames sent since the last delivery-count flush
+	// blocked pauses the backlog scan until the next tick, after the
+	// socket refused a frame or the queue could not be read.
+	blocked   bool
 	inflightN atomic.Int64
 }
 
@@ -105,7 +109,7 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 		q:        q,
 		raw:      raw,
 		sock:     sock,
-		fresh:    make(chan []queue.Frame, 256),
+		fresh:    make(chan []queue.Frame, freshBuffer),
 		acked:    make(chan []int64, 256),
 		inflight: make(map[int64]inflight),
 		rawCache: make(map[string][]byte),
@@ -113,6 +117,11 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 		backlog: true,
 	}, nil
 }
+
+// freshBuffer is how many committed batches may wait for the loop; beyond
+// it they are left to the backlog scan, which keeps memory bounded when the
+// loop falls behind.
+const freshBuffer = 32
 
 // Submit hands freshly committed frames to the Sender. It never blocks: if
 // the Sender is behind, the frames (already durable) are picked up from the
@@ -160,29 +169,54 @@ func (s *Sender) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.tick())
 	defer t.Stop()
-	s.scanBacklog(ctx)
 	for {
+		// While a backlog can be sent, scan it one page at a time and
+		// look at acks and fresh frames between pages, so that neither
+		// waits for the whole backlog.
+		var more <-chan time.Time
+		if s.backlog && len(s.inflight) < s.o.MaxInflight && !s.blocked {
+			more = closedTimer
+		}
 		select {
 		case <-ctx.Done():
+			s.flushDeliveries(context.WithoutCancel(ctx))
 			return nil
 		case frames := <-s.fresh:
 			s.sendFresh(frames)
 		case ids := <-s.acked:
 			s.clearAcked(ids)
-			if s.backlog {
-				s.scanBacklog(ctx)
-			}
+		case <-more:
+			s.scanPage(ctx)
 		case <-t.C:
+			s.blocked = false
 			s.expire()
 			if m := s.missed.Swap(0); m != 0 {
 				s.enterBacklog(m)
 			}
-			if s.backlog {
-				s.scanBacklog(ctx)
-			}
+			s.flushDeliveries(ctx)
 			s.o.Metrics.inflight.Set(float64(len(s.inflight)))
 		}
 	}
+}
+
+// closedTimer is always ready: selecting on it means "go on right away".
+var closedTimer = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// flushDeliveries records the deliveries made since the last flush. The
+// count is best effort: a crash before a flush leaves it one low, which
+// errs towards one more delivery before max_deliveries.
+func (s *Sender) flushDeliveries(ctx context.Context) {
+	if len(s.sent) == 0 {
+		return
+	}
+	if err := s.q.CountDeliveries(ctx, s.sent); err != nil && ctx.Err() == nil {
+		s.o.Logger.Error("count deliveries", "err", err)
+	}
+	s.sent = s.sent[:0]
 }
 
 func (s *Sender) enterBacklog(fromID int64) {
@@ -227,8 +261,10 @@ func (s *Sender) send(f *queue.Frame) bool {
 			s.o.Logger.Error("send frame", "frame", f.ID, "err", err)
 		}
 		s.o.Metrics.sendBlocked.Inc()
+		s.blocked = true // until the next tick
 		return false
 	}
+	s.sent = append(s.sent, f.ID)
 	now := time.Now()
 	var fetched time.Time
 	if len(f.Events) > 0 {
@@ -285,73 +321,66 @@ func (s *Sender) expire() {
 // scanPage is how many frame ids one backlog query returns.
 const scanPage = 256
 
-// scanBacklog sends pending frames in id order from the queue until the
-// window is full, the socket would block, or the backlog is exhausted.
-func (s *Sender) scanBacklog(ctx context.Context) {
+// scanPage sends pending frames in id order from one page of the queue,
+// until the window is full or the socket would block. An empty page ends
+// the backlog.
+func (s *Sender) scanPage(ctx context.Context) {
 	defer clear(s.rawCache)
-	for len(s.inflight) < s.o.MaxInflight {
-		ids, err := s.q.FramesAfter(ctx, s.scanFrom, scanPage)
+	ids, err := s.q.FramesAfter(ctx, s.scanFrom, scanPage)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.o.Logger.Error("scan queue backlog", "err", err)
+		}
+		s.blocked = true // retry on the next tick
+		return
+	}
+	if len(ids) == 0 {
+		s.backlog = false
+		return
+	}
+	for _, id := range ids {
+		if len(s.inflight) >= s.o.MaxInflight {
+			return
+		}
+		if _, busy := s.inflight[id]; busy {
+			s.scanFrom = id
+			continue
+		}
+		f, ok, err := s.q.LoadFrame(ctx, id)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.o.Logger.Error("scan queue backlog", "err", err)
+				s.o.Logger.Error("load frame", "frame", id, "err", err)
 			}
+			s.blocked = true
 			return
 		}
-		if len(ids) == 0 {
-			s.backlog = false
-			return
-		}
-		var redelivered []int64
-		for _, id := range ids {
-			if len(s.inflight) >= s.o.MaxInflight {
-				break
-			}
-			if _, busy := s.inflight[id]; busy {
-				s.scanFrom = id
-				continue
-			}
-			f, ok, err := s.q.LoadFrame(ctx, id)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.o.Logger.Error("load frame", "frame", id, "err", err)
-				}
-				return
-			}
-			if !ok || len(f.Events) == 0 {
-				s.scanFrom, s.scanned = id, max(s.scanned, id)
-				continue
-			}
-			if s.o.MaxDeliveries > 0 && f.Deliveries >= s.o.MaxDeliveries {
-				reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
-				if err := s.q.DeadLetterFrame(ctx, id, reason); err != nil {
-					s.o.Logger.Error("dead-letter frame", "frame", id, "err", err)
-					return
-				}
-				s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "reason", reason)
-				s.o.Metrics.deadLettered.Inc()
-				s.scanFrom, s.scanned = id, max(s.scanned, id)
-				continue
-			}
-			if err := s.fillPayloads(ctx, &f); err != nil {
-				if ctx.Err() == nil {
-					s.o.Logger.Error("read raw payloads for resend", "frame", id, "err", err)
-				}
-				return
-			}
-			if !s.send(&f) {
-				break
-			}
+		if !ok || len(f.Events) == 0 {
 			s.scanFrom, s.scanned = id, max(s.scanned, id)
-			redelivered = append(redelivered, id)
+			continue
 		}
-		if len(redelivered) > 0 {
-			if err := s.q.CountDeliveries(ctx, redelivered); err != nil && ctx.Err() == nil {
-				s.o.Logger.Error("count deliveries", "err", err)
+		if s.o.MaxDeliveries > 0 && f.Deliveries >= s.o.MaxDeliveries {
+			reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
+			if err := s.q.DeadLetterFrame(ctx, id, reason); err != nil {
+				s.o.Logger.Error("dead-letter frame", "frame", id, "err", err)
+				s.blocked = true
+				return
 			}
+			s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "reason", reason)
+			s.o.Metrics.deadLettered.Inc()
+			s.scanFrom, s.scanned = id, max(s.scanned, id)
+			continue
 		}
-		if len(redelivered) == 0 {
-			return // blocked or window full; try again on the next tick
+		if err := s.fillPayloads(ctx, &f); err != nil {
+			if ctx.Err() == nil {
+				s.o.Logger.Error("read raw payloads for resend", "frame", id, "err", err)
+			}
+			s.blocked = true
+			return
 		}
+		if !s.send(&f) {
+			return
+		}
+		s.scanFrom, s.scanned = id, max(s.scanned, id)
 	}
 }
 

@@ -55,8 +55,8 @@ type Event struct {
 type Frame struct {
 	ID     int64
 	Source string
-	// Deliveries counts earlier deliveries recorded for the frame: 0 for a
-	// frame returned by Append, at least 1 for one loaded from the queue.
+	// Deliveries counts earlier deliveries recorded for the frame (the
+	// sender records them in batches, so a crash can leave it one low).
 	Deliveries int
 	Events     []Event
 }
@@ -182,11 +182,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
 					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
 				})
 			}
-			// deliveries starts at 1: the frame is sent right after this
-			// commit. If that send never happens (no processor), its first
-			// real delivery is numbered 2, which errs on the safe side: a
-			// number above 1 means "may have been seen before".
-			if _, err := tx.Exec(`INSERT INTO frames(id, source, n, deliveries, created_at) VALUES (?,?,?,1,?)`,
+			if _, err := tx.Exec(`INSERT INTO frames(id, source, n, created_at) VALUES (?,?,?,?)`,
 				frameID, b.Source, len(f.Events), now); err != nil {
 				return nil, 0, fmt.Errorf("insert frame: %w", err)
 			}
