@@ -76,6 +76,7 @@ type Sender struct {
 	// blocked pauses the backlog scan until the next tick, after the
 	// socket refused a frame or the queue could not be read.
 	blocked   bool
+	retry     *time.Ticker
 	inflightN atomic.Int64
 }
 
@@ -169,13 +170,18 @@ func (s *Sender) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(s.tick())
 	defer t.Stop()
+	s.retry = time.NewTicker(retryBlocked)
+	defer s.retry.Stop()
 	for {
 		// While a backlog can be sent, scan it one page at a time and
 		// look at acks and fresh frames between pages, so that neither
 		// waits for the whole backlog.
 		var more <-chan time.Time
-		if s.backlog && len(s.inflight) < s.o.MaxInflight && !s.blocked {
+		if s.backlog && len(s.inflight) < s.o.MaxInflight {
 			more = closedTimer
+			if s.blocked {
+				more = s.retry.C
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -184,8 +190,11 @@ func (s *Sender) Run(ctx context.Context) error {
 		case frames := <-s.fresh:
 			s.sendFresh(frames)
 		case ids := <-s.acked:
+			// Acks mean processors are taking frames: try the socket again.
+			s.blocked = false
 			s.clearAcked(ids)
 		case <-more:
+			s.blocked = false
 			s.scanPage(ctx)
 		case <-t.C:
 			s.blocked = false
@@ -198,6 +207,10 @@ func (s *Sender) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// retryBlocked is how soon a backlog scan retries after the socket refused
+// a frame (its high-water mark was reached or no processor is connected).
+const retryBlocked = 5 * time.Millisecond
 
 // closedTimer is always ready: selecting on it means "go on right away".
 var closedTimer = func() <-chan time.Time {

@@ -96,21 +96,6 @@ type Ack struct {
 	Keys []KeyAck `json:"keys,omitempty"`
 }
 
-// DecodeFrame parses an events message.
-func DecodeFrame(data []byte) (*Frame, error) {
-	var f Frame
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("decode frame: %w", err)
-	}
-	if f.V != Version {
-		return nil, fmt.Errorf("decode frame: unsupported version %d (want %d)", f.V, Version)
-	}
-	if f.Type != TypeEvents {
-		return nil, fmt.Errorf("decode frame: unexpected type %q", f.Type)
-	}
-	return &f, nil
-}
-
 // EncodeAck serializes an ack message.
 func EncodeAck(a Ack) ([]byte, error) {
 	a.V, a.Type = Version, TypeAck

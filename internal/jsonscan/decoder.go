@@ -1,0 +1,259 @@
+package jsonscan
+
+// Decoder reads one JSON value from a byte slice in a single validating
+// pass, for a caller that descends into nested objects and arrays: Object
+// and Array call back for each member or element, and the callback reads
+// the value there with Value, Object or Array, or leaves it unread to be
+// skipped. Every byte is scanned once, however deep the caller descends;
+// a value that Value returns whole, such as a nested object nobody looks
+// into, is validated as it is skipped.
+//
+// The accepted syntax is encoding/json.Valid's, nesting limit included,
+// as for SplitArray. A malformed value yields a *SyntaxError with the
+// offset of the problem in the whole input; what the callbacks were handed
+// before it was valid JSON, but the caller learns that the input as a
+// whole is valid only when every read, then End, returned nil.
+//
+// Errors are sticky: once a read has failed, or a callback has returned
+// an error, every later read and End return that first error, so a
+// callback that drops an error cannot make d accept malformed input.
+//
+// The zero Decoder reads empty input; Reset gives it something to read. A
+// Decoder allocates nothing but the errors it makes, and every slice it
+// returns aliases the input.
+type Decoder struct {
+	b     []byte
+	i     int // index of the next byte to read
+	depth int // containers open around position i
+	err   error
+}
+
+// Reset makes d read data, from its start, forgetting any error. A
+// callback must not call it.
+func (d *Decoder) Reset(data []byte) { *d = Decoder{b: data} }
+
+// Offset returns the offset in the input of the next byte to read: in an
+// Object or Array callback, of the value's first byte; after a read, just
+// past the value read.
+func (d *Decoder) Offset() int { return d.i }
+
+// Peek returns the kind of the next value, judging by its first byte,
+// without reading it: Invalid at the end of the input or at a byte that
+// cannot start a value. Inside Object and Array callbacks it is never
+// Invalid.
+func (d *Decoder) Peek() Kind {
+	d.i = skipSpace(d.b, d.i)
+	if d.i >= len(d.b) || d.err != nil {
+		return Invalid
+	}
+	return kindOfByte[d.b[d.i]]
+}
+
+// kindOfByte maps a byte to the kind of the values it starts: '-' and digits
+// start numbers; a byte that starts no value maps to Invalid.
+var kindOfByte = func() (t [256]Kind) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = Number
+	}
+	t['-'] = Number
+	t['"'] = String
+	t['t'], t['f'] = Bool, Bool
+	t['n'] = Null
+	t['{'] = Object
+	t['['] = Array
+	return t
+}()
+
+// Value reads the next value whole and validates it. For a string, val is
+// the raw bytes between the quotes (decode them with Unquote); for any
+// other kind it is the raw value as written, without the whitespace around
+// it.
+func (d *Decoder) Value() (val []byte, kind Kind, err error) {
+	if d.err != nil {
+		return nil, Invalid, d.err
+	}
+	i := skipSpace(d.b, d.i)
+	if i >= len(d.b) && d.depth == 0 {
+		d.i = i
+		return nil, Invalid, d.fail(syntaxErr(i, "no JSON value"))
+	}
+	if val, kind, d.i, err = scanValue(d.b, i, d.depth); err != nil {
+		return nil, Invalid, d.fail(err)
+	}
+	return val, kind, nil
+}
+
+// fail makes err d's error, unless d has one already, and returns d's
+// error.
+func (d *Decoder) fail(err error) error {
+	if d.err == nil {
+		d.err = err
+	}
+	return d.err
+}
+
+// Object reads the next value, which must be an object, calling fn for
+// each member in the order they are written, with d at the member's value.
+// key is the raw bytes between the key's quotes. plainKey reports that they
+// are the key's text: no escapes and only ASCII, so key can be compared
+// with a name directly; otherwise decode it with Unquote to compare.
+// Duplicate keys are passed to fn as they come.
+//
+// fn reads the member's value with one call of Value, Object or Array (and
+// any calls of Peek), or none: a value fn leaves unread is skipped, and
+// validated, when fn returns. When fn returns an error, Object stops and
+// returns that error unchanged.
+func (d *Decoder) Object(fn func(key []byte, plainKey bool) error) error {
+	b := d.b
+	i, err := d.open('{')
+	if err != nil {
+		return err
+	}
+	if b[i] != '}' {
+		for {
+			if b[i] != '"' {
+				return d.fail(syntaxErr(i, "expected string for object key"))
+			}
+			end, plain, err := scanKey(b, i+1)
+			if err != nil {
+				return d.fail(err)
+			}
+			key := b[i+1 : end]
+			i = skipSpace(b, end+1)
+			if i >= len(b) {
+				return d.fail(eofErr(i))
+			}
+			if b[i] != ':' {
+				return d.fail(syntaxErr(i, "expected ':' after object key"))
+			}
+			if i, err = d.enter(skipSpace(b, i+1)); err != nil {
+				return err
+			}
+			if err := fn(key, plain); err != nil {
+				return d.fail(err)
+			}
+			if i, err = d.leave(i, '{'); err != nil {
+				return err
+			}
+			if b[i] == '}' {
+				break
+			}
+			if i = skipSpace(b, i+1); i >= len(b) {
+				return d.fail(eofErr(i))
+			}
+		}
+	}
+	d.i, d.depth = i+1, d.depth-1
+	return nil
+}
+
+// Array reads the next value, which must be an array, calling fn for each
+// element in order, with d at the element. fn reads the element as
+// Object's fn reads a member's value, or leaves it to be skipped; an error
+// from fn is returned unchanged.
+func (d *Decoder) Array(fn func() error) error {
+	b := d.b
+	i, err := d.open('[')
+	if err != nil {
+		return err
+	}
+	if b[i] != ']' {
+		for {
+			if i, err = d.enter(i); err != nil {
+				return err
+			}
+			if err := fn(); err != nil {
+				return d.fail(err)
+			}
+			if i, err = d.leave(i, '['); err != nil {
+				return err
+			}
+			if b[i] == ']' {
+				break
+			}
+			i = skipSpace(b, i+1)
+		}
+	}
+	d.i, d.depth = i+1, d.depth-1
+	return nil
+}
+
+// End checks that nothing but whitespace follows the value read.
+func (d *Decoder) End() error { return d.end("value") }
+
+func (d *Decoder) end(what string) error {
+	if d.err != nil {
+		return d.err
+	}
+	if i := skipSpace(d.b, d.i); i < len(d.b) {
+		return d.fail(syntaxErr(i, "unexpected data after the "+what))
+	}
+	return nil
+}
+
+// open reads the opening bracket of a container and returns the index of
+// the first non-whitespace byte inside it, which is in bounds.
+func (d *Decoder) open(bracket byte) (int, error) {
+	if d.err != nil {
+		return d.i, d.err
+	}
+	b := d.b
+	i := skipSpace(b, d.i)
+	if i >= len(b) {
+		if d.depth == 0 {
+			return i, d.fail(syntaxErr(i, "no JSON value, expected an "+containerName(bracket)))
+		}
+		return i, d.fail(eofErr(i))
+	}
+	if c := b[i]; c != bracket {
+		if kindOfByte[c] == Invalid {
+			return i, d.fail(syntaxErr(i, "invalid character "+quoteByte(c)+" looking for a value"))
+		}
+		return i, d.fail(syntaxErr(i, "not a JSON "+containerName(bracket)+" (found "+describe(c)+")"))
+	}
+	if d.depth+1 > maxDepth {
+		return i, d.fail(syntaxErr(i, "nesting too deep"))
+	}
+	d.depth++
+	i = skipSpace(b, i+1)
+	if i >= len(b) {
+		return i, d.fail(eofErr(i))
+	}
+	return i, nil
+}
+
+// enter checks that a value starts at b[i], where Object or Array hands
+// it to its callback, and puts d there.
+func (d *Decoder) enter(i int) (int, error) {
+	if i >= len(d.b) {
+		return i, d.fail(eofErr(i))
+	}
+	if c := d.b[i]; kindOfByte[c] == Invalid {
+		return i, d.fail(syntaxErr(i, "invalid character "+quoteByte(c)+" looking for a value"))
+	}
+	d.i = i
+	return i, nil
+}
+
+// leave skips the value that starts at b[start] if the callback left it
+// unread, and returns the index of the ',' or the closing bracket of the
+// container opened by bracket that must follow it, which is in bounds.
+func (d *Decoder) leave(start int, bracket byte) (int, error) {
+	if d.err != nil {
+		return d.i, d.err
+	}
+	if d.i == start {
+		if _, _, err := d.Value(); err != nil {
+			return d.i, err
+		}
+	}
+	b := d.b
+	i := skipSpace(b, d.i)
+	if i >= len(b) {
+		return i, d.fail(eofErr(i))
+	}
+	if c := b[i]; c != ',' && c != bracket+2 {
+		return i, d.fail(syntaxErr(i, "expected ',' or "+quoteByte(bracket+2)+" after "+containerName(bracket)+" element"))
+	}
+	return i, nil
+}

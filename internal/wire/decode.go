@@ -1,0 +1,420 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
+)
+
+// DecodeFrame parses an events message.
+//
+// It accepts any valid JSON object in the version 1 format: fields in any
+// order, unknown fields (at every level) ignored, whitespace anywhere and
+// escapes in strings. It reads data in a single pass with a
+// jsonscan.Decoder, which validates all of it, payloads and unknown fields
+// included: malformed JSON, a field of the wrong JSON type, an integer
+// that does not fit its field, a timestamp that is not RFC 3339 and a
+// payload_b64 that is not standard base64 are errors, as are a version
+// other than 1 and a type other than "events".
+//
+// Fields decode as encoding/json decodes them into a Frame: strings are
+// unescaped (invalid UTF-8 becomes U+FFFD), timestamps are parsed as
+// time.Time.UnmarshalJSON parses them, null leaves a field as it is
+// (a null payload is the JSON payload null), and a repeated field is
+// decoded again, the last occurrence winning. It differs from
+// encoding/json in two ways:
+//
+//   - Field names match exactly. encoding/json also matches them ignoring
+//     case ("Key", "SEQ"), which the protocol does not allow.
+//   - A repeated "events" array replaces the earlier one, where
+//     encoding/json decodes it over the events already decoded.
+//
+// Each Event.Payload aliases data: it is a slice of the message, not a
+// copy (except for a payload that is a JSON string, which is copied), so
+// data must not be modified while the frame is in use. The processor
+// client receives every message into a buffer of its own, so this holds
+// there.
+func DecodeFrame(data []byte) (*Frame, error) {
+	d := frameDecoder{f: new(Frame), size: len(data)}
+	d.dec.Reset(data)
+	err := d.dec.Object(d.frameField)
+	if err == nil {
+		err = d.dec.End()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode frame: %w", err)
+	}
+	f := d.f
+	if f.V != Version {
+		return nil, fmt.Errorf("decode frame: unsupported version %d (want %d)", f.V, Version)
+	}
+	if f.Type != TypeEvents {
+		return nil, fmt.Errorf("decode frame: unexpected type %q", f.Type)
+	}
+	return f, nil
+}
+
+// frameDecoder holds DecodeFrame's state: the JSON decoder, which reads
+// the message in one pass, the frame being filled, the event being
+// decoded, and the last strings decoded for fields that tend to repeat
+// from event to event, so that a frame whose events share a source and a
+// raw object allocates those strings once.
+type frameDecoder struct {
+	dec  jsonscan.Decoder
+	size int // of the message
+	f    *Frame
+	ev   *Event // the event being decoded, f.Events[n]
+	n    int
+
+	source, rawKey lastString
+}
+
+// frameField decodes the value of one member of the frame object. The
+// values of unknown members are left to the Decoder, which skips them.
+func (d *frameDecoder) frameField(key []byte, plain bool) error {
+	f := d.f
+	switch string(keyText(key, plain)) {
+	case "v":
+		return decodeInt(&d.dec, &f.V, "v")
+	case "type":
+		val, kind, err := d.dec.Value()
+		if err != nil {
+			return err
+		}
+		if kind == jsonscan.String && string(val) == TypeEvents {
+			f.Type = TypeEvents // no need to allocate it
+			return nil
+		}
+		return setString(&f.Type, val, kind, "type")
+	case "frame":
+		return decodeInt(&d.dec, &f.ID, "frame")
+	case "delivery":
+		return decodeInt(&d.dec, &f.Delivery, "delivery")
+	case "raw_store":
+		return decodeString(&d.dec, &f.RawStore, "raw_store")
+	case "events":
+		switch kind := d.dec.Peek(); kind {
+		case jsonscan.Null:
+			f.Events = nil
+		case jsonscan.Array:
+			f.Events = nil
+			if err := d.dec.Array(d.event); err != nil {
+				return err
+			}
+			if f.Events == nil {
+				f.Events = []Event{}
+			}
+		default:
+			return typeError("events", "an array", kind)
+		}
+	}
+	return nil
+}
+
+// maxEventsHint bounds the number of events DecodeFrame makes room for
+// from its estimate: the daemon's largest events_per_frame.
+const maxEventsHint = 10000
+
+// event decodes one element of the events array.
+func (d *frameDecoder) event() error {
+	start := d.dec.Offset()
+	d.f.Events = append(d.f.Events, Event{})
+	d.n = len(d.f.Events) - 1
+	d.ev = &d.f.Events[d.n]
+	switch kind := d.dec.Peek(); kind {
+	case jsonscan.Null:
+		return nil
+	case jsonscan.Object:
+		if err := d.dec.Object(d.eventField); err != nil {
+			return err
+		}
+	default:
+		return typeError(fmt.Sprintf("events[%d]", d.n), "an object", kind)
+	}
+	if d.n == 0 {
+		// Make room for as many more events as the rest of the message
+		// holds if they are the size of the first, as they tend to be,
+		// rather than growing the slice one doubling at a time. The
+		// first is at least 2 bytes long: "{}".
+		n := (d.size - d.dec.Offset()) / (d.dec.Offset() - start)
+		d.f.Events = slices.Grow(d.f.Events, min(n+n/8, maxEventsHint))
+	}
+	return nil
+}
+
+// eventField decodes the value of one member of an event object.
+func (d *frameDecoder) eventField(key []byte, plain bool) error {
+	ev := d.ev
+	var err error
+	switch string(keyText(key, plain)) {
+	case "key":
+		err = decodeString(&d.dec, &ev.Key, "key")
+	case "source":
+		err = d.source.decode(&d.dec, &ev.Source, "source")
+	case "seq":
+		err = decodeInt(&d.dec, &ev.Seq, "seq")
+	case "fetched_at":
+		err = decodeTime(&d.dec, &ev.FetchedAt, "fetched_at")
+	case "event_time":
+		err = decodeTime(&d.dec, &ev.EventTime, "event_time")
+	case "raw":
+		switch kind := d.dec.Peek(); kind {
+		case jsonscan.Null:
+		case jsonscan.Object:
+			err = d.dec.Object(d.rawField)
+		default:
+			err = typeError("raw", "an object", kind)
+		}
+	case "payload":
+		var val []byte
+		var kind jsonscan.Kind
+		if val, kind, err = d.dec.Value(); err != nil {
+			return err
+		}
+		if kind == jsonscan.String {
+			// val lacks the quotes; the payload is the string with them.
+			p := make([]byte, 0, len(val)+2)
+			val = append(append(append(p, '"'), val...), '"')
+		}
+		ev.Payload = val
+	case "payload_b64":
+		err = decodeBase64(&d.dec, &ev.PayloadBase64, "payload_b64")
+	}
+	if err != nil {
+		return within(err, fmt.Sprintf("events[%d]", d.n))
+	}
+	return nil
+}
+
+// rawField decodes the value of one member of an event's raw object.
+func (d *frameDecoder) rawField(key []byte, plain bool) error {
+	raw := &d.ev.Raw
+	var err error
+	switch string(keyText(key, plain)) {
+	case "key":
+		err = d.rawKey.decode(&d.dec, &raw.Key, "key")
+	case "off":
+		err = decodeInt(&d.dec, &raw.Off, "off")
+	case "len":
+		err = decodeInt(&d.dec, &raw.Len, "len")
+	}
+	if err != nil {
+		return within(err, "raw")
+	}
+	return nil
+}
+
+// keyText returns the text of an object key from the Decoder. Keys are
+// compared in a switch on string(keyText(...)), which does not allocate.
+func keyText(key []byte, plain bool) []byte {
+	if plain {
+		return key
+	}
+	// The Decoder validated the key, so Unquote cannot fail; were it to,
+	// nil would match no field name.
+	s, err := jsonscan.Unquote(key)
+	if err != nil {
+		return nil
+	}
+	return []byte(s)
+}
+
+// fieldError is a field that is of the wrong JSON type or does not decode.
+// Its Field is a path in the frame, built up as the error is returned
+// through the levels: "frame", "events[3].seq", "events[3].raw.off".
+type fieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *fieldError) Error() string { return "field " + e.Field + ": " + e.Msg }
+
+// within prefixes the path of a *fieldError with the path of the object
+// the field is in, and returns any error.
+func within(err error, path string) error {
+	if fe, ok := err.(*fieldError); ok {
+		fe.Field = path + "." + fe.Field
+	}
+	return err
+}
+
+// typeError reports a value of kind where want was expected.
+func typeError(field, want string, kind jsonscan.Kind) error {
+	return &fieldError{Field: field, Msg: "want " + want + ", found " + kindName(kind)}
+}
+
+func kindName(k jsonscan.Kind) string {
+	switch k {
+	case jsonscan.Object, jsonscan.Array:
+		return "an " + k.String()
+	case jsonscan.Null:
+		return "null"
+	}
+	return "a " + k.String()
+}
+
+// integer is the field types decodeInt fills.
+type integer interface{ ~int | ~int64 }
+
+// decodeInt reads a JSON integer into *dst, leaving it alone for null. A
+// number with a fraction or exponent, or out of the range of T, is an
+// error, as it is for encoding/json.
+func decodeInt[T integer](dec *jsonscan.Decoder, dst *T, field string) error {
+	val, kind, err := dec.Value()
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case jsonscan.Null:
+		return nil
+	case jsonscan.Number:
+		n, ok := parseInt(val)
+		if ok && int64(T(n)) == n {
+			*dst = T(n)
+			return nil
+		}
+		return &fieldError{Field: field, Msg: "number " + string(val) + " is not an integer in range"}
+	}
+	return typeError(field, "an integer", kind)
+}
+
+// parseInt parses a valid JSON number as an int64 and reports whether it
+// is an integer that fits.
+func parseInt(b []byte) (int64, bool) {
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	// A valid JSON integer has no leading zeros, so 19 digits are all an
+	// int64 can need, and 19 digits cannot overflow a uint64.
+	if len(b) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c-'0' > 9 {
+			return 0, false // a fraction or an exponent
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false
+		}
+		return -int64(u), true // -(1<<63) wraps to itself, as it should
+	}
+	if u > 1<<63-1 {
+		return 0, false
+	}
+	return int64(u), true
+}
+
+// decodeTime reads a JSON string into *dst, leaving it alone for null. It
+// parses the raw text, escapes included, as time.Time.UnmarshalJSON does.
+func decodeTime(dec *jsonscan.Decoder, dst *time.Time, field string) error {
+	val, kind, err := dec.Value()
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case jsonscan.Null:
+		return nil
+	case jsonscan.String:
+		t, err := parseTime(val)
+		if err != nil {
+			return &fieldError{Field: field, Msg: err.Error()}
+		}
+		*dst = t
+		return nil
+	}
+	return typeError(field, "a string", kind)
+}
+
+// decodeString reads a JSON string into *dst, leaving it alone for null.
+func decodeString(dec *jsonscan.Decoder, dst *string, field string) error {
+	val, kind, err := dec.Value()
+	if err != nil {
+		return err
+	}
+	return setString(dst, val, kind, field)
+}
+
+// setString decodes the raw bytes of a string value into *dst; null
+// leaves it alone.
+func setString(dst *string, val []byte, kind jsonscan.Kind, field string) error {
+	switch kind {
+	case jsonscan.Null:
+		return nil
+	case jsonscan.String:
+		s, err := jsonscan.Unquote(val)
+		if err != nil {
+			return &fieldError{Field: field, Msg: err.Error()}
+		}
+		*dst = s
+		return nil
+	}
+	return typeError(field, "a string", kind)
+}
+
+// lastString remembers the last string a field decoded to, with its raw
+// bytes, to hand the same string out again when the next value is written
+// the same. Its zero value knows the empty string.
+type lastString struct {
+	raw []byte
+	s   string
+}
+
+// decode is decodeString, reusing the last string when the value is
+// written the same.
+func (l *lastString) decode(dec *jsonscan.Decoder, dst *string, field string) error {
+	val, kind, err := dec.Value()
+	if err != nil {
+		return err
+	}
+	if kind == jsonscan.String && bytes.Equal(val, l.raw) {
+		*dst = l.s
+		return nil
+	}
+	if err := setString(dst, val, kind, field); err != nil || kind != jsonscan.String {
+		return err
+	}
+	l.raw, l.s = val, *dst
+	return nil
+}
+
+// decodeBase64 reads a JSON string as standard base64 into *dst, as
+// encoding/json decodes a []byte: escapes resolved first, newlines
+// ignored, padding required; null sets *dst to nil.
+func decodeBase64(dec *jsonscan.Decoder, dst *[]byte, field string) error {
+	val, kind, err := dec.Value()
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case jsonscan.Null:
+		*dst = nil
+		return nil
+	case jsonscan.String:
+	default:
+		return typeError(field, "a string", kind)
+	}
+	src := val
+	if bytes.IndexByte(val, '\\') >= 0 {
+		s, err := jsonscan.Unquote(val)
+		if err != nil {
+			return &fieldError{Field: field, Msg: err.Error()}
+		}
+		src = []byte(s)
+	}
+	b := make([]byte, base64.StdEncoding.DecodedLen(len(src)))
+	n, err := base64.StdEncoding.Decode(b, src)
+	if err != nil {
+		return &fieldError{Field: field, Msg: err.Error()}
+	}
+	*dst = b[:n]
+	return nil
+}
