@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -42,6 +43,8 @@ type deadLetterPayload struct {
 
 // appendBatch asks the Publisher to commit a durable batch and send it.
 type appendBatch struct {
+	// chain orders the batches of one source incarnation in the queue.
+	chain  *queue.Chain
 	gen    uint64
 	seq    uint64
 	source string

@@ -119,24 +119,24 @@ func (p *Publisher) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
-	sender, root := ctx.Sender(), ctx.ActorSystem().Root
-	go func() {
-		b := queue.Batch{
-			Source:    m.source,
-			FetchedAt: m.batch.FetchedAt,
-			RawKey:    m.rawKey,
-			Events:    make([]queue.NewEvent, len(m.batch.Records)),
-			Cursor:    m.batch.Cursor,
-			SetCursor: m.batch.Cursor != "",
-		}
-		for i, r := range m.batch.Records {
-			b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: r.Off, RawLen: r.Len,
-				Payload: m.batch.Body[r.Off : r.Off+r.Len]}
-		}
-		start := time.Now()
-		// A commit is not abandoned half-way: it finishes even during
-		// shutdown, which waits for it.
-		frames, err := p.deps.Queue.Append(context.Background(), b)
+	b := queue.Batch{
+		Source:    m.source,
+		FetchedAt: m.batch.FetchedAt,
+		RawKey:    m.rawKey,
+		Events:    make([]queue.NewEvent, len(m.batch.Records)),
+		Cursor:    m.batch.Cursor,
+		SetCursor: m.batch.Cursor != "",
+	}
+	for i, r := range m.batch.Records {
+		b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: r.Off, RawLen: r.Len,
+			Payload: m.batch.Body[r.Off : r.Off+r.Len]}
+	}
+	sender, root, start := ctx.Sender(), ctx.ActorSystem().Root, time.Now()
+	// Enqueueing keeps the order in which this actor received the
+	// batches, which is each source's fetch order; the commit itself
+	// happens on the queue's writer, which calls back. Enqueueing only
+	// waits when the writer is far behind, which is backpressure.
+	err := p.deps.Queue.AppendAsync(context.Background(), b, m.chain, func(frames []queue.Frame, err error) {
 		p.deps.Metrics.commitDuration.Observe(time.Since(start).Seconds())
 		n := 0
 		if err == nil {
@@ -146,7 +146,10 @@ func (p *Publisher) Receive(ctx actor.Context) {
 			}
 		}
 		root.Send(sender, &batchCommitted{gen: m.gen, seq: m.seq, newEvents: n, err: err})
-	}()
+	})
+	if err != nil {
+		ctx.Send(sender, &batchCommitted{gen: m.gen, seq: m.seq, err: err})
+	}
 }
 
 // OffsetStore serves the durable cursors. Cursors are written by the

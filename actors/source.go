@@ -11,6 +11,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/backoff"
+	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -31,17 +32,17 @@ type SourceActor struct {
 	src    sources.Source
 	timer  *time.Timer
 
-	cursor     string // cursor for the next fetch (may be ahead of the durable one)
-	ready      bool   // the durable cursor has been read
-	fetching   bool
-	failures   int
-	nextSeq    uint64
-	inflight   int                      // fetched, not yet committed
-	pending    map[uint64]*pendingBatch // fetched batches by seq, until committed
-	commitAt   uint64                   // next seq to commit
-	committing bool                     // a commit is in flight
-	drainer    *actor.PID               // set once a drain was requested
-	retry      backoff.Policy
+	cursor   string // cursor for the next fetch (may be ahead of the durable one)
+	ready    bool   // the durable cursor has been read
+	fetching bool
+	failures int
+	nextSeq  uint64
+	inflight int                      // fetched, not yet committed
+	pending  map[uint64]*pendingBatch // fetched batches by seq, until committed
+	sendAt   uint64                   // next seq to send to the Publisher
+	chain    *queue.Chain             // orders this incarnation's commits
+	drainer  *actor.PID               // set once a drain was requested
+	retry    backoff.Policy
 }
 
 // pendingBatch is a fetched batch on its way to the queue.
@@ -97,7 +98,8 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.gen = rand.Uint64()
 	a.runCtx, a.cancel = context.WithCancel(context.Background())
 	a.pending = make(map[uint64]*pendingBatch)
-	a.nextSeq, a.commitAt, a.inflight, a.fetching, a.ready, a.committing = 0, 0, 0, false, false, false
+	a.nextSeq, a.sendAt, a.inflight, a.fetching, a.ready = 0, 0, 0, false, false
+	a.chain = &queue.Chain{}
 	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
@@ -247,19 +249,19 @@ func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {
 	a.commitNext(ctx)
 }
 
-// commitNext sends the next batch, in fetch order, to the Publisher once its
-// raw payload is durable. One commit per source is in flight at a time, so
-// cursors are committed in the order they were fetched and never move back.
+// commitNext sends the batches whose raw payload is durable to the
+// Publisher, in fetch order. Several may be committing at once: the queue
+// commits them in the order they were sent, on one chain, so cursors only
+// move forward and never past a batch that failed.
 func (a *SourceActor) commitNext(ctx actor.Context) {
-	if a.committing {
-		return
+	for {
+		p, ok := a.pending[a.sendAt]
+		if !ok || p.rawKey == "" {
+			return
+		}
+		ctx.Request(a.deps.Publisher, &appendBatch{chain: a.chain, gen: a.gen, seq: a.sendAt, source: a.cfg.Name, rawKey: p.rawKey, batch: p.batch})
+		a.sendAt++
 	}
-	p, ok := a.pending[a.commitAt]
-	if !ok || p.rawKey == "" {
-		return
-	}
-	a.committing = true
-	ctx.Request(a.deps.Publisher, &appendBatch{gen: a.gen, seq: a.commitAt, source: a.cfg.Name, rawKey: p.rawKey, batch: p.batch})
 }
 
 func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
@@ -270,8 +272,6 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 	}
 	p := a.pending[m.seq]
 	delete(a.pending, m.seq)
-	a.committing = false
-	a.commitAt++
 	a.inflight--
 	now := time.Now()
 	a.deps.Metrics.events.WithLabelValues(a.cfg.Name).Add(float64(m.newEvents))

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -65,26 +66,63 @@ type Frame struct {
 // new; an event whose (source, key) is already queued or remembered is
 // dropped as a duplicate.
 func (q *Queue) Append(ctx context.Context, b Batch) ([]Frame, error) {
+	done := make(chan struct{})
+	var frames []Frame
+	var err error
+	if serr := q.AppendAsync(ctx, b, nil, func(f []Frame, e error) { frames, err = f, e; close(done) }); serr != nil {
+		return nil, serr
+	}
+	<-done
+	return frames, err
+}
+
+// Chain orders the batches of one source. A batch appended on a chain
+// fails without being applied if an earlier batch on the same chain failed:
+// its cursor must never be committed past events that were not.
+type Chain struct {
+	failed error // written by the writer goroutine only
+}
+
+// AppendAsync hands b to the writer and returns once it is enqueued; done
+// is called on the writer goroutine after the group commit, with the frames
+// of the new events or the error. Batches enqueued one after another are
+// committed in that order, so a source can have several batches in flight
+// and its cursor still only moves forward. chain may be nil.
+func (q *Queue) AppendAsync(ctx context.Context, b Batch, chain *Chain, done func([]Frame, error)) error {
 	var frames []Frame
 	var added int64
 	r := &request{
 		apply: func(tx *sql.Tx) error {
+			if chain != nil && chain.failed != nil {
+				return fmt.Errorf("an earlier batch on this chain failed: %w", chain.failed)
+			}
 			var err error
 			frames, added, err = q.applyAppend(tx, &b)
+			if err != nil && chain != nil {
+				chain.failed = err // later batches in this same group must not apply
+			}
 			return err
 		},
 	}
-	r.committed = func() {
+	r.finished = func(err error) {
+		if err != nil {
+			if chain != nil && chain.failed == nil {
+				chain.failed = err
+			}
+			done(nil, fmt.Errorf("append batch of %q: %w", b.Source, err))
+			return
+		}
 		q.pendingEvents.Add(added)
 		q.pendingFrames.Add(int64(len(frames)))
+		done(frames, nil)
 	}
-	if err := q.submit(ctx, r); err != nil {
-		return nil, fmt.Errorf("append batch of %q: %w", b.Source, err)
+	if err := q.enqueue(ctx, r); err != nil {
+		return fmt.Errorf("append batch of %q: %w", b.Source, err)
 	}
-	return frames, nil
+	return nil
 }
 
-const eventCols = 8
+const eventCols = 7
 
 // prepareInserts prepares the multi-row insert statements before the writer
 // starts (the writer's only connection is busy inside its transaction
@@ -97,14 +135,14 @@ func (q *Queue) prepareInserts() error {
 	}
 	for _, rows := range sizes {
 		var sb strings.Builder
-		sb.WriteString(`INSERT INTO events(source, key, frame_id, fetched_at, event_time, raw_id, raw_off, raw_len) VALUES `)
+		sb.WriteString(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len) VALUES `)
 		for i := 0; i < rows; i++ {
 			if i > 0 {
 				sb.WriteByte(',')
 			}
-			sb.WriteString(`(?,?,?,?,?,?,?,?)`)
+			sb.WriteString(`(?,?,?,?,?,?,?)`)
 		}
-		sb.WriteString(` ON CONFLICT(source, key) DO NOTHING RETURNING id, key`)
+		sb.WriteString(` ON CONFLICT(source, key) DO NOTHING`)
 		st, err := q.wdb.Prepare(sb.String())
 		if err != nil {
 			return fmt.Errorf("prepare insert of %d rows: %w", rows, err)
@@ -116,8 +154,8 @@ func (q *Queue) prepareInserts() error {
 
 // insertChunk inserts the rows in args (eventCols values each) and adds the
 // ids of the new ones to ids.
-func (q *Queue) insertChunk(tx *sql.Tx, args []any, ids map[string]int64) error {
-	for len(args) > 0 {
+func (q *Queue) insertChunk(tx *sql.Tx, args []any, seqs []int64) error {
+	for pos := 0; len(args) > 0; {
 		rows := len(args) / eventCols
 		if _, ok := q.stmts[rows]; !ok {
 			rows = 1
@@ -125,10 +163,62 @@ func (q *Queue) insertChunk(tx *sql.Tx, args []any, ids map[string]int64) error 
 				rows *= 2
 			}
 		}
-		if err := insertReturning(tx.Stmt(q.stmts[rows]), args[:rows*eventCols], ids); err != nil {
+		if err := insertRows(tx, tx.Stmt(q.stmts[rows]), args[:rows*eventCols], seqs[pos:pos+rows]); err != nil {
 			return err
 		}
 		args = args[rows*eventCols:]
+		pos += rows
+	}
+	return nil
+}
+
+// insertRows inserts len(seqs) rows and sets seqs[i] to the seq given to
+// row i, or 0 when it was a duplicate. The rows a statement inserts get
+// consecutive seqs (one writer; a skipped duplicate allocates none), so
+// when none is a duplicate, the common case, no row is read back.
+func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
+	res, err := st.Exec(args...)
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if n == 0 {
+		clear(seqs)
+		return nil
+	}
+	last, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if int(n) == len(seqs) {
+		for i := range seqs {
+			seqs[i] = last - n + 1 + int64(i)
+		}
+		return nil
+	}
+	rows, err := tx.Query(`SELECT id, key FROM events WHERE id BETWEEN ? AND ?`, last-n+1, last)
+	if err != nil {
+		return fmt.Errorf("read back inserted events: %w", err)
+	}
+	inserted := make(map[string]int64, n)
+	for rows.Next() {
+		var id int64
+		var key string
+		if err := rows.Scan(&id, &key); err != nil {
+			return fmt.Errorf("read back inserted events: %w", errors.Join(err, rows.Close()))
+		}
+		inserted[key] = id
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("read back inserted events: %w", err)
+	}
+	for i := range seqs {
+		key := args[i*eventCols+1].(string)
+		seqs[i] = inserted[key]
+		delete(inserted, key) // a key repeated in the statement: its first row won
 	}
 	return nil
 }
@@ -138,7 +228,8 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
 	var frames []Frame
 	var added int64
 	if len(b.Events) > 0 {
-		res, err := tx.Exec(`INSERT INTO raw_objects(key) VALUES (?)`, b.RawKey)
+		res, err := tx.Exec(`INSERT INTO raw_objects(key, fetched_at, seq_floor)
+			VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1)`, b.RawKey, b.FetchedAt.UnixNano())
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert raw object: %w", err)
 		}
@@ -146,9 +237,9 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert raw object: %w", err)
 		}
-		fetched := b.FetchedAt.UnixNano()
 		per := q.opts.EventsPerFrame
 		args := make([]any, 0, per*eventCols)
+		var seqs []int64
 		for start := 0; start < len(b.Events); start += per {
 			chunk := b.Events[start:min(start+per, len(b.Events))]
 			frameID := q.nextFrame
@@ -160,30 +251,36 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
 				if !e.EventTime.IsZero() {
 					et = e.EventTime.UnixNano()
 				}
-				args = append(args, b.Source, e.Key, frameID, fetched, et, rawID, e.RawOff, e.RawLen)
+				args = append(args, b.Source, e.Key, frameID, et, rawID, e.RawOff, e.RawLen)
 			}
-			ids := make(map[string]int64, len(chunk))
-			if err := q.insertChunk(tx, args, ids); err != nil {
+			seqs = append(seqs[:0], make([]int64, len(chunk))...)
+			if err := q.insertChunk(tx, args, seqs); err != nil {
 				return nil, 0, err
 			}
-			if len(ids) == 0 {
-				continue
-			}
-			f := Frame{ID: frameID, Source: b.Source, Events: make([]Event, 0, len(ids))}
-			for i := range chunk {
-				e := &chunk[i]
-				seq, ok := ids[e.Key]
-				if !ok {
+			f := Frame{ID: frameID, Source: b.Source}
+			var first, last int64
+			for i, seq := range seqs {
+				if seq == 0 {
 					continue
 				}
-				delete(ids, e.Key) // a key repeated within the batch is sent once
+				if first == 0 {
+					first = seq
+				}
+				last = seq
+				e := &chunk[i]
 				f.Events = append(f.Events, Event{
 					Seq: seq, Source: b.Source, Key: e.Key, FetchedAt: b.FetchedAt, EventTime: e.EventTime,
 					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
 				})
 			}
-			if _, err := tx.Exec(`INSERT INTO frames(id, source, n, created_at) VALUES (?,?,?,?)`,
-				frameID, b.Source, len(f.Events), now); err != nil {
+			if len(f.Events) == 0 {
+				continue
+			}
+			// A frame's events are inserted together by the only writer, so
+			// they are exactly the events with seq in [first, last]: frames
+			// find their events by primary key, with no index on frame_id.
+			if _, err := tx.Exec(`INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`,
+				frameID, b.Source, len(f.Events), first, last, now); err != nil {
 				return nil, 0, fmt.Errorf("insert frame: %w", err)
 			}
 			added += int64(len(f.Events))
@@ -270,11 +367,11 @@ func (q *Queue) Ack(ctx context.Context, frames []int64, keys []KeyAck) ([]int64
 		}
 		return nil
 	}}
-	r.committed = func() {
+	committed := func() {
 		q.pendingEvents.Add(-events)
 		q.pendingFrames.Add(-int64(len(cleared)))
 	}
-	if err := q.submit(ctx, r); err != nil {
+	if err := q.submit(ctx, r, committed); err != nil {
 		return nil, fmt.Errorf("ack: %w", err)
 	}
 	return cleared, nil
@@ -317,15 +414,16 @@ func (q *Queue) FramesAfter(ctx context.Context, after int64, limit int) ([]int6
 // false when the frame is no longer pending.
 func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 	f := Frame{ID: id}
-	err := q.rdb.QueryRowContext(ctx, `SELECT source, deliveries FROM frames WHERE id = ?`, id).Scan(&f.Source, &f.Deliveries)
+	var first, last int64
+	err := q.rdb.QueryRowContext(ctx, `SELECT source, deliveries, first_seq, last_seq FROM frames WHERE id = ?`, id).Scan(&f.Source, &f.Deliveries, &first, &last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Frame{}, false, nil
 	}
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
-	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, e.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len
-		FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.frame_id = ? AND e.acked = 0 ORDER BY e.id`, id)
+	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, r.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len
+		FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.id BETWEEN ? AND ? AND e.acked = 0 ORDER BY e.id`, first, last)
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
@@ -357,7 +455,7 @@ func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
 		}
 		return nil
 	}}
-	return q.submit(ctx, r)
+	return q.submit(ctx, r, nil)
 }
 
 // DeadLetter records a payload that could not be queued (for example a
@@ -368,7 +466,7 @@ func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey string) e
 			source, reason, rawKey, time.Now().UnixNano())
 		return err
 	}}
-	if err := q.submit(ctx, r); err != nil {
+	if err := q.submit(ctx, r, nil); err != nil {
 		return fmt.Errorf("dead-letter payload of %q: %w", source, err)
 	}
 	return nil
@@ -381,7 +479,8 @@ func (q *Queue) DeadLetterFrame(ctx context.Context, id int64, reason string) er
 	var moved bool
 	r := &request{apply: func(tx *sql.Tx) error {
 		var source string
-		err := tx.QueryRow(`DELETE FROM frames WHERE id = ? RETURNING source, n`, id).Scan(&source, &n)
+		var first int64
+		err := tx.QueryRow(`DELETE FROM frames WHERE id = ? RETURNING source, n, first_seq`, id).Scan(&source, &n, &first)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -390,17 +489,17 @@ func (q *Queue) DeadLetterFrame(ctx context.Context, id int64, reason string) er
 		}
 		moved = true
 		_, err = tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at)
-			SELECT ?, ?, coalesce((SELECT r.key FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.frame_id = ? LIMIT 1), ''), ?, ?`,
-			source, reason, id, id, time.Now().UnixNano())
+			SELECT ?, ?, coalesce((SELECT r.key FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.id = ?), ''), ?, ?`,
+			source, reason, first, id, time.Now().UnixNano())
 		return err
 	}}
-	r.committed = func() {
+	committed := func() {
 		if moved {
 			q.pendingEvents.Add(-n)
 			q.pendingFrames.Add(-1)
 		}
 	}
-	return q.submit(ctx, r)
+	return q.submit(ctx, r, committed)
 }
 
 // DeadLetter is one entry of the dead-letter list.
@@ -468,15 +567,12 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 	cutoff := time.Now().Add(-q.opts.DedupeWindow).UnixNano()
 	var deleted int64
 	r := &request{apply: func(tx *sql.Tx) error {
-		// Frames are allocated in increasing order, so every event below the
-		// oldest pending frame has been acked (or dead-lettered).
-		var minPending sql.NullInt64
-		if err := tx.QueryRow(`SELECT min(id) FROM frames`).Scan(&minPending); err != nil {
+		// Frames and seqs are allocated in increasing order, so every event
+		// below the first seq of the oldest pending frame has been acked
+		// (or dead-lettered).
+		bound := int64(math.MaxInt64)
+		if err := tx.QueryRow(`SELECT first_seq FROM frames ORDER BY id LIMIT 1`).Scan(&bound); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("prune: %w", err)
-		}
-		bound := q.nextFrame
-		if minPending.Valid {
-			bound = minPending.Int64
 		}
 		// Remember the highest frame id ever allocated before its rows can
 		// go, so that ids are never reused (a late ack must not clear a
@@ -484,8 +580,15 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		if _, err := tx.Exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'frame_high'`, q.nextFrame-1); err != nil {
 			return fmt.Errorf("prune: %w", err)
 		}
-		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE frame_id < ? AND fetched_at < ? ORDER BY frame_id LIMIT ?)`,
-			bound, cutoff, limit)
+		// Raw objects are committed in fetch order (closely enough across
+		// sources), so the first one inside the window bounds the seqs
+		// that are older than it.
+		var windowSeq int64 = math.MaxInt64
+		if err := tx.QueryRow(`SELECT seq_floor FROM raw_objects WHERE fetched_at >= ? ORDER BY id LIMIT 1`, cutoff).Scan(&windowSeq); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("prune: %w", err)
+		}
+		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE id < ? ORDER BY id LIMIT ?)`,
+			min(bound, windowSeq), limit)
 		if err != nil {
 			return fmt.Errorf("prune events: %w", err)
 		}
@@ -499,7 +602,7 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		}
 		return nil
 	}}
-	if err := q.submit(ctx, r); err != nil {
+	if err := q.submit(ctx, r, nil); err != nil {
 		return 0, err
 	}
 	return deleted, nil

@@ -118,7 +118,9 @@ func (q *Queue) load() error {
 	if err := q.wdb.QueryRow(`SELECT max(id) FROM frames`).Scan(&maxFrame); err != nil {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
-	if err := q.wdb.QueryRow(`SELECT max(frame_id) FROM events`).Scan(&maxEventFrame); err != nil {
+	// Events are inserted in frame order, so the newest event has the
+	// highest frame id; reading it by primary key avoids a table scan.
+	if err := q.wdb.QueryRow(`SELECT frame_id FROM events ORDER BY id DESC LIMIT 1`).Scan(&maxEventFrame); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
 	var high int64
@@ -165,34 +167,44 @@ func (q *Queue) Close() error {
 }
 
 // request is one unit of work for the writer. apply runs inside the group
-// transaction under its own savepoint; after the commit, done is called
-// with the commit's outcome.
+// transaction under its own savepoint; finished then runs on the writer
+// goroutine with the outcome: apply's error, or the commit's.
 type request struct {
-	apply func(tx *sql.Tx) error
-	// committed runs on the writer goroutine after a successful commit, to
-	// update in-memory counters.
-	committed func()
-	err       chan error
+	apply    func(tx *sql.Tx) error
+	finished func(err error)
 }
 
-// submit hands r to the writer and waits for its commit.
-func (q *Queue) submit(ctx context.Context, r *request) error {
-	r.err = make(chan error, 1)
+// enqueue hands r to the writer without waiting for its commit.
+func (q *Queue) enqueue(ctx context.Context, r *request) error {
 	q.closeMu.RLock()
+	defer q.closeMu.RUnlock()
 	if q.closed {
-		q.closeMu.RUnlock()
 		return ErrClosed
 	}
 	select {
 	case q.reqs <- r:
-		q.closeMu.RUnlock()
+		return nil
 	case <-ctx.Done():
-		q.closeMu.RUnlock()
 		return ctx.Err()
 	}
-	// Once submitted, the request is committed or failed by the writer even
-	// if ctx ends: wait for the outcome so the caller knows what happened.
-	return <-r.err
+}
+
+// submit hands r to the writer and waits for its commit. Once enqueued, the
+// request is committed or failed even if ctx ends: submit waits for the
+// outcome so the caller knows what happened. committed, if set, runs on the
+// writer goroutine after a successful commit.
+func (q *Queue) submit(ctx context.Context, r *request, committed func()) error {
+	errc := make(chan error, 1)
+	r.finished = func(err error) {
+		if err == nil && committed != nil {
+			committed()
+		}
+		errc <- err
+	}
+	if err := q.enqueue(ctx, r); err != nil {
+		return err
+	}
+	return <-errc
 }
 
 // maxGroup caps the requests committed in one transaction.
@@ -223,10 +235,7 @@ func (q *Queue) writer() {
 			if e == nil {
 				e = errs[i]
 			}
-			if e == nil && r.committed != nil {
-				r.committed()
-			}
-			r.err <- e
+			r.finished(e)
 		}
 	}
 }

@@ -11,15 +11,18 @@ import (
 var migrations = []string{
 	`
 CREATE TABLE raw_objects (
-	id  INTEGER PRIMARY KEY,
-	key TEXT NOT NULL
+	id         INTEGER PRIMARY KEY,
+	key        TEXT    NOT NULL,
+	fetched_at INTEGER NOT NULL,
+	-- seq_floor is at most the seq of the object's first event: pruning
+	-- finds the seq boundary of its dedupe window here, not in events.
+	seq_floor  INTEGER NOT NULL
 );
 CREATE TABLE events (
 	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	source     TEXT    NOT NULL,
 	key        TEXT    NOT NULL,
 	frame_id   INTEGER NOT NULL,
-	fetched_at INTEGER NOT NULL,
 	event_time INTEGER NOT NULL,
 	raw_id     INTEGER NOT NULL,
 	raw_off    INTEGER NOT NULL,
@@ -27,11 +30,12 @@ CREATE TABLE events (
 	acked      INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX events_source_key ON events(source, key);
-CREATE INDEX events_frame ON events(frame_id);
 CREATE TABLE frames (
 	id         INTEGER PRIMARY KEY,
 	source     TEXT    NOT NULL,
 	n          INTEGER NOT NULL,
+	first_seq  INTEGER NOT NULL,
+	last_seq   INTEGER NOT NULL,
 	deliveries INTEGER NOT NULL DEFAULT 0,
 	created_at INTEGER NOT NULL
 );
