@@ -36,8 +36,60 @@ type Batch struct {
 	// Records are the events found in Body, in upstream order.
 	Records []Record
 	// Cursor is the cursor to persist once this batch is durable; empty means
-	// the cursor does not change.
+	// the cursor does not change. It is opaque to the caller: a source may
+	// encode several values in it (a page token and a high-water mark, say),
+	// so that a restart resumes mid-pagination at the right page.
 	Cursor string
+	// More reports that the upstream has more data right now (the next page
+	// of a paginated poll): the caller fetches again, with Cursor, as soon
+	// as its window allows instead of waiting for the interval.
+	More bool
+}
+
+// WaitError asks the caller not to call Fetch again before Until, for
+// example because the upstream answered 429 or 503 with Retry-After.
+type WaitError struct {
+	Until time.Time
+	Err   error
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", e.Err, e.Until.UTC().Format(time.RFC3339))
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// PermanentError marks a failure that retrying soon will not fix, such as a
+// 4xx answer other than 408 and 429: a configuration problem. The caller
+// logs it once per streak and backs off to its cap.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Parser is implemented by sources that can parse a payload again from the
+// raw store with their current rules (replay, check-source).
+type Parser interface {
+	// Parse extracts records from body as Fetch would have. The returned
+	// batch has no Cursor and no More.
+	Parse(body []byte, fetchedAt time.Time) (*Batch, error)
+}
+
+// TraceEvent describes one upstream request, for `ingestor check-source`.
+type TraceEvent struct {
+	// Method and URL of the request; the URL has credentials and the query
+	// values of secret parameters removed. Header values are never traced.
+	Method, URL string
+	// Status is the HTTP status, 0 when no response came.
+	Status   int
+	Duration time.Duration
+	// Bytes is the size of the response body read.
+	Bytes int
+	// Err is the request's error, if any.
+	Err error
+	// Note is a short remark, e.g. "304 not modified" or "rate limited 200ms".
+	Note string
 }
 
 // MalformedError reports a payload that could not be parsed. The fetch itself
@@ -79,6 +131,11 @@ type Env struct {
 	Timeout time.Duration
 	// Logger already carries the source name.
 	Logger *slog.Logger
+	// Limiters holds the shared, named rate limiters ([rate_limiters.NAME]);
+	// nil when none are configured.
+	Limiters *RateLimiters
+	// Trace, when set, is called for every upstream request.
+	Trace func(TraceEvent)
 }
 
 // FieldError is a problem with one key of a source block. The config package
