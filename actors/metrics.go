@@ -1,6 +1,12 @@
 package actors
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the pipeline's per-source and per-actor metrics.
 type Metrics struct {
@@ -11,7 +17,7 @@ type Metrics struct {
 	bytes          *prometheus.CounterVec
 	malformed      *prometheus.CounterVec
 	lastSuccess    *prometheus.GaugeVec
-	lag            *prometheus.GaugeVec
+	ages           *sourceAges
 	paused         *prometheus.GaugeVec
 	restarts       *prometheus.CounterVec
 	rawPutDuration prometheus.Histogram
@@ -37,8 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Malformed payloads dead-lettered."}, src),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_last_success_timestamp_seconds",
 			Help: "Unix time of the last fetch whose batch was committed."}, src),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_lag_seconds",
-			Help: "Age of the newest record time seen in the last committed batch."}, src),
+		ages: &sourceAges{states: make(map[string]*sourceState)},
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_paused",
 			Help: "1 while the source waits because the queue is at max_pending_events."}, src),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_actor_restarts_total",
@@ -52,7 +57,67 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.polls, m.pollDuration, m.events, m.duplicates, m.bytes, m.malformed, m.lastSuccess,
-			m.lag, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors, m.commitDuration)
+			m.ages, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors, m.commitDuration)
 	}
 	return m
+}
+
+// sourceState is what a source reports between scrapes; ages computes the
+// lag gauges from it at scrape time, so they keep growing while a source
+// is stuck, which is when an SRE looks at them.
+type sourceState struct {
+	newestRecord atomic.Int64 // unix nanos of the newest record time committed
+	lastSuccess  atomic.Int64 // unix nanos of the last committed fetch
+	missingIDs   atomic.Pointer[func() int64]
+}
+
+// sourceAges is a collector of per-source ages.
+type sourceAges struct {
+	mu     sync.Mutex
+	states map[string]*sourceState
+}
+
+var (
+	lagDesc = prometheus.NewDesc("ingestor_source_lag_seconds",
+		"Age of the newest record time committed for the source (now minus that time).", []string{"source"}, nil)
+	sinceSuccessDesc = prometheus.NewDesc("ingestor_source_seconds_since_last_success",
+		"Time since the source last committed a fetched batch.", []string{"source"}, nil)
+	missingIDDesc = prometheus.NewDesc("ingestor_source_records_missing_id_total",
+		"Records without the configured id field, keyed by their content hash instead.", []string{"source"}, nil)
+)
+
+func (a *sourceAges) state(source string) *sourceState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.states[source]
+	if !ok {
+		st = &sourceState{}
+		a.states[source] = st
+	}
+	return st
+}
+
+// Describe implements prometheus.Collector.
+func (a *sourceAges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagDesc
+	ch <- sinceSuccessDesc
+	ch <- missingIDDesc
+}
+
+// Collect implements prometheus.Collector.
+func (a *sourceAges) Collect(ch chan<- prometheus.Metric) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now().UnixNano()
+	for name, st := range a.states {
+		if t := st.newestRecord.Load(); t != 0 {
+			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(now-t)/1e9, name)
+		}
+		if t := st.lastSuccess.Load(); t != 0 {
+			ch <- prometheus.MustNewConstMetric(sinceSuccessDesc, prometheus.GaugeValue, float64(now-t)/1e9, name)
+		}
+		if f := st.missingIDs.Load(); f != nil {
+			ch <- prometheus.MustNewConstMetric(missingIDDesc, prometheus.CounterValue, float64((*f)()), name)
+		}
+	}
 }

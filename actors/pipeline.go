@@ -12,6 +12,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/sources"
 )
 
 // Deps are the shared components the actors use.
@@ -27,6 +28,8 @@ type Deps struct {
 	MaxPendingEvents int64
 	// RawWriters caps concurrent raw-store writes. Default 8.
 	RawWriters int
+	// Limiters are the shared rate limiters sources may name.
+	Limiters *sources.RateLimiters
 
 	// Set by the Supervisor when it spawns the shared actors.
 	PersistRaw, Publisher, OffsetStore *actor.PID

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -32,17 +33,18 @@ type SourceActor struct {
 	src    sources.Source
 	timer  *time.Timer
 
-	cursor   string // cursor for the next fetch (may be ahead of the durable one)
-	ready    bool   // the durable cursor has been read
-	fetching bool
-	failures int
-	nextSeq  uint64
-	inflight int                      // fetched, not yet committed
-	pending  map[uint64]*pendingBatch // fetched batches by seq, until committed
-	sendAt   uint64                   // next seq to send to the Publisher
-	chain    *queue.Chain             // orders this incarnation's commits
-	drainer  *actor.PID               // set once a drain was requested
-	retry    backoff.Policy
+	cursor    string // cursor for the next fetch (may be ahead of the durable one)
+	ready     bool   // the durable cursor has been read
+	fetching  bool
+	failures  int
+	permanent bool // the current failure streak is of PermanentErrors
+	nextSeq   uint64
+	inflight  int                      // fetched, not yet committed
+	pending   map[uint64]*pendingBatch // fetched batches by seq, until committed
+	sendAt    uint64                   // next seq to send to the Publisher
+	chain     *queue.Chain             // orders this incarnation's commits
+	drainer   *actor.PID               // set once a drain was requested
+	retry     backoff.Policy
 }
 
 // pendingBatch is a fetched batch on its way to the queue.
@@ -100,13 +102,17 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.pending = make(map[uint64]*pendingBatch)
 	a.nextSeq, a.sendAt, a.inflight, a.fetching, a.ready = 0, 0, 0, false, false
 	a.chain = &queue.Chain{}
-	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log})
+	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.deps.Limiters})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
 		// with backoff, and other sources are untouched.
 		panic(fmt.Errorf("source %q: open: %w", a.cfg.Name, err))
 	}
 	a.src = src
+	if m, ok := src.(interface{ MissingIDs() int64 }); ok {
+		f := m.MissingIDs
+		a.deps.Metrics.ages.state(a.cfg.Name).missingIDs.Store(&f)
+	}
 	ctx.Request(a.deps.OffsetStore, &getCursor{source: a.cfg.Name})
 }
 
@@ -201,22 +207,44 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
 		return
 	}
+	var wait *sources.WaitError
+	if errors.As(m.err, &wait) {
+		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "wait").Inc()
+		d := max(time.Until(wait.Until), 0)
+		a.log.Info("upstream asked to wait", "err", wait.Err, "until", wait.Until, "wait", d.Round(time.Millisecond))
+		a.schedule(ctx, d)
+		return
+	}
+	var perm *sources.PermanentError
+	if errors.As(m.err, &perm) {
+		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
+		d := backoff.Jitter(a.retry.Max, 0.1)
+		if a.failures == 0 || !a.permanent {
+			a.log.Error("fetch refused: this looks like a configuration problem (poll_url, headers, credentials); not retrying hot",
+				"err", m.err, "retry_in", d)
+		}
+		a.failures++
+		a.permanent = true
+		a.schedule(ctx, d)
+		return
+	}
 	if m.err != nil {
 		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
 		wait := a.retry.Delay(a.failures)
-		if a.failures == 0 {
+		if a.failures == 0 || a.permanent {
 			a.log.Warn("fetch failed; backing off", "err", m.err, "retry_in", wait)
 		} else {
 			a.log.Debug("fetch failed again", "err", m.err, "failures", a.failures+1, "retry_in", wait)
 		}
 		a.failures++
+		a.permanent = false
 		a.schedule(ctx, wait)
 		return
 	}
 	if a.failures > 0 {
 		a.log.Info("fetch recovered", "after_failures", a.failures)
 	}
-	a.failures = 0
+	a.failures, a.permanent = 0, false
 	a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "ok").Inc()
 	b := m.batch
 	if b != nil && (len(b.Records) > 0 || b.Cursor != "") {
@@ -232,6 +260,10 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 	}
 	if a.drainer != nil {
 		a.maybeDrained(ctx)
+		return
+	}
+	if b != nil && b.More {
+		a.schedule(ctx, 0) // the next page: now, as the window allows
 		return
 	}
 	a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
@@ -275,18 +307,16 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 	a.inflight--
 	now := time.Now()
 	a.deps.Metrics.events.WithLabelValues(a.cfg.Name).Add(float64(m.newEvents))
+	st := a.deps.Metrics.ages.state(a.cfg.Name)
 	if p != nil {
 		a.deps.Metrics.duplicates.WithLabelValues(a.cfg.Name).Add(float64(len(p.batch.Records) - m.newEvents))
-		var newest time.Time
 		for i := range p.batch.Records {
-			if t := p.batch.Records[i].Time; t.After(newest) {
-				newest = t
+			if t := p.batch.Records[i].Time.UnixNano(); !p.batch.Records[i].Time.IsZero() && t > st.newestRecord.Load() {
+				st.newestRecord.Store(t)
 			}
 		}
-		if !newest.IsZero() {
-			a.deps.Metrics.lag.WithLabelValues(a.cfg.Name).Set(now.Sub(newest).Seconds())
-		}
 	}
+	st.lastSuccess.Store(now.UnixNano())
 	a.deps.Metrics.lastSuccess.WithLabelValues(a.cfg.Name).Set(float64(now.UnixNano()) / 1e9)
 	a.commitNext(ctx)
 	if a.drainer != nil {

@@ -73,7 +73,7 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg := &Config{File: file}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
 		switch k {
-		case "daemon", "raw_store", "publish", "defaults", "source":
+		case "daemon", "raw_store", "publish", "defaults", "source", "rate_limiters":
 		default:
 			d.unknown([]string{k})
 		}
@@ -83,6 +83,8 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg.Publish = d.publish(top)
 	defaults := d.defaults(top)
 	cfg.Sources = d.sources(top, defaults)
+	cfg.RateLimiters = d.rateLimiters(top)
+	d.checkLimiterNames(cfg.Sources, cfg.RateLimiters)
 	d.undecoded()
 
 	if len(d.errs) > 0 {

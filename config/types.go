@@ -15,6 +15,8 @@ type Config struct {
 	Publish  Publish
 	// Sources holds every [source.NAME] block, enabled or not, sorted by name.
 	Sources []Source
+	// RateLimiters are the shared limiters, sorted by name.
+	RateLimiters []RateLimiter
 }
 
 // Daemon holds process-wide settings ([daemon]).
