@@ -153,7 +153,7 @@ func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorReply) {
 	a.cursor, a.ready = m.cursor, true
 	a.log.Info("source started", "kind", a.cfg.Kind, "cursor", a.cursor, "interval", a.cfg.Interval)
 	// Spread first polls over one interval so many sources do not fire together.
-	a.schedule(ctx, time.Duration(rand.Int64N(int64(a.cfg.Interval)/4+1)))
+	a.schedule(ctx, time.Duration(rand.Int64N(int64(a.cfg.Interval)+1)))
 }
 
 func (a *SourceActor) poll(ctx actor.Context) {

@@ -115,7 +115,9 @@ func TestGoodFiles(t *testing.T) {
 			wantSpec := &sources.HTTPPollSpec{PollURL: "https://orders.example.com/api/orders?region=eu",
 				Headers: map[string]string{"Accept": "application/json", "X-Client": "ingestor"},
 				IDField: "order.id", CursorField: "order.updated_at", CursorParam: "updated_since",
-				TimeField: "order.created_at", MaxBodyBytes: 1 << 20}
+				TimeField: "order.created_at", MaxBodyBytes: 1 << 20,
+				// The kind's defaults for the keys the file leaves out.
+				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 10, RateBurst: 1}
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
@@ -201,10 +203,10 @@ func TestBadFiles(t *testing.T) {
 			`bad_duration.bad.toml:12: source "demo": timeout: must be a duration string such as "30s", not an integer`,
 		}},
 		"missing_kind.bad.toml": {want: []string{
-			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo" or "http_poll")`,
+			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll" or "websocket")`,
 		}},
 		"unknown_kind.bad.toml": {want: []string{
-			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo" or "http_poll")`,
+			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo", "http_poll" or "websocket")`,
 		}},
 		"missing_poll_url.bad.toml": {want: []string{
 			`missing_poll_url.bad.toml:3: source "github": poll_url: is required for kind http_poll`,

@@ -1,108 +1,477 @@
 package sources
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
-	"time"
 
-	"github.com/ingestorhq/ingestor/internal/jsonscan"
+	"golang.org/x/time/rate"
 )
 
-// HTTPPollSpec configures kind "http_poll": GET PollURL every interval and
-// read a JSON array of records.
+// HTTPPollSpec configures kind "http_poll": request PollURL every interval,
+// follow its pages, and read the records of each page.
+//
+// The cursor says where the next poll starts. It comes from the records
+// (cursor_from = "record": the largest cursor_field value), from a body
+// field or from a response header, and is sent back as a query parameter,
+// a request header, or in place of {cursor} in PollURL or Body. Every
+// request of one poll (its first page and the pages that follow) sends the
+// cursor the poll started with; the cursor found on the pages becomes the
+// next poll's once the last page is durable. How each pagination mode
+// combines with it:
+//
+//   - "none": one request per poll.
+//   - "link", "body_url": the next page is the URL the upstream gives
+//     (Link rel="next", or the body field NextURLField), on PollURL's scheme
+//     and host. Query parameters of PollURL, Query and CursorParam that the
+//     next URL lacks are added to it; those it has are kept as given.
+//   - "body_token": the first request again, plus NextTokenParam = the
+//     token found at NextTokenField.
+//   - "page": the first request with PageParam = PageStart, PageStart+1,
+//     ... until a page has no records.
+//   - "offset": the first request with OffsetParam = 0, then the number of
+//     records received so far, until a page has no records.
+//
+// Each page is its own batch; the batch cursor of every page but the last
+// also carries the page state, so a restart resumes at the next page. After
+// MaxPages pages the poll ends early and the next poll starts again from
+// its first page with the new cursor.
 type HTTPPollSpec struct {
-	// PollURL is the URL polled; required, http or https.
+	// PollURL is the URL polled; required, http or https. {cursor} in it is
+	// replaced by the URL-escaped cursor.
 	PollURL string `toml:"poll_url"`
+	// Method is "GET" (the default) or "POST".
+	Method string `toml:"method"`
 	// Headers are sent with every request; values may use ${ENV} and are
-	// never logged.
+	// never logged or traced.
 	Headers map[string]string `toml:"headers"`
+	// Query holds query parameters added to PollURL's (replacing those of
+	// the same name); values may use ${ENV}.
+	Query map[string]string `toml:"query"`
+	// Body is sent with every POST, as JSON (Content-Type application/json
+	// unless Headers set one). {cursor} in it is replaced by the cursor
+	// escaped for use inside a JSON string.
+	Body string `toml:"body"`
+	// Format is how records sit in a response: "json" (a JSON array, at
+	// RecordsPath if set), "ndjson" (one JSON value per line) or "single"
+	// (the body is one record). Default "json".
+	Format string `toml:"format"`
+	// RecordsPath is the dotted path of the records array in a JSON object
+	// body, e.g. "data.items"; "" means the body is the array. A null there
+	// means no records. Format "json" only.
+	RecordsPath string `toml:"records_path"`
 	// IDField is the dotted path of the record field that is the idempotency
 	// key; when empty or absent in a record, the key is the SHA-256 of the
 	// record's bytes.
 	IDField string `toml:"id_field"`
-	// CursorField is the dotted path of the record field whose largest value
-	// becomes the cursor; empty means the source keeps no cursor.
-	CursorField string `toml:"cursor_field"`
-	// CursorParam is the query parameter that carries the cursor on the next
-	// poll; required when CursorField is set.
-	CursorParam string `toml:"cursor_param"`
+	// SequenceField is the dotted path of the record's upstream sequence
+	// number; when CursorField is empty it is the cursor field.
+	SequenceField string `toml:"sequence_field"`
 	// TimeField is the dotted path of the record's RFC 3339 timestamp, used
 	// for lag; optional.
 	TimeField string `toml:"time_field"`
-	// MaxBodyBytes caps a response body; a larger one is an error.
+	// CursorFrom says where the cursor comes from: "record" (the largest
+	// CursorField value, which never moves backwards), "body" (the value at
+	// CursorBodyField, e.g. a change token) or "header" (the response header
+	// CursorHeader). Default "record".
+	CursorFrom string `toml:"cursor_from"`
+	// CursorField is the dotted path of the record field whose largest value
+	// becomes the cursor, compared as numbers, RFC 3339 times or text;
+	// cursor_from = "record" only. Empty (with no SequenceField) means the
+	// source keeps no cursor.
+	CursorField string `toml:"cursor_field"`
+	// CursorBodyField is the dotted path of the cursor in the response body;
+	// required with cursor_from = "body".
+	CursorBodyField string `toml:"cursor_body_field"`
+	// CursorHeader is the response header holding the cursor; required with
+	// cursor_from = "header".
+	CursorHeader string `toml:"cursor_header"`
+	// CursorParam is the query parameter that carries the cursor.
+	CursorParam string `toml:"cursor_param"`
+	// CursorRequestHeader is the request header that carries the cursor.
+	CursorRequestHeader string `toml:"cursor_request_header"`
+	// InitialCursor is the cursor of the very first poll, before any is
+	// durable; "" sends none.
+	InitialCursor string `toml:"initial_cursor"`
+	// Pagination is how one poll reads several pages: "none", "link",
+	// "body_url", "body_token", "page" or "offset". Default "none".
+	Pagination string `toml:"pagination"`
+	// NextURLField is the dotted path of the next page's URL in the body;
+	// required with pagination = "body_url".
+	NextURLField string `toml:"next_url_field"`
+	// NextTokenField is the dotted path of the next page's token in the
+	// body; required with pagination = "body_token".
+	NextTokenField string `toml:"next_token_field"`
+	// NextTokenParam is the query parameter that carries the token; required
+	// with pagination = "body_token".
+	NextTokenParam string `toml:"next_token_param"`
+	// PageParam is the query parameter of the page number; required with
+	// pagination = "page".
+	PageParam string `toml:"page_param"`
+	// PageStart is the number of the first page. Default 1.
+	PageStart int `toml:"page_start"`
+	// OffsetParam is the query parameter of the offset; required with
+	// pagination = "offset".
+	OffsetParam string `toml:"offset_param"`
+	// MaxPages caps the pages of one poll. Default 10.
+	MaxPages int `toml:"max_pages"`
+	// RateLimit is this source's own request rate, such as "10/s"; "" is
+	// unlimited. Every request, page requests included, waits for it.
+	RateLimit string `toml:"rate_limit"`
+	// RateBurst is how many requests RateLimit lets through at once.
+	// Default 1.
+	RateBurst int `toml:"rate_burst"`
+	// RateLimiter names a shared [rate_limiters.NAME] limiter, for sources
+	// that hit one API; every request waits for it (and for RateLimit).
+	RateLimiter string `toml:"rate_limiter"`
+	// SlowOnRateLimitHeaders makes the source honour X-RateLimit-Remaining
+	// and X-RateLimit-Reset: at 0 remaining, no request is sent before the
+	// reset time.
+	SlowOnRateLimitHeaders bool `toml:"slow_on_ratelimit_headers"`
+	// TLSCAFile is a PEM file of the CA certificates trusted for an https
+	// PollURL, instead of the system's.
+	TLSCAFile string `toml:"tls_ca_file"`
+	// TLSInsecureSkipVerify disables TLS certificate verification: for
+	// tests only, and logged loudly.
+	TLSInsecureSkipVerify bool `toml:"tls_insecure_skip_verify"`
+	// MaxBodyBytes caps a response body after decompression; a larger one
+	// is an error. Default 64 MiB.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 }
 
 func newHTTPPollSpec() *HTTPPollSpec {
-	return &HTTPPollSpec{MaxBodyBytes: 64 << 20}
+	return &HTTPPollSpec{
+		Method:       http.MethodGet,
+		Format:       "json",
+		CursorFrom:   "record",
+		Pagination:   "none",
+		PageStart:    1,
+		MaxPages:     10,
+		RateBurst:    1,
+		MaxBodyBytes: 64 << 20,
+	}
+}
+
+// LimiterName returns the shared rate limiter the source uses, or "".
+func (s *HTTPPollSpec) LimiterName() string { return s.RateLimiter }
+
+// cursorField is the record field the cursor is taken from, if any.
+func (s *HTTPPollSpec) cursorField() string {
+	if s.CursorFrom != "record" {
+		return ""
+	}
+	if s.CursorField != "" {
+		return s.CursorField
+	}
+	return s.SequenceField
+}
+
+// keepsCursor reports whether the source finds a cursor in its responses.
+func (s *HTTPPollSpec) keepsCursor() bool {
+	return s.cursorField() != "" || (s.CursorFrom == "body" && s.CursorBodyField != "") ||
+		(s.CursorFrom == "header" && s.CursorHeader != "")
+}
+
+// sendsCursor reports whether the cursor has somewhere to go in a request.
+func (s *HTTPPollSpec) sendsCursor() bool {
+	return s.CursorParam != "" || s.CursorRequestHeader != "" ||
+		strings.Contains(s.PollURL, "{cursor}") || strings.Contains(s.Body, "{cursor}")
+}
+
+// bodyIsObject reports whether the format lets body-level fields be read.
+func (s *HTTPPollSpec) bodyIsObject() bool {
+	return s.Format == "single" || (s.Format == "json" && s.RecordsPath != "")
 }
 
 // Validate implements Spec.
 func (s *HTTPPollSpec) Validate() []FieldError {
 	var errs []FieldError
+	bad := func(key, msg string, args ...any) { errs = append(errs, FieldError{key, fmt.Sprintf(msg, args...)}) }
+	https := false
 	if s.PollURL == "" {
-		errs = append(errs, FieldError{"poll_url", "is required for kind http_poll"})
-	} else if u, err := url.Parse(s.PollURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, FieldError{"poll_url", "must be an absolute http or https URL"})
+		bad("poll_url", "is required for kind http_poll")
+	} else if u, err := url.Parse(strings.ReplaceAll(s.PollURL, "{cursor}", "c")); err != nil ||
+		(u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("poll_url", "must be an absolute http or https URL")
+	} else {
+		https = u.Scheme == "https"
 	}
-	if s.CursorField != "" && s.CursorParam == "" {
-		errs = append(errs, FieldError{"cursor_param", "is required when cursor_field is set"})
+	switch strings.ToUpper(s.Method) {
+	case http.MethodGet:
+		if s.Body != "" {
+			bad("body", "is only sent with method = \"POST\"")
+		}
+	case http.MethodPost:
+	default:
+		bad("method", "must be \"GET\" or \"POST\"")
 	}
-	for _, p := range []struct{ key, val string }{{"id_field", s.IDField}, {"cursor_field", s.CursorField}, {"time_field", s.TimeField}} {
-		if p.val != "" && (strings.HasPrefix(p.val, ".") || strings.HasSuffix(p.val, ".") || strings.Contains(p.val, "..")) {
-			errs = append(errs, FieldError{p.key, "must be a dotted path such as \"id\" or \"meta.id\""})
+	for name := range s.Headers {
+		if name == "" || strings.ContainsAny(name, " :\r\n") {
+			bad("headers", "%q is not a valid header name", name)
 		}
 	}
+	for name := range s.Query {
+		if name == "" {
+			bad("query", "a parameter name must not be empty")
+		}
+	}
+	paths := []struct{ key, val string }{
+		{"records_path", s.RecordsPath}, {"id_field", s.IDField}, {"sequence_field", s.SequenceField},
+		{"time_field", s.TimeField}, {"cursor_field", s.CursorField}, {"cursor_body_field", s.CursorBodyField},
+		{"next_url_field", s.NextURLField}, {"next_token_field", s.NextTokenField},
+	}
+	for _, p := range paths {
+		if p.val != "" && (strings.HasPrefix(p.val, ".") || strings.HasSuffix(p.val, ".") || strings.Contains(p.val, "..")) {
+			bad(p.key, "must be a dotted path such as \"id\" or \"meta.id\"")
+		}
+	}
+	switch s.Format {
+	case "json":
+	case "ndjson", "single":
+		if s.RecordsPath != "" {
+			bad("records_path", "is only used with format = \"json\"")
+		}
+	default:
+		bad("format", "must be \"json\", \"ndjson\" or \"single\"")
+	}
+	errs = append(errs, s.validateCursor()...)
+	errs = append(errs, s.validatePagination()...)
+	if s.RateLimit != "" {
+		if _, err := ParseRate(s.RateLimit); err != nil {
+			bad("rate_limit", "%v", err)
+		}
+	}
+	if s.RateBurst < 1 {
+		bad("rate_burst", "must be at least 1")
+	}
+	if s.TLSCAFile != "" {
+		if !https {
+			bad("tls_ca_file", "is only used with an https poll_url")
+		} else if _, err := loadCAFile(s.TLSCAFile); err != nil {
+			bad("tls_ca_file", "%v", err)
+		}
+		if s.TLSInsecureSkipVerify {
+			bad("tls_insecure_skip_verify", "cannot be combined with tls_ca_file")
+		}
+	}
+	if s.TLSInsecureSkipVerify && !https {
+		bad("tls_insecure_skip_verify", "is only used with an https poll_url")
+	}
 	if s.MaxBodyBytes < 1 {
-		errs = append(errs, FieldError{"max_body_bytes", "must be positive"})
+		bad("max_body_bytes", "must be positive")
 	}
 	return errs
 }
 
-// Open implements Spec: it builds the HTTP client. The config package has
-// already expanded ${ENV} in the header values: they are used as they are.
+// validateCursor checks where the cursor comes from and where it goes.
+func (s *HTTPPollSpec) validateCursor() []FieldError {
+	var errs []FieldError
+	bad := func(key, msg string) { errs = append(errs, FieldError{key, msg}) }
+	switch s.CursorFrom {
+	case "record":
+	case "body":
+		if s.CursorBodyField == "" {
+			bad("cursor_body_field", "is required with cursor_from = \"body\"")
+		} else if !s.bodyIsObject() {
+			bad("cursor_body_field", "needs a body that is an object: format = \"single\", or \"json\" with records_path")
+		}
+	case "header":
+		if s.CursorHeader == "" {
+			bad("cursor_header", "is required with cursor_from = \"header\"")
+		}
+	default:
+		bad("cursor_from", "must be \"record\", \"body\" or \"header\"")
+	}
+	if s.CursorField != "" && s.CursorFrom != "record" {
+		bad("cursor_field", "is only used with cursor_from = \"record\"")
+	}
+	if s.CursorBodyField != "" && s.CursorFrom != "body" {
+		bad("cursor_body_field", "is only used with cursor_from = \"body\"")
+	}
+	if s.CursorHeader != "" && s.CursorFrom != "header" {
+		bad("cursor_header", "is only used with cursor_from = \"header\"")
+	}
+	if len(errs) > 0 {
+		return errs // the checks below would only repeat them
+	}
+	switch {
+	case s.keepsCursor() && !s.sendsCursor():
+		why := "cursor_from = \"" + s.CursorFrom + "\""
+		if s.CursorFrom == "record" {
+			why = "cursor_field is set"
+			if s.CursorField == "" {
+				why = "sequence_field is set"
+			}
+		}
+		bad("cursor_param", "is required when "+why+" (or set cursor_request_header, or put {cursor} in poll_url or body)")
+	case !s.keepsCursor() && s.sendsCursor():
+		bad("cursor_from", "finds no cursor to send: set cursor_field (or sequence_field), or cursor_from = \"body\" or \"header\" with its key")
+	case !s.keepsCursor() && s.InitialCursor != "":
+		bad("initial_cursor", "is only used when the source keeps a cursor")
+	}
+	if s.CursorRequestHeader != "" && strings.ContainsAny(s.CursorRequestHeader, " :\r\n") {
+		bad("cursor_request_header", "is not a valid header name")
+	}
+	return errs
+}
+
+// validatePagination checks the pagination mode and its keys.
+func (s *HTTPPollSpec) validatePagination() []FieldError {
+	var errs []FieldError
+	bad := func(key, msg string) { errs = append(errs, FieldError{key, msg}) }
+	only := func(key, val, mode string) {
+		if val != "" && s.Pagination != mode {
+			bad(key, "is only used with pagination = \""+mode+"\"")
+		}
+	}
+	only("next_url_field", s.NextURLField, "body_url")
+	only("next_token_field", s.NextTokenField, "body_token")
+	only("next_token_param", s.NextTokenParam, "body_token")
+	only("page_param", s.PageParam, "page")
+	only("offset_param", s.OffsetParam, "offset")
+	var param string
+	switch s.Pagination {
+	case "none", "link":
+	case "body_url":
+		if s.NextURLField == "" {
+			bad("next_url_field", "is required with pagination = \"body_url\"")
+		} else if !s.bodyIsObject() {
+			bad("next_url_field", "needs a body that is an object: format = \"single\", or \"json\" with records_path")
+		}
+	case "body_token":
+		if s.NextTokenField == "" {
+			bad("next_token_field", "is required with pagination = \"body_token\"")
+		} else if !s.bodyIsObject() {
+			bad("next_token_field", "needs a body that is an object: format = \"single\", or \"json\" with records_path")
+		}
+		if param = s.NextTokenParam; param == "" {
+			bad("next_token_param", "is required with pagination = \"body_token\"")
+		}
+	case "page":
+		if param = s.PageParam; param == "" {
+			bad("page_param", "is required with pagination = \"page\"")
+		}
+	case "offset":
+		if param = s.OffsetParam; param == "" {
+			bad("offset_param", "is required with pagination = \"offset\"")
+		}
+	default:
+		bad("pagination", "must be \"none\", \"link\", \"body_url\", \"body_token\", \"page\" or \"offset\"")
+	}
+	if param != "" && param == s.CursorParam {
+		bad("cursor_param", "must differ from the pagination parameter")
+	}
+	if s.PageStart < 0 {
+		bad("page_start", "must not be negative")
+	}
+	if s.MaxPages < 1 {
+		bad("max_pages", "must be at least 1")
+	}
+	return errs
+}
+
+// loadCAFile reads a PEM file of CA certificates.
+func loadCAFile(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// Open implements Spec: it builds the HTTP client and the rate limiters. The
+// config package has already expanded ${ENV} in the values: they are used as
+// they are.
 func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 	if errs := s.Validate(); len(errs) > 0 {
 		return nil, specErrors(env.Name, "http_poll", errs)
 	}
-	u, err := url.Parse(s.PollURL)
-	if err != nil {
-		return nil, fmt.Errorf("source %q: http_poll: poll_url: %w", env.Name, err)
-	}
-	header := make(http.Header, len(s.Headers)+1)
-	for name, value := range s.Headers {
-		header.Set(name, value)
-	}
-	if header.Get("Accept") == "" {
-		header.Set("Accept", "application/json")
+	fail := func(key string, err error) (Source, error) {
+		return nil, fmt.Errorf("source %q: http_poll: %s: %w", env.Name, key, err)
 	}
 	logger := env.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &httpPoll{
-		base:        u,
-		baseQuery:   u.Query(),
-		header:      header,
-		idField:     s.IDField,
-		cursorField: s.CursorField,
-		cursorParam: s.CursorParam,
-		timeField:   s.TimeField,
-		maxBody:     s.MaxBodyBytes,
-		log:         logger,
+		spec:       *s,
+		method:     strings.ToUpper(s.Method),
+		rules:      recordRules{format: s.Format, recordsPath: s.RecordsPath, idField: s.IDField, cursorField: s.cursorField(), timeField: s.TimeField},
+		trace:      env.Trace,
+		log:        logger,
+		validators: make(map[string]validators),
 	}
-	p.where = fmt.Sprintf("source %q: poll %s", env.Name, redactURL(u))
+	var err error
+	if p.base, err = url.Parse(strings.ReplaceAll(s.PollURL, "{cursor}", "c")); err != nil {
+		return fail("poll_url", err)
+	}
+	// The parameters of PollURL that do not hold {cursor} are the same
+	// whatever the cursor.
+	p.fixedQuery = p.base.Query()
+	if other, err := url.Parse(strings.ReplaceAll(s.PollURL, "{cursor}", "d")); err == nil {
+		q := other.Query()
+		for name, vals := range p.fixedQuery {
+			if !slices.Equal(vals, q[name]) {
+				delete(p.fixedQuery, name)
+			}
+		}
+	}
+	for name, value := range s.Query {
+		p.fixedQuery.Set(name, value)
+	}
+	p.header = make(http.Header, len(s.Headers)+2)
+	for name, value := range s.Headers {
+		p.header.Set(name, value)
+	}
+	if p.header.Get("Accept") == "" {
+		p.header.Set("Accept", "application/json")
+	}
+	if s.Body != "" && p.header.Get("Content-Type") == "" {
+		p.header.Set("Content-Type", "application/json")
+	}
+	if s.RateLimit != "" {
+		r, err := ParseRate(s.RateLimit)
+		if err != nil {
+			return fail("rate_limit", err)
+		}
+		p.limiters = append(p.limiters, rate.NewLimiter(r.Limit, s.RateBurst))
+	}
+	if s.RateLimiter != "" {
+		l := env.Limiters.Get(s.RateLimiter)
+		if l == nil {
+			return fail("rate_limiter", fmt.Errorf("no [rate_limiters.%s] is defined", s.RateLimiter))
+		}
+		p.limiters = append(p.limiters, l)
+	}
+	p.held = make([]*rate.Reservation, len(p.limiters))
+	p.where = fmt.Sprintf("source %q: poll %s", env.Name, redactURL(p.base))
+
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
+	if s.TLSCAFile != "" || s.TLSInsecureSkipVerify {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if s.TLSCAFile != "" {
+			if cfg.RootCAs, err = loadCAFile(s.TLSCAFile); err != nil {
+				return fail("tls_ca_file", err)
+			}
+		}
+		if s.TLSInsecureSkipVerify {
+			cfg.InsecureSkipVerify = true
+			logger.Warn("TLS CERTIFICATE VERIFICATION IS DISABLED (tls_insecure_skip_verify = true): " +
+				"anyone on the network path can read and alter this feed and capture its credentials; use tls_ca_file instead")
+		}
+		p.transport.TLSClientConfig = cfg
+	}
 	p.client = &http.Client{
 		Transport:     p.transport,
 		Timeout:       env.Timeout,
@@ -111,185 +480,6 @@ func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 	return p, nil
 }
 
-// httpPoll is an open http_poll source.
-type httpPoll struct {
-	// base is PollURL; baseQuery its query, to which the cursor is added.
-	base      *url.URL
-	baseQuery url.Values
-	// header holds the expanded headers. Its values are secrets: they never
-	// appear in errors or logs.
-	header                                       http.Header
-	idField, cursorField, cursorParam, timeField string
-	maxBody                                      int64
-	// where starts every error: source "NAME": poll URL, with no query or
-	// user info, which may hold secrets.
-	where     string
-	client    *http.Client
-	transport *http.Transport
-	log       *slog.Logger
-}
-
-// Fetch implements Source: one GET of PollURL, parsed into records.
-//
-// Cursor invariant: the cursor sent is the largest cursor value among the
-// records already made durable, and the upstream is expected to return the
-// records whose cursor is >= it (or > it). With >=, the records whose cursor
-// equals the current cursor are fetched again by the next poll; that is
-// intended, and the queue drops them by their idempotency key. So the cursor
-// never skips an event, even when several records share one cursor value and
-// a page ends among them. (With >, an upstream that ends a page among
-// records sharing a value would skip the rest: that is the upstream's
-// contract to keep, nothing here can see it.)
-func (p *httpPoll) Fetch(ctx context.Context, cursor string) (*Batch, error) {
-	u := *p.base
-	if p.cursorParam != "" && cursor != "" {
-		q := maps.Clone(p.baseQuery) // Set replaces a value slice, never edits one
-		q.Set(p.cursorParam, cursor)
-		u.RawQuery = q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p.where, unwrapURLError(err))
-	}
-	req.Header = p.header.Clone()
-	if host := p.header.Get("Host"); host != "" {
-		req.Host = host
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p.where, unwrapURLError(err))
-	}
-	body, err := p.readBody(resp)
-	if err != nil {
-		return nil, err
-	}
-	fetchedAt := time.Now()
-	p.log.Debug("polled", "url", redactURL(&u), "status", resp.StatusCode, "bytes", len(body))
-	if resp.StatusCode == http.StatusNoContent {
-		return &Batch{Body: body, FetchedAt: fetchedAt}, nil // nothing new
-	}
-	return p.parse(body, fetchedAt, cursor)
-}
-
-// readBody checks the status and reads the body, at most maxBody bytes.
-func (p *httpPoll) readBody(resp *http.Response) ([]byte, error) {
-	var body []byte
-	var err error
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		err = fmt.Errorf("%s: status %d", p.where, resp.StatusCode)
-	} else if body, err = io.ReadAll(io.LimitReader(resp.Body, p.maxBody+1)); err != nil {
-		err = fmt.Errorf("%s: read body: %w", p.where, err)
-	} else if int64(len(body)) > p.maxBody {
-		err = fmt.Errorf("%s: response body is larger than max_body_bytes (%d)", p.where, p.maxBody)
-	}
-	if cerr := resp.Body.Close(); cerr != nil {
-		// The body was read, or is not wanted: a failed close only costs
-		// the connection.
-		p.log.Debug("closing response body", "error", cerr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return body, nil
-}
-
-// parse splits body into records. A payload that is not a JSON array is a
-// *MalformedError.
-func (p *httpPoll) parse(body []byte, fetchedAt time.Time, cursor string) (*Batch, error) {
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: "empty body, expected a JSON array"}
-	}
-	spans, err := jsonscan.SplitArray(body)
-	if err != nil {
-		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error()}
-	}
-	b := &Batch{Body: body, FetchedAt: fetchedAt, Records: make([]Record, len(spans))}
-	var largest string
-	for i, sp := range spans {
-		rec := body[sp.Off : sp.Off+sp.Len]
-		r := &b.Records[i]
-		r.Off, r.Len = sp.Off, sp.Len
-		if r.Key = scalarField(rec, p.idField); r.Key == "" {
-			sum := sha256.Sum256(rec)
-			r.Key = hex.EncodeToString(sum[:])
-		}
-		if r.Cursor = scalarField(rec, p.cursorField); r.Cursor != "" {
-			if largest == "" || CompareCursor(r.Cursor, largest) > 0 {
-				largest = r.Cursor
-			}
-		}
-		if ts := scalarField(rec, p.timeField); ts != "" {
-			if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-				r.Time = t
-			}
-		}
-	}
-	// The cursor only moves forward: an upstream that answers with older
-	// records than asked for (or a cursor field mixing kinds of values)
-	// must not rewind it. Keeping it can only cause re-fetches, never a skip.
-	if largest != "" && cursor != "" && CompareCursor(largest, cursor) < 0 {
-		p.log.Warn("records are older than the cursor; keeping the cursor",
-			"cursor", cursor, "largest_in_batch", largest)
-		largest = ""
-	}
-	b.Cursor = largest
-	return b, nil
-}
-
-// scalarField returns the text of the string or number at path in rec: a
-// string unescaped, a number as written. It is "" when path is "", absent,
-// or holds another kind of value.
-func scalarField(rec []byte, path string) string {
-	if path == "" {
-		return ""
-	}
-	val, kind, ok := jsonscan.Field(rec, path)
-	switch {
-	case !ok:
-		return ""
-	case kind == jsonscan.Number:
-		return string(val)
-	case kind == jsonscan.String:
-		s, err := jsonscan.Unquote(val)
-		if err != nil {
-			return "" // cannot happen: SplitArray validated the string
-		}
-		return s
-	}
-	return ""
-}
-
-// checkRedirect follows up to 10 redirects on the same scheme and host.
-// Redirects elsewhere are refused: the headers carry credentials, and Go
-// forwards every header except Authorization and Cookie to another host.
-func (p *httpPoll) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	if req.URL.Scheme != p.base.Scheme || req.URL.Host != p.base.Host {
-		return fmt.Errorf("redirect to %s refused: only the poll URL's scheme and host are followed", redactURL(req.URL))
-	}
-	return nil
-}
-
-// redactURL returns u without user info or query, which may hold secrets.
-func redactURL(u *url.URL) string {
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
-	return r.String()
-}
-
-// Close implements Source.
-func (p *httpPoll) Close() error {
-	p.transport.CloseIdleConnections()
-	return nil
-}
-
-// unwrapURLError drops the *url.Error wrapper, whose message repeats the
-// full URL with its query.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
+// errOtherHost refuses a redirect or a next page URL on another scheme or
+// host than the poll URL's: the headers carry credentials.
+var errOtherHost = errors.New("only the poll URL's scheme and host are followed")

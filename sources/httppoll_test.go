@@ -41,12 +41,36 @@ func pollServer(t *testing.T, status int, body string) (*httptest.Server, <-chan
 	return srv, reqs
 }
 
+// withDefaults fills the zero fields of spec that have a default.
+func withDefaults(spec *HTTPPollSpec) *HTTPPollSpec {
+	def := newHTTPPollSpec()
+	for _, f := range []struct{ v, d *string }{{&spec.Method, &def.Method}, {&spec.Format, &def.Format},
+		{&spec.CursorFrom, &def.CursorFrom}, {&spec.Pagination, &def.Pagination}} {
+		if *f.v == "" {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *int }{{&spec.PageStart, &def.PageStart}, {&spec.MaxPages, &def.MaxPages}, {&spec.RateBurst, &def.RateBurst}} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	if spec.MaxBodyBytes == 0 {
+		spec.MaxBodyBytes = def.MaxBodyBytes
+	}
+	return spec
+}
+
+// openPoll opens spec, with defaults for its zero fields, and closes it
+// when the test ends.
 func openPoll(t *testing.T, spec *HTTPPollSpec) Source {
 	t.Helper()
-	if spec.MaxBodyBytes == 0 {
-		spec.MaxBodyBytes = newHTTPPollSpec().MaxBodyBytes
-	}
-	src, err := spec.Open(Env{Name: "feed", Timeout: 10 * time.Second})
+	return openPollEnv(t, spec, Env{Name: "feed", Timeout: 10 * time.Second})
+}
+
+func openPollEnv(t *testing.T, spec *HTTPPollSpec, env Env) Source {
+	t.Helper()
+	src, err := withDefaults(spec).Open(env)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -179,13 +203,20 @@ func TestHTTPPollCursorNeverRewinds(t *testing.T) {
 	if len(b.Records) != 2 || b.Cursor != "" {
 		t.Errorf("%d records, cursor %q; want 2 records and the cursor unchanged", len(b.Records), b.Cursor)
 	}
-	// The same cursor again is not a rewind.
-	b, err = src.Fetch(t.Context(), "6")
+	// The same cursor again is not a rewind, and not a change.
+	b, err = src.Fetch(t.Context(), "5")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.Cursor != "6" {
 		t.Errorf("cursor %q, want 6", b.Cursor)
+	}
+	b, err = src.Fetch(t.Context(), "6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Cursor != "" {
+		t.Errorf("cursor %q, want it unchanged", b.Cursor)
 	}
 }
 
@@ -278,21 +309,13 @@ func TestHTTPPollOversize(t *testing.T) {
 func TestHTTPPollHeaders(t *testing.T) {
 	srv, reqs := pollServer(t, http.StatusOK, `[]`)
 	var logs bytes.Buffer
-	src, err := (&HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: 1 << 10, Headers: map[string]string{
+	src := openPollEnv(t, &HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: 1 << 10, Headers: map[string]string{
 		"Authorization": "Bearer s3cret-token",
 		"x-trace":       "literal ${NOT_EXPANDED} value", // config expanded ${ENV} already
-	}}).Open(Env{
+	}}, Env{
 		Name:    "feed",
 		Timeout: 10 * time.Second,
 		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := src.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
 	})
 	if _, err := src.Fetch(t.Context(), ""); err != nil {
 		t.Fatal(err)
@@ -365,17 +388,8 @@ func TestHTTPPollTimeout(t *testing.T) {
 		<-r.Context().Done() // never answer
 	}))
 	t.Cleanup(srv.Close)
-	spec := &HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: 1 << 10}
-	src, err := spec.Open(Env{Name: "feed", Timeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := src.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	_, err = src.Fetch(t.Context(), "")
+	src := openPollEnv(t, &HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: 1 << 10}, Env{Name: "feed", Timeout: 50 * time.Millisecond})
+	_, err := src.Fetch(t.Context(), "")
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("Fetch error %v, want a timeout", err)
@@ -396,7 +410,7 @@ func TestHTTPPollCloseClosesIdleConnections(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	src, err := (&HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: 1 << 10}).Open(Env{Name: "feed", Timeout: 10 * time.Second})
+	src, err := withDefaults(&HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: 1 << 10}).Open(Env{Name: "feed", Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

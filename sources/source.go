@@ -163,6 +163,7 @@ type Spec interface {
 var kinds = map[string]func() Spec{
 	"demo":      func() Spec { return newDemoSpec() },
 	"http_poll": func() Spec { return newHTTPPollSpec() },
+	"websocket": func() Spec { return newWebSocketSpec() },
 }
 
 // NewSpec returns a new Spec with defaults for kind, or false for an unknown kind.

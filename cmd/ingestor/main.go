@@ -2,6 +2,8 @@
 //
 //	ingestor run [-c FILE]        run the daemon (embedded example config without -c)
 //	ingestor validate -c FILE     check a config file; every problem is listed with file:line
+//	ingestor check-source NAME -c FILE   poll one source once and print what it finds; writes nothing
+//	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor version
 package main
 
@@ -22,6 +24,12 @@ import (
 const usage = `usage:
   ingestor run [-c FILE]       run the daemon (without -c: the embedded example config)
   ingestor validate -c FILE    check a config file and list every problem
+  ingestor check-source NAME -c FILE [-cursor VALUE] [-max-pages N] [-v]
+                               poll one source once, enabled or not, and print the requests,
+                               records, next cursor and any problem; writes nothing
+  ingestor replay -c FILE -source NAME [-from RFC3339] [-to RFC3339] [-force] [-dry-run] [-include-deadletters]
+                               parse stored raw payloads again with the current rules and queue
+                               their events (daemon stopped); duplicates are skipped
 `
 
 func main() {
@@ -38,6 +46,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stderr)
 	case "validate":
 		return cmdValidate(args[1:], stdout, stderr)
+	case "check-source":
+		return cmdCheckSource(args[1:], stdout, stderr)
+	case "replay":
+		return cmdReplay(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -57,6 +57,7 @@ type Daemon struct {
 	senderDone chan struct{}
 	pruneDone  chan struct{}
 	stopPrune  context.CancelFunc
+	unlock     func() error // releases the data dir lock
 }
 
 // NewLogger builds the daemon's logger from its config.
@@ -80,15 +81,19 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		log = NewLogger(cfg.Daemon)
 	}
 	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	opened := d // the error returns below set d to nil
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.close())
+			err = errors.Join(err, opened.close())
 		}
 	}()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	if err := os.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if d.unlock, err = LockDataDir(cfg.Daemon.DataDir); err != nil {
+		return nil, err
 	}
 	if d.raw, err = rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
 		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle}); err != nil {
@@ -315,6 +320,10 @@ func (d *Daemon) close() error {
 	}
 	if d.queue != nil {
 		errs = append(errs, d.queue.Close())
+	}
+	if d.unlock != nil {
+		errs = append(errs, d.unlock())
+		d.unlock = nil
 	}
 	return errors.Join(errs...)
 }

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 )
 
 // fileStore keeps each payload in its own file under dir. Keys map to
@@ -106,6 +110,89 @@ func (s *fileStore) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
 	}
 	return b, nil
+}
+
+// List walks the directories under prefix in key order. Temporary files of
+// a Put in progress (or of one cut short by a crash) are not listed.
+func (s *fileStore) List(ctx context.Context, prefix string, fn func(key string) error) error {
+	if err := validatePrefix(prefix); err != nil {
+		return fmt.Errorf("raw store %s: list %q: %w", s, prefix, err)
+	}
+	dir, _ := splitPrefix(prefix)
+	err := s.walk(ctx, dir, prefix, func(key string) error {
+		if err := fn(key); err != nil {
+			return stopError{err}
+		}
+		return nil
+	})
+	if stop := (stopError{}); errors.As(err, &stop) {
+		return stop.err
+	}
+	if err != nil {
+		return fmt.Errorf("raw store %s: list %q: %w", s, prefix, err)
+	}
+	return nil
+}
+
+// stopError carries the error of a List callback through the walk, so
+// that List returns it as it is, not wrapped as a store error.
+type stopError struct{ err error }
+
+func (e stopError) Error() string { return e.err.Error() }
+
+// walk calls fn with the keys under the directory rel (a key prefix
+// without its trailing slash, "" for the root) that start with prefix. A
+// directory sorts as its name plus "/", so keys come out in lexical order
+// even when a file name is a directory name plus a character below '/'.
+func (s *fileStore) walk(ctx context.Context, rel, prefix string, fn func(key string) error) error {
+	entries, err := os.ReadDir(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil // nothing is stored under it
+	}
+	if err != nil {
+		return err
+	}
+	type entry struct {
+		key string // the key, or the directory's key prefix with its "/"
+		dir bool
+	}
+	list := make([]entry, 0, len(entries))
+	for _, e := range entries {
+		key := path.Join(rel, e.Name())
+		switch {
+		case e.IsDir():
+			list = append(list, entry{key: key + "/", dir: true})
+		case e.Type().IsRegular() && !isTempFile(e.Name()):
+			list = append(list, entry{key: key})
+		}
+	}
+	slices.SortFunc(list, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	for _, e := range list {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if e.dir {
+			if !strings.HasPrefix(e.key, prefix) && !strings.HasPrefix(prefix, e.key) {
+				continue
+			}
+			if err := s.walk(ctx, strings.TrimSuffix(e.key, "/"), prefix, fn); err != nil {
+				return err
+			}
+			continue
+		}
+		if strings.HasPrefix(e.key, prefix) {
+			if err := fn(e.key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// isTempFile reports whether name is a temporary file of Put:
+// "." + final name + "." + random + ".tmp".
+func isTempFile(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp")
 }
 
 // mkdirAllSync creates dir and any missing parents, syncing the parent of

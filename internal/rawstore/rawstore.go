@@ -23,6 +23,10 @@ type Store interface {
 	// Get returns the bytes stored under key. The error wraps
 	// fs.ErrNotExist when nothing is stored under key.
 	Get(ctx context.Context, key string) ([]byte, error)
+	// List calls fn with every key that starts with prefix, in lexical
+	// order (for the keys Key makes: fetch order within a source). It stops
+	// at the first error fn returns and returns that error.
+	List(ctx context.Context, prefix string, fn func(key string) error) error
 	// String describes the store for logs, e.g. "file:///var/lib/ingestor/raw".
 	String() string
 }
@@ -74,6 +78,33 @@ func Open(ctx context.Context, o Options) (Store, error) {
 	default:
 		return nil, fmt.Errorf("raw store %q: unsupported scheme %q (want file or s3)", o.URL, scheme)
 	}
+}
+
+// validatePrefix checks a List prefix: empty, or a key or the start of
+// one. Its directory part (up to the last slash) must be a valid key, so a
+// listing never leaves the store.
+func validatePrefix(prefix string) error {
+	dir, _ := splitPrefix(prefix)
+	if dir == "" {
+		if strings.HasPrefix(prefix, "/") {
+			return errors.New("invalid prefix: starts with /")
+		}
+		return nil
+	}
+	if err := validateKey(dir); err != nil {
+		return fmt.Errorf("invalid prefix: %w", err)
+	}
+	return nil
+}
+
+// splitPrefix splits a List prefix at its last slash: "a/b/c" gives "a/b"
+// and "c"; a prefix without a slash has an empty dir.
+func splitPrefix(prefix string) (dir, rest string) {
+	i := strings.LastIndexByte(prefix, '/')
+	if i < 0 {
+		return "", prefix
+	}
+	return prefix[:i], prefix[i+1:]
 }
 
 // validateKey rejects keys that could escape the store's root or that name

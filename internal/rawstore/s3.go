@@ -140,6 +140,38 @@ func (s *s3Store) get(ctx context.Context, key string) ([]byte, error) {
 	return b, nil
 }
 
+// List pages through ListObjectsV2 under the store's prefix; S3 returns
+// keys in lexical (UTF-8 binary) order.
+func (s *s3Store) List(ctx context.Context, prefix string, fn func(key string) error) error {
+	if err := validatePrefix(prefix); err != nil {
+		return fmt.Errorf("raw store %s: list %q: %w", s, prefix, err)
+	}
+	root := ""
+	if s.prefix != "" {
+		root = s.prefix + "/"
+	}
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+		Bucket: aws.String(s.bucket),
+		Prefix: aws.String(root + prefix),
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("raw store %s: list %q: %w", s, prefix, err)
+		}
+		for _, o := range page.Contents {
+			key, ok := strings.CutPrefix(aws.ToString(o.Key), root)
+			if !ok || validateKey(key) != nil {
+				continue // not an object Put could have written
+			}
+			if err := fn(key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // notFoundError marks a missing object as fs.ErrNotExist while keeping the
 // S3 error's message and type reachable through errors.As.
 type notFoundError struct{ err error }

@@ -1,15 +1,16 @@
-// Package testupstream is an HTTP upstream for tests, in the manner of
-// net/http/httptest: it serves a known, finite sequence of JSON records
-// with a "since" cursor, records what it served, and can be told to answer
-// with malformed payloads.
+// Package testupstream holds HTTP upstreams for tests, in the manner of
+// net/http/httptest. A Server serves a known, finite sequence of JSON
+// records with stable ids in any of the common paging styles, answers
+// scripted faults (429 with Retry-After, 5xx, hangs, malformed or oversize
+// bodies, X-RateLimit headers), supports ETag/304 and gzip, and records
+// every request with its time, so tests can assert when requests were
+// sent. With Options.Pipe it runs on an in-memory network, for tests in a
+// testing/synctest bubble. Feed is the simple form: records after a
+// "since" cursor, one page per request. NewWS serves a WebSocket feed.
 package testupstream
 
 import (
-	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"sync"
 	"testing"
 )
 
@@ -20,14 +21,7 @@ type Feed struct {
 	// URL is the feed's base URL; poll it with ?since=CURSOR.
 	URL string
 
-	srv      *httptest.Server
-	total    int
-	pageSize int
-
-	mu       sync.Mutex
-	bad      []string // queued malformed responses, served before records
-	requests []string // "since" value of every request
-	bodies   map[string]bool
+	s *Server
 }
 
 // Malformed bodies the feed can be told to serve.
@@ -39,77 +33,29 @@ const (
 
 // New starts a feed of total records served pageSize at a time.
 func New(t testing.TB, total, pageSize int) *Feed {
-	f := &Feed{total: total, pageSize: pageSize, bodies: make(map[string]bool)}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	f.URL = f.srv.URL
-	return f
+	s := NewServer(t, Options{Total: total, PageSize: pageSize})
+	return &Feed{URL: s.URL, s: s}
 }
 
-// ServeMalformed makes the next len(bodies) responses the given bodies.
+// ServeMalformed makes the next len(bodies) responses the given bodies,
+// with status 200.
 func (f *Feed) ServeMalformed(bodies ...string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.bad = append(f.bad, bodies...)
+	faults := make([]Fault, len(bodies))
+	for i, b := range bodies {
+		faults[i] = Body(http.StatusOK, b)
+	}
+	f.s.Script(faults...)
 }
 
 // Requests returns the "since" value of every request so far.
 func (f *Feed) Requests() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.requests...)
-}
-
-// Served returns every non-empty record page served so far.
-func (f *Feed) Served() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]string, 0, len(f.bodies))
-	for b := range f.bodies {
-		out = append(out, b)
+	reqs := f.s.Requests()
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.Query.Get("since")
 	}
 	return out
 }
 
-// ID returns the id of record n.
-func ID(n int) string { return "ev-" + strconv.Itoa(n) }
-
-func (f *Feed) serve(w http.ResponseWriter, r *http.Request) {
-	since := r.URL.Query().Get("since")
-	f.mu.Lock()
-	f.requests = append(f.requests, since)
-	if len(f.bad) > 0 {
-		body := f.bad[0]
-		f.bad = f.bad[1:]
-		f.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(body))
-		return
-	}
-	f.mu.Unlock()
-	from := 0
-	if since != "" {
-		n, err := strconv.Atoi(since)
-		if err != nil {
-			http.Error(w, "bad since", http.StatusBadRequest)
-			return
-		}
-		from = n
-	}
-	body := make([]byte, 0, 128*f.pageSize)
-	body = append(body, '[')
-	for n := from + 1; n <= min(from+f.pageSize, f.total); n++ {
-		if n > from+1 {
-			body = append(body, ',')
-		}
-		body = fmt.Appendf(body, `{"id":%q,"seq":%d,"ts":"2026-11-22T00:00:%02dZ","body":"record number %d"}`, ID(n), n, n%60, n)
-	}
-	body = append(body, ']')
-	if len(body) > 2 {
-		f.mu.Lock()
-		f.bodies[string(body)] = true
-		f.mu.Unlock()
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(body)
-}
+// Served returns every non-empty record page served so far.
+func (f *Feed) Served() []string { return f.s.Served() }

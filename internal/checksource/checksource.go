@@ -1,0 +1,415 @@
+package checksource
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the sqlite3 driver
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// Options tune a check.
+type Options struct {
+	// Cursor is the cursor to poll with when HasCursor is set (the -cursor
+	// flag); otherwise the source's durable cursor is read from the queue.
+	Cursor    string
+	HasCursor bool
+	// MaxPages bounds how many pages are fetched while the source reports
+	// More. Default 10.
+	MaxPages int
+	// Verbose lists every record instead of the first ShownRecords.
+	Verbose bool
+	// Logger receives the source's own logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// ShownRecords is how many records of a page are listed without Verbose.
+const ShownRecords = 20
+
+// sampleBytes caps the sample payload shown.
+const sampleBytes = 200
+
+// Result is what a check found.
+type Result struct {
+	// Pages counts the fetches made; Requests the upstream requests traced.
+	Pages, Requests int
+	// Records counts the records extracted over every page.
+	Records int
+	// Cursor is the cursor the daemon would store after the last page
+	// (the starting cursor when no page moved it).
+	Cursor string
+	// More reports that the last page said more data is waiting.
+	More bool
+}
+
+// Run polls the source name of cfg once (and its further pages) and
+// prints to out what happened. It returns an error, already printed with
+// a hint, when the poll failed; a poll that found nothing is a success.
+func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o Options) (Result, error) {
+	var res Result
+	if o.MaxPages <= 0 {
+		o.MaxPages = 10
+	}
+	sc, err := findSource(cfg, name)
+	if err != nil {
+		return res, err
+	}
+	p := &printer{w: out}
+	state := "enabled"
+	if !sc.Enabled {
+		state = "disabled"
+	}
+	p.printf("source %q: kind %s, %s, timeout %s\n", sc.Name, sc.Kind, state, sc.Timeout)
+	if !sc.Enabled && hasUnexpanded(sc.Spec) {
+		p.printf("warning: ${ENV} references are not expanded for a disabled source: the values are used as written\n")
+	}
+
+	cursor, from := o.Cursor, "from -cursor"
+	if !o.HasCursor {
+		qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
+		var ok bool
+		cursor, ok, err = durableCursor(ctx, qpath, sc.Name)
+		switch {
+		case err != nil:
+			p.printf("problem: %v\n", err)
+			return res, err
+		case ok:
+			from = "durable cursor in " + qpath
+		case fileExists(qpath):
+			from = "no durable cursor in " + qpath
+		default:
+			from = "no queue at " + qpath + ": as on a first start"
+		}
+	}
+	p.printf("cursor: %q (%s)\n", cursor, from)
+	res.Cursor = cursor
+
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	env := sources.Env{
+		Name: sc.Name, Timeout: sc.Timeout, Logger: logger.With("source", sc.Name), Limiters: limiters(cfg),
+		Trace: p.trace,
+	}
+	src, err := sc.Spec.Open(env)
+	if err != nil {
+		p.printf("problem: %v\n", err)
+		return res, err
+	}
+	defer func() {
+		if cerr := src.Close(); cerr != nil {
+			p.printf("close source: %v\n", cerr)
+		}
+	}()
+
+	for page := 1; ; page++ {
+		p.printf("\npage %d (cursor %q)\n", page, cursor)
+		fctx, cancel := context.WithTimeout(ctx, sc.Timeout)
+		b, err := src.Fetch(fctx, cursor)
+		cancel()
+		res.Pages++
+		if err != nil {
+			requests, status := p.traced()
+			res.Requests = requests
+			p.problem(err, status, sc)
+			return res, err // the source's errors name it
+		}
+		if b == nil {
+			b = &sources.Batch{}
+		}
+		p.records(b, o.Verbose)
+		res.Records += len(b.Records)
+		next := cursor
+		if b.Cursor != "" {
+			next = b.Cursor
+		}
+		res.Cursor, res.More = next, b.More
+		p.printf("  next cursor: %q%s\n", next, unchanged(next == cursor))
+		p.printf("  more: %v\n", b.More)
+		if !b.More {
+			break
+		}
+		if page == o.MaxPages {
+			p.printf("\nstopped after %d pages (-max-pages); the daemon would go on fetching\n", page)
+			break
+		}
+		cursor = next
+	}
+	res.Requests, _ = p.traced()
+	p.printf("\nok: %d page(s), %d request(s), %d record(s), next cursor %q\n", res.Pages, res.Requests, res.Records, res.Cursor)
+	return res, p.writeErr()
+}
+
+func unchanged(same bool) string {
+	if same {
+		return " (unchanged)"
+	}
+	return ""
+}
+
+// findSource returns the [source.NAME] block, enabled or not.
+func findSource(cfg *config.Config, name string) (config.Source, error) {
+	names := make([]string, 0, len(cfg.Sources))
+	for _, s := range cfg.Sources {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		return config.Source{}, fmt.Errorf("no source %q: the config has no [source.NAME] block", name)
+	}
+	return config.Source{}, fmt.Errorf("no source %q (the config has %s)", name, strings.Join(names, ", "))
+}
+
+// limiters builds the shared rate limiters as the daemon does.
+func limiters(cfg *config.Config) *sources.RateLimiters {
+	if len(cfg.RateLimiters) == 0 {
+		return nil
+	}
+	l := sources.NewRateLimiters()
+	for _, rl := range cfg.RateLimiters {
+		l.Add(rl.Name, rl.Rate, rl.Burst)
+	}
+	return l
+}
+
+// hasUnexpanded reports whether a spec still holds "${" in a string value
+// (a field, a map key or value, a list element): the config package leaves
+// ${ENV} as written in a disabled source.
+func hasUnexpanded(spec sources.Spec) bool {
+	return hasDollarBrace(reflect.ValueOf(spec), 0)
+}
+
+func hasDollarBrace(v reflect.Value, depth int) bool {
+	if depth > 16 {
+		return false
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return strings.Contains(v.String(), "${")
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && hasDollarBrace(v.Elem(), depth+1)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && hasDollarBrace(v.Field(i), depth+1) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if hasDollarBrace(v.Index(i), depth+1) {
+				return true
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if hasDollarBrace(it.Key(), depth+1) || hasDollarBrace(it.Value(), depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// durableCursor reads the cursor of source from the queue at qpath through
+// a read-only connection; ok is false when there is no queue or no cursor.
+// The queue is never opened with queue.Open, which migrates and writes.
+func durableCursor(ctx context.Context, qpath, source string) (cursor string, ok bool, err error) {
+	if _, err := os.Stat(qpath); errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	} else if err != nil {
+		return "", false, fmt.Errorf("read durable cursor: %w", err)
+	}
+	abs, err := filepath.Abs(qpath)
+	if err != nil {
+		return "", false, fmt.Errorf("read durable cursor: %w", err)
+	}
+	// A running daemon keeps queue.db-wal (and -shm) open: a read-only
+	// connection then reads through them without creating anything. With
+	// no -wal, everything is in queue.db; read-only mode would create the
+	// -wal and -shm files, so the file is opened as immutable instead,
+	// which creates nothing and takes no lock.
+	query := "mode=ro&_busy_timeout=5000"
+	if !fileExists(abs + "-wal") {
+		query += "&immutable=1"
+	}
+	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: query}).String()
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return "", false, fmt.Errorf("read durable cursor from %s: %w", qpath, err)
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("read durable cursor from %s: %w", qpath, cerr))
+		}
+	}()
+	err = db.QueryRowContext(ctx, `SELECT cursor FROM offsets WHERE source = ?`, source).Scan(&cursor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read durable cursor from %s: %w", qpath, err)
+	}
+	return cursor, true, nil
+}
+
+// printer writes the report; Trace may be called from a source's own
+// goroutine, so writes are serialized.
+type printer struct {
+	mu sync.Mutex
+	w  io.Writer
+	// requests counts the requests traced; status is the last one's.
+	requests, status int
+	err              error // the first write error
+}
+
+// traced returns how many requests were traced and the last one's status.
+func (p *printer) traced() (requests, status int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.requests, p.status
+}
+
+func (p *printer) printf(format string, args ...any) {
+	p.write(fmt.Sprintf(format, args...))
+}
+
+// write writes s, keeping the first write error for Run to return.
+func (p *printer) write(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := io.WriteString(p.w, s); err != nil && p.err == nil {
+		p.err = fmt.Errorf("write report: %w", err)
+	}
+}
+
+// writeErr returns the first write error.
+func (p *printer) writeErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// trace prints one upstream request:
+//
+//	GET https://api.example.com/events -> 200 in 35ms, 1234 bytes (note)
+func (p *printer) trace(ev sources.TraceEvent) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s %s -> ", ev.Method, ev.URL)
+	if ev.Status != 0 {
+		fmt.Fprintf(&b, "%d", ev.Status)
+	} else {
+		b.WriteString("no response")
+	}
+	fmt.Fprintf(&b, " in %s, %d bytes", ev.Duration.Round(time.Millisecond), ev.Bytes)
+	if ev.Note != "" {
+		fmt.Fprintf(&b, " (%s)", ev.Note)
+	}
+	// A request that ends the fetch has its error on the problem line
+	// that follows; one with a note (a websocket's "connection lost", say)
+	// may not, so its error is shown here.
+	if ev.Err != nil && ev.Note != "" {
+		fmt.Fprintf(&b, ": %v", ev.Err)
+	}
+	b.WriteByte('\n')
+	p.mu.Lock()
+	p.requests++
+	p.status = ev.Status
+	p.mu.Unlock()
+	p.write(b.String())
+}
+
+// records prints a page's records: key, cursor value and time, the first
+// ShownRecords unless verbose, and one sample payload.
+func (p *printer) records(b *sources.Batch, verbose bool) {
+	p.printf("  %d record(s), %d bytes\n", len(b.Records), len(b.Body))
+	shown := len(b.Records)
+	if !verbose {
+		shown = min(shown, ShownRecords)
+	}
+	for _, r := range b.Records[:shown] {
+		ts := "-"
+		if !r.Time.IsZero() {
+			ts = r.Time.UTC().Format(time.RFC3339Nano)
+		}
+		cur := r.Cursor
+		if cur == "" {
+			cur = "-"
+		}
+		p.printf("    id=%s cursor=%s time=%s\n", r.Key, cur, ts)
+	}
+	if more := len(b.Records) - shown; more > 0 {
+		p.printf("    ... and %d more (-v lists them all)\n", more)
+	}
+	if len(b.Records) > 0 {
+		r := b.Records[0]
+		if r.Off >= 0 && r.Len >= 0 && r.Off+r.Len <= len(b.Body) {
+			p.printf("  sample payload (id=%s): %s\n", r.Key, truncate(b.Body[r.Off:r.Off+r.Len]))
+		}
+	}
+}
+
+// truncate returns the first sampleBytes of b, saying how much was cut.
+func truncate(b []byte) string {
+	if len(b) <= sampleBytes {
+		return string(b)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", b[:sampleBytes], len(b))
+}
+
+// problem prints a failed fetch with what it means and what to check.
+func (p *printer) problem(err error, status int, sc config.Source) {
+	p.printf("  problem: %v\n", err)
+	var (
+		wait *sources.WaitError
+		perm *sources.PermanentError
+	)
+	switch m, malformed := sources.AsMalformed(err); {
+	case malformed:
+		p.printf("  payload (%d bytes): %s\n", len(m.Body), truncate(m.Body))
+		p.printf("  hint: the upstream answered, but not with what kind %s reads; the daemon would keep the payload under deadletter/%s/ and go on polling\n", sc.Kind, sc.Name)
+	case errors.As(err, &wait):
+		p.printf("  hint: the upstream asks to wait until %s (rate limited or unavailable); the daemon would not poll before then\n", wait.Until.UTC().Format(time.RFC3339))
+	case errors.As(err, &perm):
+		p.printf("  hint: %s\n", permanentHint(status))
+	case errors.Is(err, context.DeadlineExceeded):
+		p.printf("  hint: no answer within the source's timeout (%s): check that the upstream is reachable, or raise timeout\n", sc.Timeout)
+	default:
+		p.printf("  hint: the daemon would retry with backoff; if it persists, check the upstream's address and the network\n")
+	}
+}
+
+// permanentHint says what to check for a failure retrying will not fix.
+func permanentHint(status int) string {
+	switch {
+	case status == 401 || status == 403:
+		return fmt.Sprintf("%d: the upstream refused the credentials: check headers and credentials", status)
+	case status == 404 || status == 410:
+		return fmt.Sprintf("%d: nothing at that URL: check poll_url", status)
+	case status >= 400 && status < 500:
+		return fmt.Sprintf("%d: check poll_url, headers and credentials", status)
+	default:
+		return "a configuration problem retrying will not fix: check the source's settings (poll_url, headers and credentials)"
+	}
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+)
+
+func TestLockDataDir(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := LockDataDir(dir)
+	if err != nil {
+		t.Fatalf("first lock: %v", err)
+	}
+	// flock locks belong to an open file, so a second lock in the same
+	// process conflicts just as another process's would.
+	_, err = LockDataDir(dir)
+	want := fmt.Sprintf("data dir %s is in use by another ingestor (pid %d)", dir, os.Getpid())
+	if err == nil || err.Error() != want {
+		t.Fatalf("second lock: %v, want %q", err, want)
+	}
+	var inUse *DataDirInUseError
+	if !errors.As(err, &inUse) || inUse.PID != os.Getpid() {
+		t.Fatalf("second lock: %#v, want a *DataDirInUseError with this pid", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatalf("unlock: %v", err)
+	}
+	// The LOCK file stays; the lock itself is gone.
+	unlock, err = LockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatalf("unlock: %v", err)
+	}
+}
+
+// TestStartLocksDataDir checks that a running daemon holds its data dir
+// and that Shutdown lets go of it.
+func TestStartLocksDataDir(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse("test.toml", fmt.Appendf(nil, `
+[daemon]
+data_dir = %q
+http_addr = "127.0.0.1:0"
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+
+[source.demo]
+kind = "demo"
+interval = "1h"
+`, dir, freeTCP(t), freeTCP(t)))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
+	d, err := Start(t.Context(), cfg, Options{Logger: log})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	_, err = LockDataDir(dir)
+	if want := fmt.Sprintf("data dir %s is in use by another ingestor (pid %d)", dir, os.Getpid()); err == nil || err.Error() != want {
+		t.Errorf("lock while the daemon runs: %v, want %q", err, want)
+	}
+	// A second daemon on the same data dir refuses to start.
+	if d2, err := Start(t.Context(), cfg, Options{Logger: log}); err == nil {
+		t.Errorf("a second daemon started on the same data dir")
+		if err := d2.Shutdown(t.Context()); err != nil {
+			t.Error(err)
+		}
+	} else if !strings.Contains(err.Error(), "is in use by another ingestor") {
+		t.Errorf("second start: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	unlock, err := LockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after shutdown: %v", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,116 @@
+package testupstream
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
+)
+
+// dialWS connects to feed and subscribes with body.
+func dialWS(t *testing.T, feed *WSFeed, body string) *websocket.Conn {
+	t.Helper()
+	c, _, err := websocket.Dial(t.Context(), feed.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.CloseNow(); err != nil && !errors.Is(err, context.Canceled) {
+			t.Logf("close: %v", err)
+		}
+	})
+	if err := c.Write(t.Context(), websocket.MessageText, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readSeqs reads n messages and returns their seq, -1 for a malformed one.
+func readSeqs(t *testing.T, c *websocket.Conn, n int) []int {
+	t.Helper()
+	var out []int
+	for range n {
+		_, msg, err := c.Read(t.Context())
+		if err != nil {
+			t.Fatalf("after %v: %v", out, err)
+		}
+		if string(msg) == WSMalformed {
+			out = append(out, -1)
+			continue
+		}
+		val, _, ok := jsonscan.Field(msg, "seq")
+		id, _, _ := jsonscan.Field(msg, "id")
+		seq, err := strconv.Atoi(string(val))
+		if !ok || err != nil || string(id) != WSID(seq) {
+			t.Fatalf("message %s", msg)
+		}
+		out = append(out, seq)
+	}
+	return out
+}
+
+func TestWSFeedStreamsFromSince(t *testing.T) {
+	feed := NewWS(t, WSOptions{Total: 6, MalformedAt: 5, SinceField: "from"})
+	c := dialWS(t, feed, `{"op":"subscribe","from":3}`)
+	if got := readSeqs(t, c, 4); !slices.Equal(got, []int{4, -1, 5, 6}) {
+		t.Fatalf("read %v", got)
+	}
+	c2 := dialWS(t, feed, `{"op":"subscribe","from":"4"}`)
+	if got := readSeqs(t, c2, 2); !slices.Equal(got, []int{5, 6}) {
+		t.Fatalf("second connection read %v: the malformed message is sent once", got)
+	}
+	conns := feed.Connections()
+	if len(conns) != 2 || conns[0].Since != "3" || conns[1].Since != "4" {
+		t.Fatalf("connections %+v", conns)
+	}
+}
+
+func TestWSFeedDropsAbruptly(t *testing.T) {
+	feed := NewWS(t, WSOptions{Total: 10, DropAfter: 3, Drops: 1})
+	c := dialWS(t, feed, `{"since":""}`)
+	if got := readSeqs(t, c, 3); !slices.Equal(got, []int{1, 2, 3}) {
+		t.Fatalf("read %v", got)
+	}
+	_, _, err := c.Read(t.Context())
+	if err == nil || websocket.CloseStatus(err) != -1 {
+		t.Fatalf("after the drop: %v, want a broken connection without a close frame", err)
+	}
+	c2 := dialWS(t, feed, `{"since":"3"}`)
+	if got := readSeqs(t, c2, 7); !slices.Equal(got, []int{4, 5, 6, 7, 8, 9, 10}) {
+		t.Fatalf("second connection read %v", got)
+	}
+	if conns := feed.Connections(); !conns[0].Dropped || conns[0].Sent != 3 || conns[1].Dropped {
+		t.Fatalf("connections %+v", conns)
+	}
+}
+
+func TestWSFeedPongs(t *testing.T) {
+	for _, noPong := range []bool{false, true} {
+		feed := NewWS(t, WSOptions{Total: 1, NoPong: noPong})
+		c := dialWS(t, feed, `{}`)
+		readSeqs(t, c, 1)
+		// Ping needs a concurrent reader to see the pong.
+		ctx := c.CloseRead(t.Context())
+		wait := 10 * time.Second // a pong comes long before
+		if noPong {
+			wait = 300 * time.Millisecond
+		}
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		err := c.Ping(pctx)
+		cancel()
+		if (err == nil) == noPong {
+			t.Fatalf("NoPong %v: ping %v", noPong, err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); feed.Pings() != 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("NoPong %v: %d pings seen, want 1", noPong, feed.Pings())
+			}
+		}
+	}
+}

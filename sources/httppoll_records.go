@@ -1,0 +1,334 @@
+package sources
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
+)
+
+// recordRules say where the records are in a payload and which fields of
+// a record matter. They never decode a whole payload: one validating byte
+// scan (jsonscan.Decoder) finds the records and, on the way, the raw bytes
+// of the few fields wanted; every byte is scanned once.
+type recordRules struct {
+	// format is "json", "ndjson" or "single".
+	format string
+	// recordsPath is the dotted path of the records array for "json"; ""
+	// means the body is the array.
+	recordsPath string
+	// idField, cursorField and timeField are dotted paths in a record; ""
+	// means none.
+	idField, cursorField, timeField string
+}
+
+// The fields a record walk looks for, as bits of a mask.
+const (
+	fieldID = iota
+	fieldCursor
+	fieldTime
+	numFields
+)
+
+// recordScan is the state of one extraction.
+type recordScan struct {
+	d    jsonscan.Decoder
+	body []byte
+	// base is the offset in body of the decoder's input: a line of ndjson.
+	base  int
+	paths [numFields][]string // split dotted paths; nil when unset
+	want  uint8               // the bits of the paths that are set
+	idSet bool
+	// vals and kinds hold the fields found in the current record.
+	vals  [numFields][]byte
+	kinds [numFields]jsonscan.Kind
+	ex    extracted
+}
+
+// extracted is what extract found in a payload.
+type extracted struct {
+	records []Record
+	// missingIDs counts records without the id field (when one is set),
+	// whose key is the SHA-256 of their bytes instead.
+	missingIDs int
+	// largest is the largest record cursor, by CompareCursor; "" if none.
+	largest string
+}
+
+// extract finds the records in body. A payload that does not have the
+// configured shape yields an error whose text says why; the caller turns
+// it into a *MalformedError.
+func (r *recordRules) extract(body []byte) (extracted, error) {
+	sc := &recordScan{body: body, idSet: r.idField != ""}
+	for i, p := range [numFields]string{r.idField, r.cursorField, r.timeField} {
+		if p != "" {
+			sc.paths[i] = strings.Split(p, ".")
+			sc.want |= 1 << i
+		}
+	}
+	var err error
+	switch {
+	case r.format == "ndjson":
+		err = sc.ndjson()
+	case len(bytes.TrimSpace(body)) == 0:
+		what := "array"
+		if r.format == "single" {
+			what = "value"
+		} else if r.recordsPath != "" {
+			what = "object"
+		}
+		return extracted{}, errors.New("empty body, expected a JSON " + what)
+	case r.format == "single":
+		sc.d.Reset(body)
+		if err = sc.record(); err == nil {
+			err = sc.d.End()
+		}
+	case r.recordsPath == "":
+		sc.d.Reset(body)
+		if sc.d.Peek() != jsonscan.Array {
+			_, err = jsonscan.SplitArray(body) // its message names what was found
+			break
+		}
+		if err = sc.d.Array(sc.record); err == nil {
+			err = sc.d.End()
+		}
+		if err != nil {
+			// SplitArray accepts exactly what the Decoder accepts, and
+			// words its errors for an array.
+			if _, serr := jsonscan.SplitArray(body); serr != nil {
+				err = serr
+			}
+		}
+	default:
+		sc.d.Reset(body)
+		err = sc.at(r.recordsPath)
+	}
+	if err != nil {
+		return extracted{}, err
+	}
+	return sc.ex, nil
+}
+
+// record reads the record at the decoder's position, validating it, and
+// adds it with its key, cursor and time.
+func (sc *recordScan) record() error {
+	sc.d.Peek() // skips whitespace, so that Offset is the record's first byte
+	off := sc.d.Offset()
+	sc.vals, sc.kinds = [numFields][]byte{}, [numFields]jsonscan.Kind{}
+	var err error
+	if sc.want != 0 && sc.d.Peek() == jsonscan.Object {
+		err = sc.walk(0, sc.want)
+	} else {
+		_, _, err = sc.d.Value()
+	}
+	if err != nil {
+		return err
+	}
+	rec := sc.body[sc.base+off : sc.base+sc.d.Offset()]
+	r := Record{Off: sc.base + off, Len: len(rec)}
+	if r.Key = scalarText(sc.vals[fieldID], sc.kinds[fieldID]); r.Key == "" {
+		sum := sha256.Sum256(rec)
+		r.Key = hex.EncodeToString(sum[:])
+		if sc.idSet {
+			sc.ex.missingIDs++
+		}
+	}
+	if r.Cursor = scalarText(sc.vals[fieldCursor], sc.kinds[fieldCursor]); r.Cursor != "" {
+		if sc.ex.largest == "" || CompareCursor(r.Cursor, sc.ex.largest) > 0 {
+			sc.ex.largest = r.Cursor
+		}
+	}
+	r.Time = parseRecordTime(sc.vals[fieldTime], sc.kinds[fieldTime])
+	sc.ex.records = append(sc.ex.records, r)
+	return nil
+}
+
+// walk reads the object at the decoder's position, depth keys deep in a
+// record, and keeps the values of the wanted paths (a mask) that it holds.
+// As with jsonscan.Field, the first of duplicated keys wins, and a path
+// through a value that is not an object is absent.
+func (sc *recordScan) walk(depth int, want uint8) error {
+	var seen uint8
+	return sc.d.Object(func(key []byte, plain bool) error {
+		var leaf, inner uint8
+		for i := range numFields {
+			bit := uint8(1) << i
+			if want&bit == 0 || seen&bit != 0 || !keyIs(key, plain, sc.paths[i][depth]) {
+				continue
+			}
+			seen |= bit
+			if len(sc.paths[i]) == depth+1 {
+				leaf |= bit
+			} else {
+				inner |= bit
+			}
+		}
+		switch {
+		case leaf == 0 && inner == 0:
+			return nil // skipped, and validated, by Object
+		case leaf == 0:
+			if sc.d.Peek() != jsonscan.Object {
+				return nil
+			}
+			return sc.walk(depth+1, inner)
+		}
+		val, kind, err := sc.d.Value()
+		if err != nil {
+			return err
+		}
+		for i := range numFields {
+			switch bit := uint8(1) << i; {
+			case leaf&bit != 0:
+				sc.vals[i], sc.kinds[i] = val, kind
+			case inner&bit != 0 && kind == jsonscan.Object:
+				// One key is both a wanted field and on the way to
+				// another: rare, so look the deeper one up again.
+				if v, k, ok := jsonscan.Field(val, strings.Join(sc.paths[i][depth+1:], ".")); ok {
+					sc.vals[i], sc.kinds[i] = v, k
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// at reads the object body, in which the records are the array at path. A
+// null there means no records; an absent path or another kind of value is
+// an error.
+func (sc *recordScan) at(path string) error {
+	found := false
+	var descend func(path string) error
+	descend = func(path string) error {
+		key, rest, more := strings.Cut(path, ".")
+		seen := false
+		return sc.d.Object(func(k []byte, plain bool) error {
+			if seen || !keyIs(k, plain, key) {
+				return nil // skipped, and validated, by Object
+			}
+			seen = true
+			if more {
+				if sc.d.Peek() != jsonscan.Object {
+					return nil
+				}
+				return descend(rest)
+			}
+			found = true
+			switch kind := sc.d.Peek(); kind {
+			case jsonscan.Null:
+				return nil
+			case jsonscan.Array:
+				return sc.d.Array(sc.record)
+			default:
+				return fmt.Errorf("records_path is not an array (found %s)", kind)
+			}
+		})
+	}
+	err := descend(path)
+	if err == nil {
+		err = sc.d.End()
+	}
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("records_path %q not found", path)
+	}
+	return nil
+}
+
+// scalarText returns a string's text (unescaped) or a number as written;
+// "" for any other value.
+func scalarText(val []byte, kind jsonscan.Kind) string {
+	switch kind {
+	case jsonscan.Number:
+		return string(val)
+	case jsonscan.String:
+		s, err := jsonscan.Unquote(val)
+		if err != nil {
+			return "" // cannot happen: the record was validated
+		}
+		return s
+	}
+	return ""
+}
+
+// parseRecordTime parses a raw RFC 3339 string value, or returns the zero
+// time.
+func parseRecordTime(val []byte, kind jsonscan.Kind) time.Time {
+	if kind != jsonscan.String {
+		return time.Time{}
+	}
+	s := string(val)
+	if bytes.IndexByte(val, '\\') >= 0 {
+		var err error
+		if s, err = jsonscan.Unquote(val); err != nil {
+			return time.Time{}
+		}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// keyIs reports whether the raw object key k is name.
+func keyIs(k []byte, plain bool, name string) bool {
+	if plain {
+		return string(k) == name
+	}
+	s, err := jsonscan.Unquote(k)
+	return err == nil && s == name
+}
+
+// ndjson reads newline-delimited JSON: one JSON value per line, blank
+// lines skipped. One bad line makes the whole payload bad.
+func (sc *recordScan) ndjson() error {
+	body := sc.body
+	for off, line := 0, 1; off < len(body); line++ {
+		end := bytes.IndexByte(body[off:], '\n')
+		if end < 0 {
+			end = len(body)
+		} else {
+			end += off
+		}
+		start, stop := off, end
+		for start < stop && isJSONSpace(body[start]) {
+			start++
+		}
+		for stop > start && isJSONSpace(body[stop-1]) {
+			stop--
+		}
+		off = end + 1
+		if start == stop {
+			continue
+		}
+		sc.d.Reset(body[start:stop])
+		sc.base = start
+		err := sc.record()
+		if err == nil {
+			err = sc.d.End()
+		}
+		if err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+	}
+	return nil
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// Parse implements Parser: it extracts the records of body with the same
+// rules as Fetch. Records without the id field are not counted here.
+func (p *httpPoll) Parse(body []byte, fetchedAt time.Time) (*Batch, error) {
+	ex, err := p.rules.extract(body)
+	if err != nil {
+		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error()}
+	}
+	return &Batch{Body: body, FetchedAt: fetchedAt, Records: ex.records}, nil
+}

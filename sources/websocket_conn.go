@@ -1,0 +1,334 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/ingestorhq/ingestor/internal/backoff"
+)
+
+// wsReconnectBase is the ceiling of the first reconnect wait.
+const wsReconnectBase = 100 * time.Millisecond
+
+// run is the reader goroutine: it connects, reads until the connection
+// breaks, and reconnects with capped exponential backoff and full jitter,
+// until ctx ends. The failure count resets once a connection has stayed up
+// for reconnect_max, so an upstream that accepts and then drops every
+// connection is not hammered.
+func (w *wsSource) run(ctx context.Context) {
+	defer close(w.done)
+	policy := backoff.Policy{Base: min(wsReconnectBase, w.reconnectMax), Max: w.reconnectMax}
+	failures := 0
+	for {
+		connectedAt, err := w.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !connectedAt.IsZero() && time.Since(connectedAt) >= w.reconnectMax {
+			failures = 0
+		}
+		wait := policy.Delay(failures)
+		if failures == 0 {
+			w.log.Warn("websocket connection failed; reconnecting", "err", err, "retry_in", wait)
+		} else {
+			w.log.Debug("websocket connection failed again", "err", err, "failures", failures+1, "retry_in", wait)
+		}
+		failures++
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// session makes one connection: dial, subscribe, then read until it
+// breaks. It returns when the connection was subscribed (zero if never) and
+// why it ended.
+func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err error) {
+	began := time.Now()
+	wd := &watchdog{d: w.readTimeout, paused: true}
+	dctx, cancel := context.WithTimeout(ctx, w.readTimeout)
+	conn, resp, err := websocket.Dial(dctx, w.url, &websocket.DialOptions{
+		HTTPClient:     w.client,
+		HTTPHeader:     w.header,
+		Host:           w.host,
+		OnPongReceived: func(context.Context, []byte) { wd.kick() },
+	})
+	cancel()
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	if err != nil {
+		err = fmt.Errorf("dial: %w", unwrapURLError(err))
+		w.traceEvent(TraceEvent{Status: status, Duration: time.Since(began), Err: err, Note: "handshake failed"})
+		w.setDown(err, status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests)
+		return time.Time{}, err
+	}
+	defer func() {
+		if cerr := conn.CloseNow(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			w.log.Debug("closing websocket connection", "err", cerr)
+		}
+	}()
+	// max_message_bytes is enforced by readMessage, which skips an
+	// oversized message instead of failing the connection (the upstream
+	// would only send it again after the reconnect).
+	conn.SetReadLimit(-1)
+
+	w.mu.Lock()
+	cursor := w.cursor
+	w.mu.Unlock()
+	note := "connected"
+	if w.subscribe != "" {
+		wctx, cancel := context.WithTimeout(ctx, w.readTimeout)
+		err = conn.Write(wctx, websocket.MessageText, subscribeMessage(w.subscribe, cursor))
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("send subscribe message: %w", err)
+			w.traceEvent(TraceEvent{Status: status, Duration: time.Since(began), Err: err, Note: "subscribe failed"})
+			w.setDown(err, false)
+			return time.Time{}, err
+		}
+		note = fmt.Sprintf("connected, subscribed from cursor %q", cursor)
+	}
+	connectedAt = time.Now()
+	if w.insecure {
+		note += "; TLS certificate NOT verified"
+		w.log.Warn("websocket connected WITHOUT verifying the server's TLS certificate (tls_insecure_skip_verify)",
+			"url", w.redacted, "cursor", cursor)
+	} else {
+		w.log.Info("websocket connected", "url", w.redacted, "cursor", cursor)
+	}
+	w.traceEvent(TraceEvent{Status: status, Duration: connectedAt.Sub(began), Note: note})
+	w.setUp()
+
+	kctx, stopKeepalive := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { w.keepalive(kctx, conn, wd) })
+	wd.arm(func() {
+		if cerr := conn.CloseNow(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			w.log.Debug("closing dead websocket connection", "err", cerr)
+		}
+	})
+	n, err := w.readLoop(ctx, conn, wd)
+	wd.pause()
+	stopKeepalive()
+	wg.Wait()
+	if wd.hasFired() {
+		err = fmt.Errorf("no message or pong within read_timeout (%s)", w.readTimeout)
+	}
+	err = fmt.Errorf("connection lost after %d messages: %w", n, err)
+	if ctx.Err() == nil {
+		w.traceEvent(TraceEvent{Status: status, Duration: time.Since(connectedAt), Err: err, Note: "connection lost"})
+		w.setDown(err, false)
+	}
+	return connectedAt, err
+}
+
+// subscribeMessage replaces each {cursor} in template with cursor, escaped
+// as inside a JSON string (without the quotes): a number or a timestamp is
+// unchanged, and a cursor with quotes or backslashes cannot break out of
+// the string it is placed in.
+func subscribeMessage(template, cursor string) []byte {
+	return []byte(strings.ReplaceAll(template, "{cursor}", string(appendJSONStringBody(nil, cursor))))
+}
+
+// readLoop reads messages into buf until the connection fails or ctx ends,
+// and returns how many it read.
+func (w *wsSource) readLoop(ctx context.Context, conn *websocket.Conn, wd *watchdog) (int, error) {
+	for n := 0; ; n++ {
+		_, r, err := conn.Reader(ctx)
+		if err != nil {
+			return n, err
+		}
+		data, tooBig, err := readMessage(r, w.maxMessage, wd.kick)
+		if err != nil {
+			return n, err
+		}
+		wd.kick()
+		m := wsMessage{data: data, at: time.Now()}
+		if tooBig {
+			m.bad = fmt.Sprintf("message larger than max_message_bytes (%d); its first %d bytes are kept", w.maxMessage, len(data))
+		} else if m.records, err = w.parser.records(nil, data); err != nil {
+			m.bad, m.records = "message is not valid JSON: "+err.Error(), nil
+		}
+		select {
+		case w.buf <- m:
+			continue
+		default:
+		}
+		// The buffer is full: stop reading, which pushes back on the
+		// socket, and stop the watchdog, since no pong can be read now.
+		wd.pause()
+		select {
+		case w.buf <- m:
+			wd.resume()
+		case <-ctx.Done():
+			return n + 1, ctx.Err()
+		}
+	}
+}
+
+// readMessage reads one message of at most limit bytes, calling kick for
+// every chunk so that a long message does not look like a dead connection.
+// A larger message is read to its end and discarded, and its first limit
+// bytes returned with tooBig set.
+func readMessage(r io.Reader, limit int64, kick func()) (data []byte, tooBig bool, err error) {
+	kr := kickReader{r: r, kick: kick}
+	if data, err = io.ReadAll(io.LimitReader(kr, limit+1)); err != nil {
+		return nil, false, err
+	}
+	if int64(len(data)) <= limit {
+		return data, false, nil
+	}
+	if _, err := io.Copy(io.Discard, kr); err != nil {
+		return nil, false, err
+	}
+	return data[:limit], true, nil
+}
+
+// kickReader calls kick whenever bytes arrive.
+type kickReader struct {
+	r    io.Reader
+	kick func()
+}
+
+func (k kickReader) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	if n > 0 {
+		k.kick()
+	}
+	return n, err
+}
+
+// keepalive pings every ping_interval while the connection is read; the
+// pong kicks the watchdog through OnPongReceived.
+func (w *wsSource) keepalive(ctx context.Context, conn *websocket.Conn, wd *watchdog) {
+	t := time.NewTicker(w.pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if wd.isPaused() {
+			continue // nobody reads the pong now
+		}
+		pctx, cancel := context.WithTimeout(ctx, w.readTimeout)
+		err := conn.Ping(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.log.Debug("websocket ping unanswered", "err", err)
+		}
+	}
+}
+
+// setUp records a subscribed connection.
+func (w *wsSource) setUp() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.up, w.lastErr, w.permanent = true, nil, false
+	close(w.stateChanged)
+	w.stateChanged = make(chan struct{})
+}
+
+// setDown records a failed connection attempt or a lost connection.
+func (w *wsSource) setDown(err error, permanent bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lastErr, w.permanent = err, permanent
+	if w.up {
+		w.up, w.downSince = false, time.Now()
+		close(w.stateChanged)
+		w.stateChanged = make(chan struct{})
+	}
+}
+
+// traceEvent reports a connection event to Env.Trace, if set.
+func (w *wsSource) traceEvent(ev TraceEvent) {
+	if w.trace != nil {
+		ev.Method, ev.URL = "WS", w.redacted
+		w.trace(ev)
+	}
+}
+
+// watchdog calls its fire function when it has not been kicked for d while
+// armed and not paused.
+type watchdog struct {
+	d time.Duration
+
+	mu     sync.Mutex
+	timer  *time.Timer
+	paused bool
+	fired  bool
+}
+
+// arm starts the watchdog, which calls fire on expiry.
+func (wd *watchdog) arm(fire func()) {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	wd.paused = false
+	wd.timer = time.AfterFunc(wd.d, func() {
+		wd.mu.Lock()
+		expired := !wd.paused && !wd.fired
+		wd.fired = wd.fired || expired
+		wd.mu.Unlock()
+		if expired {
+			fire()
+		}
+	})
+}
+
+// kick restarts the countdown.
+func (wd *watchdog) kick() {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	if wd.timer != nil && !wd.paused && !wd.fired {
+		wd.timer.Reset(wd.d)
+	}
+}
+
+// pause stops the countdown until resume.
+func (wd *watchdog) pause() {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	wd.paused = true
+	if wd.timer != nil {
+		wd.timer.Stop()
+	}
+}
+
+// resume restarts a paused countdown from d.
+func (wd *watchdog) resume() {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	wd.paused = false
+	if wd.timer != nil && !wd.fired {
+		wd.timer.Reset(wd.d)
+	}
+}
+
+func (wd *watchdog) isPaused() bool {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	return wd.paused
+}
+
+func (wd *watchdog) hasFired() bool {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	return wd.fired
+}
