@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -169,6 +170,18 @@ func TestGoodFiles(t *testing.T) {
 				t.Errorf("partial: max_body_bytes = %d, want the kind's default", spec.MaxBodyBytes)
 			}
 		}},
+		"rate_limiters.good.toml": {check: func(t *testing.T, cfg *Config) {
+			if len(cfg.RateLimiters) != 1 {
+				t.Fatalf("rate limiters = %+v, want one", cfg.RateLimiters)
+			}
+			l := cfg.RateLimiters[0]
+			if l.Name != "github" || l.Burst != 10 || math.Abs(float64(l.Rate.Limit)-5000.0/3600) > 1e-9 || l.Line != 1 {
+				t.Errorf("limiter = %+v, want github 5000/h burst 10 at line 1", l)
+			}
+			if n := source(t, cfg, "pulls").Spec.(*sources.HTTPPollSpec).LimiterName(); n != "github" {
+				t.Errorf("pulls names limiter %q", n)
+			}
+		}},
 	}
 	checkTestdata(t, "*.good.toml", tests)
 	for name, tc := range tests {
@@ -201,6 +214,13 @@ func TestBadFiles(t *testing.T) {
 			`bad_duration.bad.toml:7: publish.ack_timeout: must be positive, not "-5s"`,
 			`bad_duration.bad.toml:11: source "demo": interval: must be a duration`,
 			`bad_duration.bad.toml:12: source "demo": timeout: must be a duration string such as "30s", not an integer`,
+		}},
+		"rate_limiters.bad.toml": {want: []string{
+			`rate_limiters.bad.toml:2: rate_limiters.github.rate: "fast": want N/UNIT`,
+			`rate_limiters.bad.toml:3: rate_limiters.github.burst: must be at least 1`,
+			`rate_limiters.bad.toml:5: rate_limiters.empty.rate: is required, e.g. "10/s"`,
+			`rate_limiters.bad.toml:10: source "issues": rate_limiter: no [rate_limiters.gitlab] block defines "gitlab"`,
+			`rate_limiters.bad.toml:11: source "issues": rate_limit:`,
 		}},
 		"missing_kind.bad.toml": {want: []string{
 			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll" or "websocket")`,
