@@ -63,13 +63,34 @@ func TestCrashLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the daemon repeatedly")
 	}
-	const (
-		total  = 8000
-		cycles = 25
-	)
+	bin := buildBinary(t, t.TempDir())
+	t.Run("cursor", func(t *testing.T) {
+		feed := testupstream.New(t, 8000, 20)
+		crashCycles(t, bin, 8000, feed.URL+"/feed", `interval = "20ms"`)
+	})
+	// Each poll follows up to 20 Link rel="next" pages, each its own
+	// durable batch, so many kills land in the middle of a pagination: the
+	// restart must resume at the right page and skip nothing.
+	t.Run("pagination", func(t *testing.T) {
+		srv := testupstream.NewServer(t, testupstream.Options{Total: 8000, PageSize: 10, Paging: testupstream.PageLink})
+		crashCycles(t, bin, 8000, srv.URL+"/feed", `interval = "150ms"
+pagination = "link"
+max_pages = 20`)
+		var mid int
+		for _, r := range srv.Requests() {
+			if r.Query.Get("after") != "" {
+				mid++
+			}
+		}
+		if mid == 0 {
+			t.Fatal("no page beyond the first was ever requested: the test did not paginate")
+		}
+	})
+}
+
+func crashCycles(t *testing.T, bin string, total int, pollURL, sourceExtra string) {
+	const cycles = 25
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	feed := testupstream.New(t, total, 20)
 	httpAddr, pub, ack := freePort(t), "tcp://"+freePort(t), "tcp://"+freePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
 	cfg := fmt.Sprintf(`
@@ -91,13 +112,13 @@ events_per_frame = 7
 [source.seq]
 kind = "http_poll"
 poll_url = %q
-interval = "20ms"
+%s
 jitter = "20%%"
 timeout = "5s"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
-`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, feed.URL+"/feed")
+`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, pollURL, sourceExtra)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +169,7 @@ cursor_param = "since"
 		}
 		_ = cmd.Wait() // killed: its exit status is the signal
 	}
-	t.Logf("after %d kills: %d of %d events delivered, %d polls", cycles, seenCount(), total, len(feed.Requests()))
+	t.Logf("after %d kills: %d of %d events delivered", cycles, seenCount(), total)
 
 	cmd := start()
 	deadline := time.Now().Add(2 * time.Minute)
