@@ -45,7 +45,7 @@ test: deps
 # whole-pipeline bench: throughput with defaults, and the drain of a backlog
 # queued while no processor ran.
 bench: build
-	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame' -benchmem ./internal/jsonscan/ ./internal/wire/
+	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
 
