@@ -320,13 +320,13 @@ func TestWebSocketDeadConnectionIsReconnected(t *testing.T) {
 func TestWebSocketPongsKeepQuietConnection(t *testing.T) {
 	feed := testupstream.NewWS(t, testupstream.WSOptions{Total: 1})
 	src := openWS(t, wsSpec(feed, func(s *WebSocketSpec) {
-		s.PingInterval, s.ReadTimeout = "100ms", "300ms"
+		s.PingInterval, s.ReadTimeout = "100ms", "500ms"
 	}), Env{})
 	c := &wsConsumer{t: t, src: src}
 	c.until(1, 1)
-	// Eight pings take at least 800ms, over twice read_timeout with no
+	// Twelve pings take at least 1.2s, over twice read_timeout with no
 	// message: only the pongs keep the connection.
-	wsWaitFor(t, "eight pings", func() bool { return feed.Pings() >= 8 })
+	wsWaitFor(t, "twelve pings", func() bool { return feed.Pings() >= 12 })
 	if n := len(feed.Connections()); n != 1 {
 		t.Fatalf("%d connections: a quiet connection that answers pings was dropped", n)
 	}
@@ -378,6 +378,23 @@ func TestWebSocketBufferIsBounded(t *testing.T) {
 	c.until(1, sent+100)
 }
 
+// wsOutageError fetches from a source that cannot connect until Fetch
+// reports the outage with the cause of the last failed attempt.
+func wsOutageError(t *testing.T, src Source) error {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		b, err := wsFetch(t, src, "")
+		switch {
+		case err == nil && len(b.Records) > 0:
+			t.Fatalf("records from a source that cannot connect: %+v", b)
+		case err != nil && !strings.Contains(err.Error(), "still connecting"):
+			return err
+		}
+	}
+	t.Fatal("the outage was never reported with its cause")
+	return nil
+}
+
 func TestWebSocketLongOutageIsAnError(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close() // nothing listens there now
@@ -390,7 +407,7 @@ func TestWebSocketLongOutageIsAnError(t *testing.T) {
 		t.Fatalf("a short outage: %+v, %v; want an empty batch and no error", b, err)
 	}
 	start := time.Now()
-	_, err := wsFetch(t, src, "")
+	err := wsOutageError(t, src)
 	var perm *PermanentError
 	if err == nil || errors.As(err, &perm) || !strings.Contains(err.Error(), "dial") {
 		t.Fatalf("after read_timeout without a connection: %v, want a plain error naming the dial", err)
@@ -405,7 +422,7 @@ func TestWebSocketLongOutageIsAnError(t *testing.T) {
 	t.Cleanup(refused.Close)
 	src = openWS(t, &WebSocketSpec{URL: "ws" + strings.TrimPrefix(refused.URL, "http"), MaxBatch: 10,
 		PingInterval: "50ms", ReadTimeout: "200ms", MaxMessageBytes: 1 << 10, ReconnectMax: "20ms"}, Env{})
-	if _, err := wsFetch(t, src, ""); !errors.As(err, &perm) || !strings.Contains(err.Error(), "401") {
+	if err := wsOutageError(t, src); !errors.As(err, &perm) || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("a refused handshake: %v, want a *PermanentError naming the status", err)
 	}
 }
@@ -461,7 +478,7 @@ func TestWebSocketTLSVerification(t *testing.T) {
 		t.Fatalf("feed URL %s", feed.URL)
 	}
 	verified := openWS(t, wsSpec(feed, func(s *WebSocketSpec) { s.PingInterval, s.ReadTimeout = "50ms", "200ms" }), Env{})
-	if _, err := wsFetch(t, verified, ""); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := wsOutageError(t, verified); !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("an unknown certificate: %v, want the dial error naming it", err)
 	}
 
