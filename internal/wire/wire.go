@@ -84,6 +84,18 @@ type KeyAck struct {
 	Key    string `json:"key"`
 }
 
+// Nack reports that a processor could not process one event. A permanent
+// nack moves the event to the dead-letter list at once; a retryable one
+// records the reason and leaves the event for redelivery on the backoff
+// schedule.
+type Nack struct {
+	Frame     int64  `json:"frame"`
+	Source    string `json:"source"`
+	Key       string `json:"key"`
+	Reason    string `json:"reason"`
+	Permanent bool   `json:"permanent,omitempty"`
+}
+
 // Ack is one ZeroMQ message of type "ack" sent by a processor.
 type Ack struct {
 	// V is the protocol version.
@@ -94,6 +106,8 @@ type Ack struct {
 	Frames []int64 `json:"frames,omitempty"`
 	// Keys are single events processed from frames not acked whole.
 	Keys []KeyAck `json:"keys,omitempty"`
+	// Nacks are events that could not be processed, with the reason.
+	Nacks []Nack `json:"nacks,omitempty"`
 }
 
 // EncodeAck serializes an ack message.
@@ -114,8 +128,8 @@ func DecodeAck(data []byte) (*Ack, error) {
 	if a.Type != TypeAck {
 		return nil, fmt.Errorf("decode ack: unexpected type %q", a.Type)
 	}
-	if len(a.Frames) == 0 && len(a.Keys) == 0 {
-		return nil, errors.New("decode ack: no frames and no keys")
+	if len(a.Frames) == 0 && len(a.Keys) == 0 && len(a.Nacks) == 0 {
+		return nil, errors.New("decode ack: no frames, keys or nacks")
 	}
 	return &a, nil
 }

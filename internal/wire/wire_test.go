@@ -296,8 +296,8 @@ func TestDecodeAckErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, data, wantErr string
 	}{
-		{"empty ack", string(empty), "decode ack: no frames and no keys"},
-		{"empty lists", `{"v":1,"type":"ack","frames":[],"keys":[]}`, "decode ack: no frames and no keys"},
+		{"empty ack", string(empty), "decode ack: no frames, keys or nacks"},
+		{"empty lists", `{"v":1,"type":"ack","frames":[],"keys":[]}`, "decode ack: no frames, keys or nacks"},
 		{"not JSON", `\x00\x01`, "decode ack: invalid character"},
 		{"frames not numbers", `{"v":1,"type":"ack","frames":["1"]}`, "decode ack: json: cannot unmarshal string"},
 		{"newer version", `{"v":2,"type":"ack","frames":[1]}`, "decode ack: unsupported version 2 (want 1)"},
