@@ -11,8 +11,9 @@ const (
 	// maxBatchFrames is the most frames, acked whole or in part, one ack
 	// message holds.
 	maxBatchFrames = 256
-	// maxBatchKeys is the most single-event acks one ack message holds, so
-	// that frames with many failures do not make huge messages.
+	// maxBatchKeys is the most single-event acks and nacks one ack
+	// message holds, so that frames with many failures do not make huge
+	// messages.
 	maxBatchKeys = 4096
 )
 
@@ -20,8 +21,11 @@ const (
 type ackBatch struct {
 	frames []int64
 	keys   []wire.KeyAck
-	// keyFrames counts the frames keys belong to.
-	keyFrames int
+	nacks  []wire.Nack
+	// keyFrames counts the frames keys belong to, and nackFrames those
+	// nacks belong to (a frame with both counts twice, which only makes
+	// the message smaller).
+	keyFrames, nackFrames int
 	// events counts the events the batch acknowledges.
 	events int64
 	// since is when the oldest ack in the batch was added.
@@ -46,20 +50,44 @@ func (b *ackBatch) addKey(id int64, source, key string) {
 	b.events++
 }
 
+// addNack reports that one event of frame n.Frame failed. The nacks of one
+// frame are added one after another.
+func (b *ackBatch) addNack(n wire.Nack) {
+	b.touch()
+	if len(b.nacks) == 0 || b.nacks[len(b.nacks)-1].Frame != n.Frame {
+		b.nackFrames++
+	}
+	b.nacks = append(b.nacks, n)
+}
+
+// addResult records a worker's outcome for one frame.
+func (b *ackBatch) addResult(r frameResult) {
+	if r.whole {
+		b.addFrame(r.id, r.n)
+	} else {
+		for _, k := range r.keys {
+			b.addKey(k.Frame, k.Source, k.Key)
+		}
+	}
+	for _, n := range r.nacks {
+		b.addNack(n)
+	}
+}
+
 func (b *ackBatch) touch() {
 	if b.empty() {
 		b.since = time.Now()
 	}
 }
 
-func (b *ackBatch) empty() bool { return len(b.frames) == 0 && len(b.keys) == 0 }
+func (b *ackBatch) empty() bool { return len(b.frames) == 0 && len(b.keys) == 0 && len(b.nacks) == 0 }
 
 // frameCount returns the number of frames the batch acks, whole or in part.
-func (b *ackBatch) frameCount() int { return len(b.frames) + b.keyFrames }
+func (b *ackBatch) frameCount() int { return len(b.frames) + b.keyFrames + b.nackFrames }
 
 // full reports whether the batch must be sent before another frame is added.
 func (b *ackBatch) full() bool {
-	return b.frameCount() >= maxBatchFrames || len(b.keys) >= maxBatchKeys
+	return b.frameCount() >= maxBatchFrames || len(b.keys)+len(b.nacks) >= maxBatchKeys
 }
 
 // due reports whether the oldest ack has waited interval or longer.
@@ -69,12 +97,13 @@ func (b *ackBatch) due(now time.Time, interval time.Duration) bool {
 
 // ack returns the batch as an ack message. It shares the batch's slices.
 func (b *ackBatch) ack() wire.Ack {
-	return wire.Ack{Frames: b.frames, Keys: b.keys}
+	return wire.Ack{Frames: b.frames, Keys: b.keys, Nacks: b.nacks}
 }
 
 // reset empties the batch, keeping its memory.
 func (b *ackBatch) reset() {
 	clear(b.keys) // drop the key strings
-	b.frames, b.keys = b.frames[:0], b.keys[:0]
-	b.keyFrames, b.events = 0, 0
+	clear(b.nacks)
+	b.frames, b.keys, b.nacks = b.frames[:0], b.keys[:0], b.nacks[:0]
+	b.keyFrames, b.nackFrames, b.events = 0, 0, 0
 }

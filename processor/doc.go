@@ -28,24 +28,44 @@
 // # Acknowledgements
 //
 // A Handler acknowledges an event by returning nil. Returning an error
-// leaves the event unacknowledged: it is logged, counted in Stats.Failed and
-// delivered again after the daemon's ack timeout. A panic in a Handler is
-// recovered and treated as an error. Return nil for an event that can never
-// succeed (say, one that fails validation) once it is recorded somewhere,
-// or it comes back at every ack timeout, up to the daemon's max_deliveries.
+// nacks it: the error is logged, counted in Stats.Failed and sent to the
+// daemon as the nack's reason. An error made with Permanent (say, for an
+// event that fails validation) is a permanent nack: the daemon moves the
+// event to its dead-letter list at once. Any other error is a retryable
+// nack: the daemon records the reason and delivers the event again on its
+// backoff schedule. A panic in a Handler is recovered and treated as a
+// retryable error.
 //
-// Acks are batched. When every event of a frame succeeded the frame is acked
-// whole; otherwise only the events that succeeded are acked one by one, and
-// the daemon resends the frame holding just the others. A batch is sent when
-// 256 frames are waiting, when no more frames are immediately available, or
-// after Options.AckFlushInterval, whichever comes first, and when Run stops.
+// Acks are batched, nacks with them. When every event of a frame succeeded
+// the frame is acked whole; otherwise the events that succeeded are acked
+// one by one and the others nacked. A batch is sent when 256 frames are
+// waiting, when no more frames are immediately available and no frame is
+// being processed, or after Options.AckFlushInterval, whichever comes
+// first, and when Run stops.
+//
+// # Skipping duplicates and exactly-once effects
+//
+// With Options.DedupeDB, Run records every processed (source, key) in a
+// SQLite table, with an in-memory cache in front, and skips events found
+// there: they are acknowledged again without calling the Handler and
+// counted in Stats.Duplicates. The record is written after the Handler, so
+// a crash in between still repeats it.
+//
+// Client.RunTx closes that gap when the effects live in a SQLite database:
+// a TxHandler writes inside a transaction that also records the event's
+// key, one transaction per frame with a savepoint per event, and the ack
+// leaves only after the commit. A redelivery after a crash between the
+// commit and the ack finds the key and is acknowledged without being
+// applied again.
 //
 // # Running
 //
 // Run (or New and Client.Run) connects to the daemon and calls the Handler
-// for each event, one at a time and in the order of the frame, until its
-// context is cancelled; it then sends the acks it still holds and returns
-// nil. Frames received but not yet handled when it stops are redelivered
-// after the ack timeout. Several processors may connect to one daemon: it
-// spreads frames among them.
+// for each event, in the order of the frame, until its context is
+// cancelled. Options.Workers frames are processed at once, each by one
+// worker; the ZeroMQ sockets stay on Run's goroutine. When the context is
+// cancelled Run stops receiving, lets each worker finish the event it is
+// on, sends the acks and nacks it still holds and returns nil. Events not
+// yet handled when it stops are redelivered after the ack timeout. Several
+// processors may connect to one daemon: it spreads frames among them.
 package processor

@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -33,11 +36,9 @@ func ExampleRun() {
 			ID string `json:"id"`
 		}
 		if err := json.Unmarshal(ev.Data(), &rec); err != nil {
-			// An event that can never succeed is recorded and acked;
-			// returning the error would bring it back after every ack
-			// timeout.
-			log.Printf("skip %s/%s: %v", ev.Source, ev.Key, err)
-			return nil
+			// An event that can never succeed is nacked permanently: the
+			// daemon dead-letters it instead of delivering it again.
+			return processor.Permanent(fmt.Errorf("decode %s/%s: %w", ev.Source, ev.Key, err))
 		}
 		fmt.Println(ev.Source, ev.Key, rec.ID)
 		seen[id] = true
@@ -74,4 +75,45 @@ func ExampleNew() {
 	st := c.Stats()
 	fmt.Printf("%d events in %d frames, %d acked, %d failed, %d frames redelivered\n",
 		st.Events, st.Frames, st.Acked, st.Failed, st.Redeliveries)
+}
+
+// ExampleClient_RunTx stores every event exactly once in a SQLite
+// database: each row commits with the event's processed key, and the ack
+// leaves after the commit, so a redelivered event is skipped. It needs a
+// running daemon, so it is only compiled.
+func ExampleClient_RunTx() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	db, err := sql.Open("sqlite3", "file:events.db?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			log.Print(err)
+		}
+	}()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS events (source TEXT, key TEXT, payload BLOB, PRIMARY KEY (source, key))`); err != nil {
+		log.Fatal(err)
+	}
+	c, err := processor.New(processor.Options{
+		Endpoint:    "tcp://127.0.0.1:5557",
+		AckEndpoint: "tcp://127.0.0.1:5558",
+		Workers:     4,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.RunTx(ctx, db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+		if !json.Valid(ev.Data()) {
+			// Retrying cannot help: the daemon dead-letters it.
+			return processor.Permanent(fmt.Errorf("event %s/%s is not JSON", ev.Source, ev.Key))
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO events (source, key, payload) VALUES (?, ?, ?)`, ev.Source, ev.Key, ev.Data())
+		return err // a retryable nack when not nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
 }

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -19,11 +20,15 @@ import (
 // it; Data returns its bytes.
 type Event = wire.Event
 
-// Handler processes one event. Returning nil acknowledges the event; an
-// error leaves it unacknowledged, so the daemon delivers it again after its
-// ack timeout, and is logged. ctx is the context given to Run: a Handler
-// may give up when it is done, returning an error that wraps ctx.Err(),
-// which leaves the event unacknowledged without counting as a failure.
+// Handler processes one event. Returning nil acknowledges the event. An
+// error nacks it: an error made by Permanent (or wrapping one) is a
+// permanent nack, which moves the event to the daemon's dead-letter list at
+// once; any other error is a retryable nack, and the daemon delivers the
+// event again on its backoff schedule. Either way the error is logged and
+// its text sent as the nack's reason. ctx is the context given to Run: a
+// Handler may give up when it is done, returning an error that wraps
+// ctx.Err(), which leaves the event unacknowledged without a nack or a
+// failure.
 type Handler func(ctx context.Context, ev *Event) error
 
 // Options configure a Client.
@@ -46,50 +51,88 @@ type Options struct {
 	// AckFlushInterval is the longest an ack waits in a batch while frames
 	// keep arriving. Default 20ms.
 	AckFlushInterval time.Duration
+	// Workers is how many frames are processed at once, each by one worker
+	// goroutine, its events in order. Frames carry no ordering promise, so
+	// with more than one worker two frames' events interleave. Default 1.
+	Workers int
+	// DedupeDB is the path of a SQLite database in which Run records every
+	// (source, key) it processed, in a table named processed. When set, an
+	// event already recorded there is not passed to the Handler again: it
+	// is acknowledged and counted in Stats.Duplicates. The record is
+	// written after the Handler returns, so a crash in between still
+	// repeats the Handler; RunTx closes that gap. Not used by RunTx, which
+	// keeps the table in the handler's own database.
+	DedupeDB string
+	// DedupeCacheSize is how many processed keys are kept in memory in
+	// front of the processed table, by DedupeDB and RunTx. Default 100000.
+	DedupeCacheSize int
+	// DropAcks is the probability, from 0 to 1, of dropping a whole ack
+	// message instead of sending it. For testing only: it simulates acks
+	// lost in transit or a processor crashing before its acks left, so
+	// that chaos tests can check that redeliveries are absorbed. Dropped
+	// messages are counted in Stats.AcksDropped. Default 0.
+	DropAcks float64
 }
 
 // Defaults of Options.
 const (
 	DefaultReceiveHWM       = 1000
 	DefaultAckFlushInterval = 20 * time.Millisecond
+	DefaultWorkers          = 1
+	DefaultDedupeCacheSize  = 100_000
 )
 
 const (
 	// pollInterval bounds how long Run goes without looking at its context.
 	pollInterval = 100 * time.Millisecond
+	// busyPollInterval is how long Run waits for a new frame while workers
+	// are busy, so that their results are collected promptly.
+	busyPollInterval = time.Millisecond
 	// closeLinger bounds how long the acks still queued at stop may take
 	// to leave.
 	closeLinger = time.Second
+	// maxReasonBytes bounds a nack's reason.
+	maxReasonBytes = 1024
 )
 
 // Stats are a Client's counters since New.
 type Stats struct {
 	// Frames counts frames received and decoded.
 	Frames int64
-	// Events counts events passed to the Handler.
+	// Events counts events taken up for processing: passed to the Handler
+	// or skipped as duplicates.
 	Events int64
 	// Acked counts events whose acks were handed to ZeroMQ for sending,
 	// in whole frames and one by one alike.
 	Acked int64
 	// Failed counts events the Handler returned an error for or panicked
-	// on; an error wrapping the context's error once Run is stopping is not
-	// a failure.
+	// on, each of which was nacked; an error wrapping the context's error
+	// once Run is stopping is not a failure.
 	Failed int64
+	// Permanent counts the failures nacked as permanent.
+	Permanent int64
+	// Duplicates counts events skipped because their (source, key) was
+	// already processed (DedupeDB or RunTx); they are acknowledged again.
+	Duplicates int64
 	// Malformed counts messages that were not a valid version 1 events
 	// frame; they are logged, not acknowledged.
 	Malformed int64
 	// Redeliveries counts decoded frames whose delivery number was above 1.
 	Redeliveries int64
+	// AcksDropped counts ack messages dropped on purpose (Options.DropAcks).
+	AcksDropped int64
 }
 
 // Client receives events from a daemon and acknowledges them. Its methods
-// are safe for concurrent use, but only one Run may be active at a time.
+// are safe for concurrent use, but only one Run or RunTx may be active at a
+// time.
 type Client struct {
 	opts    Options
 	log     *slog.Logger
 	running atomic.Bool
 
-	frames, events, acked, failed, malformed, redeliveries atomic.Int64
+	frames, events, acked, failed, permanent, duplicates atomic.Int64
+	malformed, redeliveries, acksDropped                 atomic.Int64
 }
 
 // New checks o, applies its defaults and returns a Client. It does not
@@ -111,6 +154,15 @@ func New(o Options) (*Client, error) {
 	if o.AckFlushInterval < 0 {
 		errs = append(errs, fmt.Errorf("ack flush interval must not be negative, not %v", o.AckFlushInterval))
 	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers must not be negative, not %d", o.Workers))
+	}
+	if o.DedupeCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("dedupe cache size must not be negative, not %d", o.DedupeCacheSize))
+	}
+	if !(o.DropAcks >= 0 && o.DropAcks <= 1) {
+		errs = append(errs, fmt.Errorf("drop acks must be between 0 and 1, not %v", o.DropAcks))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
 	}
@@ -122,6 +174,12 @@ func New(o Options) (*Client, error) {
 	}
 	if o.AckFlushInterval == 0 {
 		o.AckFlushInterval = DefaultAckFlushInterval
+	}
+	if o.Workers == 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.DedupeCacheSize == 0 {
+		o.DedupeCacheSize = DefaultDedupeCacheSize
 	}
 	return &Client{opts: o, log: o.Logger}, nil
 }
@@ -143,20 +201,26 @@ func (c *Client) Stats() Stats {
 		Events:       c.events.Load(),
 		Acked:        c.acked.Load(),
 		Failed:       c.failed.Load(),
+		Permanent:    c.permanent.Load(),
+		Duplicates:   c.duplicates.Load(),
 		Malformed:    c.malformed.Load(),
 		Redeliveries: c.redeliveries.Load(),
+		AcksDropped:  c.acksDropped.Load(),
 	}
 }
 
-// Run connects to the daemon and calls h for each event received, one at a
-// time, in frame order, acknowledging the events h accepted. It needs no
-// daemon to start: ZeroMQ connects, and reconnects, in the background.
+// Run connects to the daemon and calls h for each event received, in frame
+// order, acknowledging the events h accepted and nacking the others. Frames
+// are shared among Options.Workers workers. It needs no daemon to start:
+// ZeroMQ connects, and reconnects, in the background.
 //
-// When ctx is cancelled Run stops between two events, sends the acks it
-// holds (waiting at most a second for them to leave) and returns nil. It
-// returns an error when its sockets cannot be set up or fail while running,
-// and when another Run of c is active. A frame that cannot be decoded is
-// logged and counted in Stats.Malformed, never acknowledged.
+// When ctx is cancelled Run stops receiving; each worker stops between two
+// events of its frame (the rest are redelivered). Run then sends the acks
+// and nacks it holds (waiting at most a second for them to leave) and
+// returns nil. It returns an error when its sockets or the dedupe database
+// cannot be set up or fail while running, and when another Run of c is
+// active. A frame that cannot be decoded is logged and counted in
+// Stats.Malformed, never acknowledged.
 func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 	if h == nil {
 		return errors.New("processor: nil handler")
@@ -166,6 +230,42 @@ func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 	}
 	defer c.running.Store(false)
 
+	var dd *dedupeStore
+	if c.opts.DedupeDB != "" {
+		if dd, err = openDedupe(ctx, c.opts.DedupeDB, c.opts.DedupeCacheSize); err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := dd.close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("processor: close dedupe database %s: %w", c.opts.DedupeDB, cerr))
+			}
+		}()
+	}
+	return c.serve(ctx, func(ctx context.Context, f *wire.Frame) frameResult {
+		return c.handleFrame(ctx, f, h, dd)
+	})
+}
+
+// frameResult is a worker's outcome for one frame.
+type frameResult struct {
+	id int64
+	// n is the number of events in the frame.
+	n int
+	// whole is true when every event was acknowledged; keys then is empty.
+	whole bool
+	// keys acknowledges the events that succeeded when whole is false.
+	keys []wire.KeyAck
+	// nacks are the events that failed.
+	nacks []wire.Nack
+}
+
+// frameFunc processes one frame, stopping between events once ctx is done.
+type frameFunc func(ctx context.Context, f *wire.Frame) frameResult
+
+// serve runs the socket loop and the workers until ctx is done, then stops
+// them in order: stop receiving, let the workers finish their frames,
+// send the remaining acks, close the sockets.
+func (c *Client) serve(ctx context.Context, process frameFunc) (err error) {
 	s, err := c.connect()
 	if err != nil {
 		return err
@@ -175,11 +275,30 @@ func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 			err = errors.Join(err, fmt.Errorf("processor: close: %w", cerr))
 		}
 	}()
-	c.log.Info("processor started", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint)
+	c.log.Info("processor started", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint, "workers", c.opts.Workers)
+
+	work := make(chan *wire.Frame)
+	results := make(chan frameResult, c.opts.Workers)
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() {
+			for f := range work {
+				results <- process(ctx, f)
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
 
 	var acks ackBatch
-	loopErr := c.loop(ctx, s, h, &acks)
-	// Send what the loop left, even when it failed: those events were
+	loopErr := c.loop(ctx, s, work, results, &acks)
+	close(work)
+	for r := range results {
+		acks.addResult(r)
+	}
+	// Send what is left, even when the loop failed: those events were
 	// processed. The stop context only bounds the wait.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeLinger)
 	defer cancel()
@@ -192,105 +311,103 @@ func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 	}
 	st := c.Stats()
 	c.log.Info("processor stopped", "frames", st.Frames, "events", st.Events, "acked", st.Acked,
-		"failed", st.Failed, "malformed", st.Malformed, "redeliveries", st.Redeliveries)
+		"failed", st.Failed, "permanent", st.Permanent, "duplicates", st.Duplicates,
+		"malformed", st.Malformed, "redeliveries", st.Redeliveries, "acks_dropped", st.AcksDropped)
 	return loopErr
 }
 
-// loop receives and handles frames until ctx is done. It returns only
-// socket errors, or nil.
-func (c *Client) loop(ctx context.Context, s *session, h Handler, acks *ackBatch) error {
-	for ctx.Err() == nil {
-		polled, err := s.inPoller.Poll(pollInterval)
-		if err != nil {
-			return fmt.Errorf("processor: poll %s: %w", c.opts.Endpoint, err)
-		}
-		if len(polled) == 0 {
-			continue
-		}
-		// Drain what is immediately available, then flush: at low rates
-		// each ack leaves at once, at high rates they are batched.
-		for ctx.Err() == nil {
-			msg, err := s.in.RecvMessageBytes(zmq.DONTWAIT)
-			if err != nil {
-				if zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
-					break
-				}
-				return fmt.Errorf("processor: receive from %s: %w", c.opts.Endpoint, err)
+// loop receives frames and hands them to the workers, collecting their
+// results into acks, until ctx is done. It alone uses the sockets. It
+// returns only socket errors, or nil. A frame received but not yet handed
+// to a worker when it stops is redelivered by the daemon.
+func (c *Client) loop(ctx context.Context, s *session, work chan<- *wire.Frame, results <-chan frameResult, acks *ackBatch) error {
+	var pending *wire.Frame // received, waiting for a free worker
+	inflight := 0
+	flushIfDue := func() error {
+		if acks.full() || acks.due(time.Now(), c.opts.AckFlushInterval) {
+			if err := c.flush(ctx, s, acks); err != nil && ctx.Err() == nil {
+				return err
 			}
-			c.handleMessage(ctx, msg, h, acks)
-			if acks.full() || acks.due(time.Now(), c.opts.AckFlushInterval) {
-				if err := c.flush(ctx, s, acks); err != nil && ctx.Err() == nil {
+		}
+		return nil
+	}
+	for ctx.Err() == nil {
+		// Collect what the workers finished.
+	collect:
+		for {
+			select {
+			case r := <-results:
+				inflight--
+				acks.addResult(r)
+				if err := flushIfDue(); err != nil {
 					return err
 				}
+			default:
+				break collect
 			}
 		}
-		if err := c.flush(ctx, s, acks); err != nil && ctx.Err() == nil {
+		if pending != nil {
+			select {
+			case work <- pending:
+				pending = nil
+				inflight++
+			case r := <-results:
+				inflight--
+				acks.addResult(r)
+			case <-ctx.Done():
+			}
+			if err := flushIfDue(); err != nil {
+				return err
+			}
+			continue
+		}
+		msg, err := s.in.RecvMessageBytes(zmq.DONTWAIT)
+		if err == nil {
+			pending = c.decode(msg)
+			continue
+		}
+		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+			return fmt.Errorf("processor: receive from %s: %w", c.opts.Endpoint, err)
+		}
+		// Nothing waiting: at low rates each ack leaves as soon as its
+		// frame is done, at high rates they are batched.
+		if inflight == 0 {
+			if err := c.flush(ctx, s, acks); err != nil && ctx.Err() == nil {
+				return err
+			}
+		} else if err := flushIfDue(); err != nil {
 			return err
+		}
+		wait := pollInterval
+		if inflight > 0 {
+			wait = busyPollInterval
+		}
+		if _, err := s.inPoller.Poll(wait); err != nil {
+			return fmt.Errorf("processor: poll %s: %w", c.opts.Endpoint, err)
 		}
 	}
 	return nil
 }
 
-// handleMessage decodes one message, runs h on its events and records their
-// acks in acks.
-func (c *Client) handleMessage(ctx context.Context, msg [][]byte, h Handler, acks *ackBatch) {
+// decode decodes one message into a frame, or returns nil for a malformed
+// one.
+func (c *Client) decode(msg [][]byte) *wire.Frame {
 	if len(msg) != 1 {
 		c.malformed.Add(1)
 		c.log.Warn("dropped a malformed frame: want a single-part message", "endpoint", c.opts.Endpoint, "parts", len(msg))
-		return
+		return nil
 	}
 	f, err := wire.DecodeFrame(msg[0])
 	if err != nil {
 		c.malformed.Add(1)
 		c.log.Warn("dropped a malformed frame", "endpoint", c.opts.Endpoint, "bytes", len(msg[0]), "err", err)
-		return
+		return nil
 	}
 	c.frames.Add(1)
 	if f.Delivery > 1 {
 		c.redeliveries.Add(1)
 	}
-	var done []int // indexes of the events h accepted
-	whole := true
-	for i := range f.Events {
-		if ctx.Err() != nil {
-			// Stop between events; the rest are redelivered.
-			whole = false
-			break
-		}
-		ev := &f.Events[i]
-		c.events.Add(1)
-		if err := c.call(ctx, h, ev); err != nil {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-				// Interrupted by the stop: redelivered, not a failure.
-				whole = false
-				break
-			}
-			c.failed.Add(1)
-			whole = false
-			c.log.Warn("handler failed; the event stays unacked and will be redelivered",
-				"source", ev.Source, "key", ev.Key, "seq", ev.Seq, "frame", f.ID, "delivery", f.Delivery, "err", err)
-			continue
-		}
-		done = append(done, i)
-	}
-	if whole {
-		acks.addFrame(f.ID, len(f.Events))
-		return
-	}
-	for _, i := range done {
-		acks.addKey(f.ID, f.Events[i].Source, f.Events[i].Key)
-	}
-}
-
-// call runs h, turning a panic into an error.
-func (c *Client) call(ctx context.Context, h Handler, ev *Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.log.Error("handler panicked", "source", ev.Source, "key", ev.Key, "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
-	return h(ctx, ev)
+	return f
 }
 
 // flush sends the batched acks, if any, waiting while the ack socket is
@@ -298,6 +415,12 @@ func (c *Client) call(ctx context.Context, h Handler, ev *Event) (err error) {
 // stay in the batch.
 func (c *Client) flush(ctx context.Context, s *session, acks *ackBatch) error {
 	if acks.empty() {
+		return nil
+	}
+	if c.opts.DropAcks > 0 && rand.Float64() < c.opts.DropAcks {
+		c.acksDropped.Add(1)
+		c.log.Debug("dropped an ack message on purpose (DropAcks)", "frames", acks.frameCount(), "events", acks.events, "nacks", len(acks.nacks))
+		acks.reset()
 		return nil
 	}
 	data, err := wire.EncodeAck(acks.ack())

@@ -6,6 +6,19 @@
 // Usage:
 //
 //	processor [-connect tcp://127.0.0.1:5557] [-ack tcp://127.0.0.1:5558] [-log-every 2s] [-log-format text|json]
+//	          [-workers N] [-sqlite PATH] [-drop-acks P] [-fail-keys REGEX] [-fail-retryable-keys REGEX]
+//
+// With -sqlite it writes every event exactly once into the table events of
+// the SQLite database at PATH, with processor.Client.RunTx: each row
+// commits together with the event's processed key, and a redelivered event
+// is skipped. The insert is a plain INSERT, so an event applied twice would
+// fail on the primary key; such failures are bugs, logged and counted as
+// double_applications. The summary reports the table's row count.
+//
+// -drop-acks, -fail-keys and -fail-retryable-keys are for chaos and poison
+// tests: they drop whole ack messages with probability P, and fail the
+// events whose key matches permanently (the daemon dead-letters them) or
+// retryably (the daemon redelivers them).
 //
 // SIGINT or SIGTERM stops it gracefully: it sends its pending acks and logs
 // a summary.
@@ -14,6 +27,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,10 +37,14 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/mattn/go-sqlite3"
 
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -49,6 +67,12 @@ type config struct {
 	ack       string
 	logEvery  time.Duration
 	logFormat string
+	workers   int
+	sqlite    string
+	dropAcks  float64
+	// failKeys and failRetryableKeys match the keys to fail; nil matches
+	// none.
+	failKeys, failRetryableKeys *regexp.Regexp
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -59,10 +83,33 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.ack, "ack", "tcp://127.0.0.1:5558", "the daemon's ack endpoint (its publish.ack_endpoint) to connect to")
 	fs.DurationVar(&c.logEvery, "log-every", 2*time.Second, "interval between progress logs")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
+	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
+	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
+	failKeys := fs.String("fail-keys", "", "fail events whose key matches this regular expression permanently, for poison tests")
+	failRetryable := fs.String("fail-retryable-keys", "", "fail events whose key matches this regular expression retryably")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	var errs []error
+	for _, re := range []struct {
+		flag, expr string
+		dst        **regexp.Regexp
+	}{{"-fail-keys", *failKeys, &c.failKeys}, {"-fail-retryable-keys", *failRetryable, &c.failRetryableKeys}} {
+		if re.expr == "" {
+			continue
+		}
+		var err error
+		if *re.dst, err = regexp.Compile(re.expr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", re.flag, err))
+		}
+	}
+	if c.workers < 1 {
+		errs = append(errs, fmt.Errorf("-workers must be at least 1, not %d", c.workers))
+	}
+	if !(c.dropAcks >= 0 && c.dropAcks <= 1) {
+		errs = append(errs, fmt.Errorf("-drop-acks must be between 0 and 1, not %v", c.dropAcks))
+	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
@@ -86,7 +133,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		h = slog.NewJSONHandler(logOut, nil)
 	}
 	log := slog.New(h)
-	client, err := processor.New(processor.Options{Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log})
+	client, err := processor.New(processor.Options{
+		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
+		Workers: cfg.workers, DropAcks: cfg.dropAcks,
+	})
 	if err != nil {
 		return err
 	}
@@ -96,17 +146,118 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	reportCtx, stopReport := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { report(reportCtx, log, client, counts, cfg.logEvery) })
-	err = client.Run(ctx, counts.handle)
+	var store *eventStore
+	if cfg.sqlite == "" {
+		err = client.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
+			if err := cfg.injectFailure(ev); err != nil {
+				return err
+			}
+			counts.count(ev)
+			return nil
+		})
+	} else if store, err = openEventStore(ctx, cfg.sqlite, log); err == nil {
+		err = client.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+			if err := cfg.injectFailure(ev); err != nil {
+				return err
+			}
+			if err := store.insert(ctx, tx, ev); err != nil {
+				return err
+			}
+			counts.count(ev)
+			return nil
+		})
+	}
 	stopReport()
 	wg.Wait()
 
 	elapsed := time.Since(start)
 	total, bySource := counts.snapshot()
 	st := client.Stats()
-	log.Info("summary", "elapsed", elapsed.Round(time.Millisecond), "events", total,
+	attrs := []any{"elapsed", elapsed.Round(time.Millisecond), "events", total,
 		"events_per_sec", rate(total, elapsed), sources(bySource),
-		"frames", st.Frames, "acked", st.Acked, "redeliveries", st.Redeliveries, "malformed", st.Malformed)
+		"frames", st.Frames, "acked", st.Acked, "failed", st.Failed, "permanent", st.Permanent,
+		"duplicates", st.Duplicates, "redeliveries", st.Redeliveries, "malformed", st.Malformed,
+		"acks_dropped", st.AcksDropped}
+	if store != nil {
+		rows, cerr := store.count(context.WithoutCancel(ctx))
+		if cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		attrs = append(attrs, "exactly_once_rows", rows, "double_applications", store.doubles.Load())
+		if cerr := store.db.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close %s: %w", cfg.sqlite, cerr))
+		}
+	}
+	log.Info("summary", attrs...)
 	return err
+}
+
+// injectFailure returns the failure -fail-keys or -fail-retryable-keys asks
+// for ev, if any.
+func (c config) injectFailure(ev *processor.Event) error {
+	switch {
+	case c.failKeys != nil && c.failKeys.MatchString(ev.Key):
+		return processor.Permanent(fmt.Errorf("key %q matches -fail-keys", ev.Key))
+	case c.failRetryableKeys != nil && c.failRetryableKeys.MatchString(ev.Key):
+		return fmt.Errorf("key %q matches -fail-retryable-keys", ev.Key)
+	}
+	return nil
+}
+
+// eventsSchema has a plain primary key: applying an event twice fails.
+const eventsSchema = `CREATE TABLE IF NOT EXISTS events (
+	source TEXT NOT NULL,
+	key TEXT NOT NULL,
+	seq INTEGER NOT NULL,
+	payload BLOB,
+	PRIMARY KEY (source, key)
+)`
+
+// eventStore is the -sqlite database.
+type eventStore struct {
+	path string
+	db   *sql.DB
+	log  *slog.Logger
+	// doubles counts inserts that failed because the event was already
+	// there: bugs in exactly-once delivery.
+	doubles atomic.Int64
+}
+
+func openEventStore(ctx context.Context, path string, log *slog.Logger) (*eventStore, error) {
+	dsn := "file:" + path + "?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if _, err := db.ExecContext(ctx, eventsSchema); err != nil {
+		return nil, errors.Join(fmt.Errorf("%s: create table events: %w", path, err), db.Close())
+	}
+	return &eventStore{path: path, db: db, log: log}, nil
+}
+
+// insert writes ev into events with a plain INSERT.
+func (s *eventStore) insert(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO events (source, key, seq, payload) VALUES (?, ?, ?, ?)`,
+		ev.Source, ev.Key, ev.Seq, ev.Data())
+	var se sqlite3.Error
+	if errors.As(err, &se) && (se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique) {
+		s.doubles.Add(1)
+		s.log.Error("BUG: event applied twice; exactly-once delivery failed", "source", ev.Source, "key", ev.Key, "seq", ev.Seq, "err", err)
+		return processor.Permanent(fmt.Errorf("event %s/%s applied twice: %w", ev.Source, ev.Key, err))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: insert event %s/%s: %w", s.path, ev.Source, ev.Key, err)
+	}
+	return nil
+}
+
+// count returns the number of rows in events.
+func (s *eventStore) count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("%s: count events: %w", s.path, err)
+	}
+	return n, nil
 }
 
 // report logs progress every interval until ctx is done.
@@ -152,13 +303,12 @@ type counter struct {
 	bySource map[string]int64
 }
 
-// handle is the processor's Handler: it counts the event and acks it.
-func (c *counter) handle(_ context.Context, ev *processor.Event) error {
+// count counts one event.
+func (c *counter) count(ev *processor.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.total++
 	c.bySource[ev.Source]++
-	return nil
 }
 
 func (c *counter) snapshot() (int64, map[string]int64) {

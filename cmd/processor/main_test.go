@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/ingestorhq/ingestor/internal/wire"
+	"github.com/ingestorhq/ingestor/processor"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -20,11 +24,16 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text"}); c != want {
+	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text", workers: 1}); c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
-	_, err = parseFlags([]string{"-log-every", "0s", "-log-format", "xml", "extra"}, io.Discard)
-	for _, want := range []string{`unexpected arguments ["extra"]`, "-log-every must be positive, not 0s", `-log-format must be text or json, not "xml"`} {
+	c, err = parseFlags([]string{"-fail-keys", "^bad", "-sqlite", "x.db", "-workers", "3", "-drop-acks", "0.5"}, io.Discard)
+	if err != nil || c.failKeys.String() != "^bad" || c.failRetryableKeys != nil || c.sqlite != "x.db" || c.workers != 3 || c.dropAcks != 0.5 {
+		t.Errorf("parseFlags = %+v, %v", c, err)
+	}
+	_, err = parseFlags([]string{"-log-every", "0s", "-log-format", "xml", "-workers", "0", "-drop-acks", "2", "-fail-retryable-keys", "(", "extra"}, io.Discard)
+	for _, want := range []string{`unexpected arguments ["extra"]`, "-log-every must be positive, not 0s", `-log-format must be text or json, not "xml"`,
+		"-workers must be at least 1, not 0", "-drop-acks must be between 0 and 1, not 2", "-fail-retryable-keys: error parsing regexp"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not contain %q", err, want)
 		}
@@ -143,5 +152,155 @@ func TestRunCountsAcksAndSummarises(t *testing.T) {
 	if summary.Msg != "summary" || summary.Events != 3 || summary.Acked != 3 || summary.Redeliveries != 1 ||
 		summary.Sources["github"] != 2 || summary.Sources["hn"] != 1 {
 		t.Errorf("summary = %+v, want 3 events (github 2, hn 1), 3 acked, 1 redelivery", summary)
+	}
+}
+
+// fakeDaemon binds the daemon's two sockets on free loopback ports.
+func fakeDaemon(t *testing.T) (push, pull *zmq.Socket, endpoint, ackEndpoint string) {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var socks []*zmq.Socket
+	t.Cleanup(func() {
+		for _, s := range socks {
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := zctx.Term(); err != nil {
+			t.Error(err)
+		}
+	})
+	bind := func(typ zmq.Type) (*zmq.Socket, string) {
+		s, err := zctx.NewSocket(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		socks = append(socks, s)
+		for _, err := range []error{s.SetLinger(0), s.SetSndtimeo(10 * time.Second), s.SetRcvtimeo(10 * time.Second), s.Bind("tcp://127.0.0.1:*")} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		ep, err := s.GetLastEndpoint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, ep
+	}
+	push, endpoint = bind(zmq.PUSH)
+	pull, ackEndpoint = bind(zmq.PULL)
+	return push, pull, endpoint, ackEndpoint
+}
+
+// TestSQLiteModeWritesEachEventOnce runs -sqlite against a daemon that
+// sends a frame twice: the second delivery is recognised and acked, a
+// poison key is nacked permanently, and the table holds each event once.
+func TestSQLiteModeWritesEachEventOnce(t *testing.T) {
+	push, pull, endpoint, ackEndpoint := fakeDaemon(t)
+	dbPath := filepath.Join(t.TempDir(), "events.db")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint, "-log-format", "json",
+			"-sqlite", dbPath, "-workers", "2", "-fail-keys", "^poison"}, &logs)
+	}()
+
+	send := func(delivery int) *wire.Ack {
+		t.Helper()
+		var enc wire.Encoder
+		enc.Begin(1, delivery, "file://./data/raw")
+		for i, key := range []string{"a", "poison-1", "b", "c"} {
+			ev := wire.Event{Key: key, Source: "github", Seq: int64(i + 1), FetchedAt: time.Now()}
+			enc.Add(&ev, []byte(`{"n":1}`), true)
+		}
+		if _, err := push.SendBytes(enc.End(), 0); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		data, err := pull.RecvBytes(0) // bounded by the receive timeout
+		if err != nil {
+			t.Fatalf("receive ack: %v", err)
+		}
+		a, err := wire.DecodeAck(data)
+		if err != nil {
+			t.Fatalf("ack %s: %v", data, err)
+		}
+		return a
+	}
+	for delivery := 1; delivery <= 2; delivery++ {
+		a := send(delivery)
+		if len(a.Keys) != 3 || len(a.Nacks) != 1 || a.Nacks[0].Key != "poison-1" || !a.Nacks[0].Permanent {
+			t.Errorf("delivery %d: ack = %+v, want a, b, c acked and poison-1 nacked permanently", delivery, a)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+
+	var summary struct {
+		Msg                string `json:"msg"`
+		ExactlyOnceRows    int64  `json:"exactly_once_rows"`
+		DoubleApplications int64  `json:"double_applications"`
+		Duplicates         int64  `json:"duplicates"`
+		Permanent          int64  `json:"permanent"`
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &summary); err != nil {
+		t.Fatalf("last log line %q: %v", lines[len(lines)-1], err)
+	}
+	if summary.Msg != "summary" || summary.ExactlyOnceRows != 3 || summary.DoubleApplications != 0 ||
+		summary.Duplicates != 3 || summary.Permanent != 2 {
+		t.Errorf("summary = %+v, want 3 rows, no double application, 3 duplicates, 2 permanent failures", summary)
+	}
+
+	db, err := sql.Open("sqlite3", "file:"+dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	var n int
+	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE source = 'github' AND key IN ('a', 'b', 'c')`).Scan(&n); err != nil || n != 3 {
+		t.Errorf("events rows for a, b, c = %d (%v), want 3", n, err)
+	}
+}
+
+func TestDoubleApplicationIsCountedAsABug(t *testing.T) {
+	var logs syncBuffer
+	store, err := openEventStore(t.Context(), filepath.Join(t.TempDir(), "events.db"), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := store.db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ev := &wire.Event{Key: "k", Source: "s", Seq: 1, Payload: []byte(`{}`)}
+	for i := range 2 {
+		tx, err := store.db.BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = store.insert(t.Context(), tx, ev)
+		if i == 1 && (!processor.IsPermanent(err) || store.doubles.Load() != 1 || !strings.Contains(logs.String(), "BUG: event applied twice")) {
+			t.Errorf("second insert = %v, doubles = %d; want a permanent error counted and logged as a bug", err, store.doubles.Load())
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
