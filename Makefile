@@ -48,6 +48,7 @@ bench: build
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
+	$(BIN)/ingestor-bench -mode rehydrate
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

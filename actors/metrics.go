@@ -10,19 +10,22 @@ import (
 
 // Metrics are the pipeline's per-source and per-actor metrics.
 type Metrics struct {
-	polls          *prometheus.CounterVec
-	pollDuration   *prometheus.HistogramVec
-	events         *prometheus.CounterVec
-	duplicates     *prometheus.CounterVec
-	bytes          *prometheus.CounterVec
-	malformed      *prometheus.CounterVec
-	lastSuccess    *prometheus.GaugeVec
-	ages           *sourceAges
-	paused         *prometheus.GaugeVec
-	restarts       *prometheus.CounterVec
-	rawPutDuration prometheus.Histogram
-	rawPutErrors   prometheus.Counter
-	commitDuration prometheus.Histogram
+	polls           *prometheus.CounterVec
+	pollDuration    *prometheus.HistogramVec
+	events          *prometheus.CounterVec
+	duplicates      *prometheus.CounterVec
+	bytes           *prometheus.CounterVec
+	malformed       *prometheus.CounterVec
+	lastSuccess     *prometheus.GaugeVec
+	ages            *sourceAges
+	paused          *prometheus.GaugeVec
+	restarts        *prometheus.CounterVec
+	rawPutDuration  prometheus.Histogram
+	rawPutErrors    prometheus.Counter
+	rawStoreUp      prometheus.Gauge
+	rawSpilled      prometheus.Counter
+	rawSpillPending prometheus.Gauge
+	commitDuration  prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -52,12 +55,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one durable raw-store write.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		rawPutErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_raw_put_errors_total",
 			Help: "Failed raw-store writes (each is retried with backoff)."}),
+		rawStoreUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_raw_store_up",
+			Help: "1 if the last raw-store write succeeded, 0 if it failed."}),
+		rawSpilled: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_raw_spilled_total",
+			Help: "Batches written to the local spill dir after raw_store.max_attempts failed writes."}),
+		rawSpillPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_raw_spill_pending",
+			Help: "Spilled batches not yet in the raw store."}),
 		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_queue_commit_duration_seconds",
 			Help: "Duration of committing one batch to the write-ahead queue.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.polls, m.pollDuration, m.events, m.duplicates, m.bytes, m.malformed, m.lastSuccess,
-			m.ages, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors, m.commitDuration)
+			m.ages, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors,
+			m.rawStoreUp, m.rawSpilled, m.rawSpillPending, m.commitDuration)
 	}
 	return m
 }

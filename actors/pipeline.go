@@ -2,8 +2,11 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,6 +31,12 @@ type Deps struct {
 	MaxPendingEvents int64
 	// RawWriters caps concurrent raw-store writes. Default 8.
 	RawWriters int
+	// RawMaxAttempts is how many failed writes of one payload precede its
+	// spill to SpillDir. Default 10.
+	RawMaxAttempts int
+	// SpillDir keeps payloads the raw store refuses until it takes them;
+	// "" keeps them in memory only.
+	SpillDir string
 	// Limiters are the shared rate limiters sources may name.
 	Limiters *sources.RateLimiters
 
@@ -39,14 +48,27 @@ type Deps struct {
 var rawRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 30 * time.Second}
 
 // PersistRaw makes raw payloads durable. Each write runs in its own
-// goroutine, at most RawWriters at once, and is retried with backoff until it
-// succeeds or the actor stops; a slow store therefore holds the sources'
-// windows open, which slows their polls.
+// goroutine, at most RawWriters at once, and is retried with backoff. After
+// RawMaxAttempts failures the payload is spilled to SpillDir, so it is
+// durable locally, and the write goes on being retried from there until the
+// raw store takes it; only then is the source answered. A slow or absent
+// store therefore holds the sources' windows open, which stops their polls
+// and keeps their cursors where they are. Spilled batches left by an earlier
+// run are written to the raw store when the actor starts.
 type PersistRaw struct {
 	deps   *Deps
 	sem    chan struct{}
+	spill  *spillDir // nil without a SpillDir: failed writes are retried in memory only
 	ctx    context.Context
 	cancel context.CancelFunc
+}
+
+// rawWrite is one payload to make durable.
+type rawWrite struct {
+	source, key string
+	body        []byte
+	// deadLetter is the malformed payload's reason, "" for a batch.
+	deadLetter string
 }
 
 // Receive implements actor.Actor.
@@ -55,58 +77,177 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 	case *actor.Started:
 		p.ctx, p.cancel = context.WithCancel(context.Background())
 		p.sem = make(chan struct{}, max(p.deps.RawWriters, 1))
+		p.deps.Metrics.rawStoreUp.Set(1)
+		if p.deps.SpillDir != "" {
+			p.spill = &spillDir{dir: p.deps.SpillDir}
+			go p.redriveLeftovers(p.ctx)
+		}
 	case *actor.Stopping, *actor.Restarting:
 		p.cancel()
 	case *persistRaw:
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
 		go func() {
 			key := rawstore.Key(m.source, m.batch.FetchedAt, m.batch.Body)
-			err := p.put(m.source, key, m.batch.Body)
+			err := p.put(p.ctx, rawWrite{source: m.source, key: key, body: m.batch.Body})
 			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, rawKey: key, err: err})
 		}()
 	case *deadLetterPayload:
-		go p.deadLetter(m)
+		go p.deadLetter(p.ctx, m)
 	}
 }
 
-// put writes body under key, retrying until it succeeds or the actor stops.
-func (p *PersistRaw) put(source, key string, body []byte) error {
-	select {
-	case p.sem <- struct{}{}:
-	case <-p.ctx.Done():
-		return p.ctx.Err()
+// put writes w to the raw store, retrying until it succeeds or ctx ends;
+// after RawMaxAttempts failures it spills w and keeps retrying.
+func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
+	maxAttempts := p.deps.RawMaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = 10
 	}
-	defer func() { <-p.sem }()
+	first := time.Now()
+	var err error
 	for attempt := 0; ; attempt++ {
-		start := time.Now()
-		err := p.deps.Raw.Put(p.ctx, key, body)
-		if err == nil {
-			p.deps.Metrics.rawPutDuration.Observe(time.Since(start).Seconds())
+		if attempt > 0 {
+			wait := rawRetry.Delay(attempt - 1)
+			p.deps.Logger.Warn("raw store write failed; retrying", "source", w.source, "key", w.key,
+				"attempt", attempt, "err", err, "retry_in", wait)
+			if !sleep(ctx, wait) {
+				return ctx.Err()
+			}
+		}
+		if err = p.attempt(ctx, w); err == nil {
 			return nil
 		}
-		if p.ctx.Err() != nil {
-			return p.ctx.Err()
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		p.deps.Metrics.rawPutErrors.Inc()
+		if attempt+1 == maxAttempts && p.spill != nil {
+			p.spillWrite(w, spillInfo{Key: w.key, Source: w.source, Error: err.Error(), Attempts: attempt + 1,
+				FirstAttempt: first, LastAttempt: time.Now(), DeadLetterReason: w.deadLetter})
+			return p.redrive(ctx, w, attempt+1)
+		}
+	}
+}
+
+// spillWrite keeps w in the spill dir. If even that fails, w stays in
+// memory only, still retried, and is lost only if the process dies first.
+func (p *PersistRaw) spillWrite(w rawWrite, info spillInfo) {
+	info.SpilledAt = time.Now()
+	if err := p.spill.write(w.key, w.body, info); err != nil {
+		p.deps.Logger.Error("raw store unavailable and spilling the batch failed; retrying from memory",
+			"source", w.source, "key", w.key, "err", err)
+		return
+	}
+	p.deps.Metrics.rawSpilled.Inc()
+	p.deps.Metrics.rawSpillPending.Inc()
+	p.deps.Logger.Warn("raw store unavailable; batch spilled to local disk until it can be written",
+		"source", w.source, "key", w.key, "attempts", info.Attempts, "err", info.Error, "spill_dir", p.spill.dir)
+}
+
+// redrive writes a spilled w to the raw store with backoff, from the n-th
+// attempt, until it succeeds or ctx ends, then deletes its spill files.
+func (p *PersistRaw) redrive(ctx context.Context, w rawWrite, n int) error {
+	for attempt := n; ; attempt++ {
+		err := p.attempt(ctx, w)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		wait := rawRetry.Delay(attempt)
-		p.deps.Logger.Warn("raw store write failed; retrying", "source", source, "key", key, "err", err, "retry_in", wait)
-		select {
-		case <-time.After(wait):
-		case <-p.ctx.Done():
-			return p.ctx.Err()
+		p.deps.Logger.Warn("raw store write of spilled batch failed; retrying", "source", w.source, "key", w.key,
+			"attempt", attempt+1, "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return ctx.Err()
 		}
+	}
+	if err := p.spill.remove(w.key); err != nil {
+		p.deps.Logger.Error("spilled batch is in the raw store; delete its spill files by hand", "key", w.key, "err", err)
+	} else if _, statErr := os.Stat(p.spill.path(w.key)); errors.Is(statErr, fs.ErrNotExist) {
+		p.deps.Metrics.rawSpillPending.Dec()
+	}
+	p.deps.Logger.Info("spilled batch written to the raw store", "source", w.source, "key", w.key)
+	return nil
+}
+
+// attempt is one raw-store write, counted in the metrics.
+func (p *PersistRaw) attempt(ctx context.Context, w rawWrite) error {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.sem }()
+	start := time.Now()
+	if err := p.deps.Raw.Put(ctx, w.key, w.body); err != nil {
+		if ctx.Err() == nil {
+			p.deps.Metrics.rawPutErrors.Inc()
+			p.deps.Metrics.rawStoreUp.Set(0)
+		}
+		return err
+	}
+	p.deps.Metrics.rawPutDuration.Observe(time.Since(start).Seconds())
+	p.deps.Metrics.rawStoreUp.Set(1)
+	return nil
+}
+
+// redriveLeftovers writes the batches an earlier run spilled to the raw
+// store. Their events need nothing more: the source's cursor never moved
+// past them, so the source fetches them again. A malformed payload is also
+// recorded as a dead letter, which its source will not do again.
+func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
+	left, err := p.spill.load()
+	if err != nil {
+		p.deps.Logger.Error("read spilled batches", "err", err)
+	}
+	if len(left) == 0 {
+		return
+	}
+	p.deps.Metrics.rawSpillPending.Add(float64(len(left)))
+	p.deps.Logger.Info("writing batches spilled by an earlier run to the raw store", "batches", len(left), "spill_dir", p.spill.dir)
+	for _, b := range left {
+		body, err := os.ReadFile(p.spill.path(b.key))
+		if err != nil {
+			p.deps.Logger.Error("read spilled batch; it stays in the spill dir", "key", b.key, "err", err)
+			continue
+		}
+		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason}
+		if err := p.redrive(ctx, w, 0); err != nil {
+			return // stopping: the rest stays spilled for the next start
+		}
+		if w.deadLetter != "" {
+			p.recordDeadLetter(ctx, w)
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends, reporting whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
 // deadLetter keeps a malformed payload under a "deadletter/" key and lists it.
-func (p *PersistRaw) deadLetter(m *deadLetterPayload) {
-	key := "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body)
-	if err := p.put(m.source, key, m.err.Body); err != nil {
+func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
+	w := rawWrite{source: m.source, key: "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body),
+		body: m.err.Body, deadLetter: m.err.Reason}
+	if err := p.put(ctx, w); err != nil {
 		p.deps.Logger.Error("keep malformed payload", "source", m.source, "err", err)
 		return
 	}
-	if err := p.deps.Queue.DeadLetter(p.ctx, m.source, m.err.Reason, key); err != nil {
-		p.deps.Logger.Error("record dead letter", "source", m.source, "err", err)
+	p.recordDeadLetter(ctx, w)
+}
+
+// recordDeadLetter lists w, a malformed payload now in the raw store.
+func (p *PersistRaw) recordDeadLetter(ctx context.Context, w rawWrite) {
+	if err := p.deps.Queue.DeadLetter(ctx, w.source, w.deadLetter, w.key); err != nil {
+		p.deps.Logger.Error("record dead letter", "source", w.source, "err", err)
 	}
 }
 

@@ -75,10 +75,11 @@ func TestGoodFiles(t *testing.T) {
 				File: filepath.Join(testdata, "minimal.good.toml"),
 				Daemon: Daemon{DataDir: "./data", HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 					LogFormat: "text", ShutdownGrace: 30 * time.Second},
-				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1"},
+				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1", MaxAttempts: 10, SpillDir: "./data/raw-spill"},
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
-					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full"},
+					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full",
+					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -94,13 +95,14 @@ func TestGoodFiles(t *testing.T) {
 		}},
 		"full_s3.good.toml": {check: func(t *testing.T, cfg *Config) {
 			wantRaw := RawStore{URL: "s3://ingest-raw/prod/payloads", Endpoint: "http://127.0.0.1:9000",
-				Region: "eu-west-1", PathStyle: true}
+				Region: "eu-west-1", PathStyle: true, MaxAttempts: 3, SpillDir: "/var/spool/ingestor/raw"}
 			if cfg.RawStore != wantRaw {
 				t.Errorf("raw store = %+v, want %+v", cfg.RawStore, wantRaw)
 			}
 			wantPub := Publish{Endpoint: "ipc:///run/ingestor/events.sock", AckEndpoint: "tcp://0.0.0.0:6001",
 				HighWaterMark: 5000, EventsPerFrame: 500, AckTimeout: 45 * time.Second, MaxDeliveries: 10,
-				MaxInflightFrames: 64, MaxPendingEvents: 2_000_000, Synchronous: "normal"}
+				MaxInflightFrames: 64, MaxPendingEvents: 2_000_000, Synchronous: "normal",
+				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second}
 			if cfg.Publish != wantPub {
 				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
 			}
@@ -122,9 +124,9 @@ func TestGoodFiles(t *testing.T) {
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
-			if orders.Line != 32 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+			if orders.Line != 36 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
 				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
-				t.Errorf("orders-eu = %+v, want line 32 and [defaults] 5s 0%% 3s 8", orders)
+				t.Errorf("orders-eu = %+v, want line 36 and [defaults] 5s 0%% 3s 8", orders)
 			}
 			synth := source(t, cfg, "synthetic")
 			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
@@ -242,6 +244,12 @@ func TestBadFiles(t *testing.T) {
 				`use the standard AWS environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or credential chain`,
 			`credentials.bad.toml:5: raw_store.aws_secret_access_key: credentials do not belong`,
 		}, absent: []string{"AKIAEXAMPLE", "wJalrXUtnFEMI"}},
+		"bad_retention.bad.toml": {want: []string{
+			`bad_retention.bad.toml:3: raw_store.max_attempts: must be between 1 and 1000000, not 0`,
+			`bad_retention.bad.toml:4: raw_store.spill_dir: must not be empty`,
+			`bad_retention.bad.toml:7: publish.dedupe_window: must be a duration such as "500ms", "30s" or "1m30s", not "a week"`,
+			`bad_retention.bad.toml:8: publish.prune_interval: must be positive, not "0s"`,
+		}},
 		"bad_raw_store_url.bad.toml": {want: []string{
 			`bad_raw_store_url.bad.toml:2: raw_store.url: must be file://DIR or s3://bucket[/prefix], not "/var/lib/ingestor/raw"`,
 			`bad_raw_store_url.bad.toml:3: raw_store.endpoint: must be an absolute http or https URL`,

@@ -51,16 +51,20 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 
 // rawStoreTOML is [raw_store] as written in the file.
 type rawStoreTOML struct {
-	URL       string `toml:"url"`
-	Endpoint  string `toml:"endpoint"`
-	Region    string `toml:"region"`
-	PathStyle bool   `toml:"path_style"`
+	URL         string `toml:"url"`
+	Endpoint    string `toml:"endpoint"`
+	Region      string `toml:"region"`
+	PathStyle   bool   `toml:"path_style"`
+	MaxAttempts int    `toml:"max_attempts"`
+	SpillDir    string `toml:"spill_dir"`
 }
 
 func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
 	t := rawStoreTOML{
-		URL:    "file://" + strings.TrimSuffix(dataDir, "/") + "/raw",
-		Region: "us-east-1",
+		URL:         "file://" + strings.TrimSuffix(dataDir, "/") + "/raw",
+		Region:      "us-east-1",
+		MaxAttempts: 10,
+		SpillDir:    strings.TrimSuffix(dataDir, "/") + "/raw-spill",
 	}
 	d.section(top, "raw_store", &t)
 	p := []string{"raw_store"}
@@ -75,7 +79,18 @@ func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawSto
 	if t.Region == "" {
 		d.errAt(child(p, "region"), "must not be empty")
 	}
-	return RawStore(t)
+	d.intRange(child(p, "max_attempts"), int64(t.MaxAttempts), 1, 1_000_000)
+	if t.SpillDir == "" {
+		d.errAt(child(p, "spill_dir"), "must not be empty")
+	}
+	return RawStore{
+		URL:         t.URL,
+		Endpoint:    t.Endpoint,
+		Region:      t.Region,
+		PathStyle:   t.PathStyle,
+		MaxAttempts: t.MaxAttempts,
+		SpillDir:    t.SpillDir,
+	}
 }
 
 // s3Bucket matches an S3 bucket name.
@@ -121,6 +136,8 @@ type publishTOML struct {
 	MaxInflightFrames int      `toml:"max_inflight_frames"`
 	MaxPendingEvents  int64    `toml:"max_pending_events"`
 	Synchronous       string   `toml:"synchronous"`
+	DedupeWindow      duration `toml:"dedupe_window"`
+	PruneInterval     duration `toml:"prune_interval"`
 }
 
 func (d *decoder) publish(top map[string]toml.Primitive) Publish {
@@ -133,6 +150,8 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		MaxInflightFrames: 1024,
 		MaxPendingEvents:  10_000_000,
 		Synchronous:       "full",
+		DedupeWindow:      "1h",
+		PruneInterval:     "30s",
 	}
 	d.section(top, "publish", &t)
 	p := []string{"publish"}
@@ -161,6 +180,8 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		MaxInflightFrames: t.MaxInflightFrames,
 		MaxPendingEvents:  t.MaxPendingEvents,
 		Synchronous:       t.Synchronous,
+		DedupeWindow:      d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
+		PruneInterval:     d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
 	}
 }
 

@@ -43,6 +43,13 @@ type RawStore struct {
 	Region string
 	// PathStyle selects path-style S3 addressing.
 	PathStyle bool
+	// MaxAttempts is how many failed writes of one batch are retried before
+	// the batch is spilled to SpillDir (and then re-driven from there).
+	// Default 10.
+	MaxAttempts int
+	// SpillDir holds batches the raw store could not take yet, until it
+	// can. Default <data_dir>/raw-spill.
+	SpillDir string
 }
 
 // Publish configures the write-ahead queue and ZeroMQ delivery ([publish]).
@@ -65,6 +72,12 @@ type Publish struct {
 	MaxPendingEvents int64
 	// Synchronous is the SQLite synchronous pragma, full or normal. Default full.
 	Synchronous string
+	// DedupeWindow is how long acked events are remembered so that a late
+	// duplicate is recognised and dropped. Default 1h.
+	DedupeWindow time.Duration
+	// PruneInterval is how often remembered events older than DedupeWindow
+	// are deleted. Default 30s.
+	PruneInterval time.Duration
 }
 
 // Source is one [source.NAME] block after inheriting [defaults].

@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	ingestor-bench [-mode throughput|processor-down] [-events N] [-duration D]
+//	ingestor-bench [-mode throughput|processor-down|rehydrate] [-events N] [-duration D]
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
@@ -16,7 +16,10 @@
 // reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
 // processor-down first runs the daemon with no processor until -backlog
 // events are queued on disk, then starts the processors and also reports
-// how fast that backlog drains and the RSS before and after.
+// how fast that backlog drains and the RSS before and after. Mode rehydrate
+// writes -backlog events (default 1000000) straight into a queue, then
+// starts the daemon on it with no source and no processor and reports the
+// time until it is ready and the RSS and Go heap it then holds.
 //
 // Acks are counted, and latency measured, when the daemon's sender learns of
 // them (daemon.Options.OnAck). CPU time is the whole process's (getrusage),
@@ -61,6 +64,7 @@ func main() {
 const (
 	modeThroughput    = "throughput"
 	modeProcessorDown = "processor-down"
+	modeRehydrate     = "rehydrate"
 )
 
 // options is the command line.
@@ -85,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput, or processor-down: queue -backlog events with no processor, then measure the drain")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events")
 	fs.Int64Var(&o.events, "events", 2_000_000, "stop once this many events are acked")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long even if fewer events were acked (0: no cap)")
 	fs.IntVar(&o.sources, "sources", 2, "demo sources")
@@ -94,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.processors, "processors", 2, "in-process processor clients, each on its own goroutine")
 	fs.StringVar(&o.synchronous, "synchronous", "full", "SQLite synchronous mode of the queue: full or normal")
 	fs.IntVar(&o.eventsPerFrame, "events-per-frame", 100, "events packed into one ZeroMQ frame")
-	fs.Int64Var(&o.backlog, "backlog", 200_000, "processor-down mode: events queued before the processors start")
+	fs.Int64Var(&o.backlog, "backlog", 200_000, "processor-down mode: events queued before the processors start; rehydrate mode: events queued before the daemon starts (default 1000000)")
 	fs.StringVar(&o.dir, "dir", "", "empty directory for the queue, raw store and sockets, kept afterwards (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON line")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE)")
@@ -102,12 +106,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
+	backlogSet := false
+	fs.Visit(func(f *flag.Flag) { backlogSet = backlogSet || f.Name == "backlog" })
+	if o.mode == modeRehydrate && !backlogSet {
+		o.backlog = rehydrateBacklog
+	}
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if o.mode != modeThroughput && o.mode != modeProcessorDown {
-		errs = append(errs, fmt.Errorf("-mode must be %s or %s, not %q", modeThroughput, modeProcessorDown, o.mode))
+	if o.mode != modeThroughput && o.mode != modeProcessorDown && o.mode != modeRehydrate {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s or %s, not %q", modeThroughput, modeProcessorDown, modeRehydrate, o.mode))
 	}
 	if o.synchronous != "full" && o.synchronous != "normal" {
 		errs = append(errs, fmt.Errorf("-synchronous must be full or normal, not %q", o.synchronous))
@@ -138,7 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	cfg, err := benchConfig(o, dir)
+	co := o
+	if o.mode == modeRehydrate {
+		co.sources = 0 // the daemon only opens the backlog
+	}
+	cfg, err := benchConfig(co, dir)
 	if err != nil {
 		return err
 	}
@@ -153,6 +166,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 		defer func() { err = errors.Join(err, stopProfile()) }()
+	}
+	if o.mode == modeRehydrate {
+		res, err := rehydrate(ctx, o, cfg, log, stderr)
+		if err != nil {
+			return err
+		}
+		return printRehydrate(stdout, res, o.json)
 	}
 	res, err := bench(ctx, o, cfg, log, stderr)
 	if err != nil {
