@@ -55,6 +55,12 @@ event_size = %d
 	if err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
+	if o.exactlyOnce {
+		// The exactly-once processors are slower than the sources: pause
+		// the sources at a modest queue, as an operator would, so the run
+		// measures the processors instead of an ever-growing backlog.
+		cfg.Publish.MaxPendingEvents = 100_000
+	}
 	return cfg, nil
 }
 

@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -69,6 +70,7 @@ const (
 
 // options is the command line.
 type options struct {
+	exactlyOnce    bool
 	mode           string
 	events         int64
 	duration       time.Duration
@@ -101,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.backlog, "backlog", 200_000, "processor-down mode: events queued before the processors start; rehydrate mode: events queued before the daemon starts (default 1000000)")
 	fs.StringVar(&o.dir, "dir", "", "empty directory for the queue, raw store and sockets, kept afterwards (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON line")
+	fs.BoolVar(&o.exactlyOnce, "exactly-once", false, "processors write every event into a SQLite table exactly once (processor.RunTx) instead of only reading it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE)")
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon and processors at info level (default: warnings only)")
 	if err := fs.Parse(args); err != nil {
@@ -251,6 +254,9 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	procs := &processors{log: log, endpoint: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}
+	if o.exactlyOnce {
+		procs.sinkDB = filepath.Join(cfg.Daemon.DataDir, "sink.db")
+	}
 	defer func() {
 		// Normally already stopped; this covers an early return.
 		if err := procs.stop(); err != nil {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	_ "github.com/mattn/go-sqlite3" // the exactly-once sink
 
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -15,6 +18,11 @@ import (
 type processors struct {
 	log           *slog.Logger
 	endpoint, ack string
+	// sinkDB, when set, makes every client write each event into one
+	// SQLite table exactly once (processor.RunTx), as cmd/processor's
+	// -sqlite mode does.
+	sinkDB string
+	db     *sql.DB
 
 	clients []*processor.Client
 	bytes   atomic.Int64
@@ -33,6 +41,21 @@ func (p *processors) start(n int) error {
 		p.bytes.Add(int64(len(ev.Data())))
 		return nil
 	}
+	if p.sinkDB != "" && p.db == nil {
+		db, err := sql.Open("sqlite3", "file:"+p.sinkDB+"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
+		if err != nil {
+			return fmt.Errorf("open sink: %w", err)
+		}
+		if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS events(source TEXT, key TEXT, seq INTEGER, payload BLOB, PRIMARY KEY(source, key))`); err != nil {
+			return fmt.Errorf("create sink table: %w", errors.Join(err, db.Close()))
+		}
+		p.db = db
+	}
+	txHandle := func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+		p.bytes.Add(int64(len(ev.Data())))
+		_, err := tx.ExecContext(ctx, `INSERT INTO events(source, key, seq, payload) VALUES (?,?,?,?)`, ev.Source, ev.Key, ev.Seq, []byte(ev.Data()))
+		return err
+	}
 	for i := range n {
 		c, err := processor.New(processor.Options{Endpoint: p.endpoint, AckEndpoint: p.ack, Logger: p.log.With("processor", i+1)})
 		if err != nil {
@@ -40,7 +63,11 @@ func (p *processors) start(n int) error {
 		}
 		p.clients = append(p.clients, c)
 		p.wg.Go(func() {
-			if err := c.Run(ctx, handle); err != nil {
+			run := func() error { return c.Run(ctx, handle) }
+			if p.db != nil {
+				run = func() error { return c.RunTx(ctx, p.db, txHandle) }
+			}
+			if err := run(); err != nil {
 				p.mu.Lock()
 				p.errs = append(p.errs, fmt.Errorf("processor %d: %w", i+1, err))
 				p.mu.Unlock()
@@ -60,6 +87,10 @@ func (p *processors) stop() error {
 	defer p.mu.Unlock()
 	err := errors.Join(p.errs...)
 	p.errs = nil
+	if p.db != nil {
+		err = errors.Join(err, p.db.Close())
+		p.db = nil
+	}
 	return err
 }
 

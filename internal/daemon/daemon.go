@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -101,7 +102,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
 	if d.queue, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous,
-		EventsPerFrame: cfg.Publish.EventsPerFrame, Logger: log}); err != nil {
+		EventsPerFrame: cfg.Publish.EventsPerFrame, DedupeWindow: cfg.Publish.DedupeWindow, Logger: log}); err != nil {
 		return nil, err
 	}
 	stats, err := d.queue.Stats(ctx)
@@ -156,6 +157,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 			return delivery.NewAckReceiver(d.zctx, pub.AckEndpoint, pub.HighWaterMark, d.queue, d.sender, log, dm)
 		},
 		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
+		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
 	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources); err != nil {
 		return nil, err
@@ -220,6 +222,7 @@ func (d *Daemon) startHTTP() error {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	d.registerAdmin(mux)
 	d.httpLn = ln
 	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -230,13 +233,17 @@ func (d *Daemon) startHTTP() error {
 	return nil
 }
 
-// pruneEvery is how often remembered, acked events past the dedupe window
-// are deleted.
-const pruneEvery = 30 * time.Second
+// pruneBatch is how many remembered events one prune transaction deletes
+// at most; small enough that appends queued behind it wait only briefly.
+const pruneBatch = 1000
 
+// prune deletes remembered, acked events past the dedupe window every
+// prune_interval, in batches of pruneBatch while a batch comes back full,
+// yielding between batches so that the queue's writer takes the appends
+// waiting behind each one.
 func (d *Daemon) prune(ctx context.Context) {
 	defer close(d.pruneDone)
-	t := time.NewTicker(pruneEvery)
+	t := time.NewTicker(d.cfg.Publish.PruneInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -245,16 +252,17 @@ func (d *Daemon) prune(ctx context.Context) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			n, err := d.queue.Prune(ctx, 5000)
+			n, err := d.queue.Prune(ctx, pruneBatch)
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Warn("prune queue", "err", err)
 				}
 				break
 			}
-			if n < 5000 {
+			if n < pruneBatch {
 				break
 			}
+			runtime.Gosched()
 		}
 	}
 }

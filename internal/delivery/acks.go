@@ -57,6 +57,7 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 	poller.Add(a.sock, zmq.POLLIN)
 	var frames []int64
 	var keys []queue.KeyAck
+	var nacks []queue.NackInput
 	for ctx.Err() == nil {
 		polled, err := poller.Poll(100 * time.Millisecond)
 		if err != nil {
@@ -68,7 +69,7 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 		if len(polled) == 0 {
 			continue
 		}
-		frames, keys = frames[:0], keys[:0]
+		frames, keys, nacks = frames[:0], keys[:0], nacks[:0]
 		for i := 0; i < maxAckBurst; i++ {
 			msg, err := a.sock.RecvBytes(zmq.DONTWAIT)
 			if err != nil {
@@ -88,19 +89,28 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 			for _, k := range ack.Keys {
 				keys = append(keys, queue.KeyAck{Frame: k.Frame, Source: k.Source, Key: k.Key})
 			}
+			for _, n := range ack.Nacks {
+				nacks = append(nacks, queue.NackInput{Frame: n.Frame, Source: n.Source, Key: n.Key, Reason: n.Reason, Permanent: n.Permanent})
+			}
 		}
-		if len(frames) == 0 && len(keys) == 0 {
+		if len(frames) == 0 && len(keys) == 0 && len(nacks) == 0 {
 			continue
 		}
 		// The ack is committed even if ctx ends meanwhile: a lost ack only
 		// causes a resend, but there is no reason to lose it.
-		cleared, err := a.q.Ack(context.WithoutCancel(ctx), frames, keys)
+		res, err := a.q.Settle(context.WithoutCancel(ctx), frames, keys, nacks)
 		if err != nil {
-			a.log.Error("commit acks", "frames", len(frames), "keys", len(keys), "err", err)
+			a.log.Error("commit acks", "frames", len(frames), "keys", len(keys), "nacks", len(nacks), "err", err)
 			continue
 		}
-		a.metrics.framesAcked.Add(float64(len(cleared)))
-		a.sender.Acked(ctx, cleared)
+		a.metrics.framesAcked.Add(float64(len(res.Cleared)))
+		a.metrics.acksUnknown.Add(float64(res.Unknown))
+		a.metrics.nacksRetryable.Add(float64(res.Retryable))
+		a.metrics.eventsDeadLettered.Add(float64(res.DeadLettered))
+		if res.DeadLettered > 0 {
+			a.log.Warn("events nacked permanently and dead-lettered", "events", res.DeadLettered)
+		}
+		a.sender.Acked(ctx, res.Cleared)
 	}
 	return nil
 }

@@ -15,6 +15,10 @@ type Metrics struct {
 	acks         prometheus.Counter
 	badAcks      prometheus.Counter
 	framesAcked  prometheus.Counter
+
+	acksUnknown        prometheus.Counter
+	nacksRetryable     prometheus.Counter
+	eventsDeadLettered prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -43,10 +47,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Ack messages that could not be decoded and were dropped."}),
 		framesAcked: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_frames_acked_total",
 			Help: "Frames cleared from the queue by acks."}),
+		acksUnknown: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_unknown_total",
+			Help: "Acked or nacked frames and events that were not pending (already acked, dead-lettered or unknown); harmless."}),
+		nacksRetryable: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_nacks_retryable_total",
+			Help: "Retryable nacks recorded; the event is redelivered with its frame."}),
+		eventsDeadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_events_dead_lettered_total",
+			Help: "Events moved to the dead-letter list: nacked permanently, not acked after max_deliveries, or raw object missing."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.framesSent, m.framesResent, m.eventsSent, m.sendBlocked, m.ackTimeouts,
-			m.deadLettered, m.inflight, m.fetchToAck, m.acks, m.badAcks, m.framesAcked)
+			m.deadLettered, m.inflight, m.fetchToAck, m.acks, m.badAcks, m.framesAcked,
+			m.acksUnknown, m.nacksRetryable, m.eventsDeadLettered)
 	}
 	return m
 }

@@ -6,8 +6,10 @@
 // (no processor connected, or its high-water mark reached) or the in-flight
 // window is full, the Sender switches to backlog mode and streams pending
 // frames from the queue in id order, a page at a time, reading payloads back
-// from the raw store. A frame not acked within the ack timeout is sent again
-// with its delivery count raised. Memory stays bounded by the in-flight
+// from the raw store. A frame not acked in time is sent again with its
+// delivery count raised; the wait grows with each delivery (see ackWait).
+// Events that can never be delivered (max_deliveries reached, raw object
+// gone) are dead-lettered one by one. Memory stays bounded by the in-flight
 // window whatever the size of the backlog.
 package delivery
 
@@ -15,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sync/atomic"
 	"syscall"
@@ -22,6 +25,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/wire"
@@ -245,7 +249,9 @@ func (s *Sender) sendFresh(frames []queue.Frame) {
 		if f.ID <= s.scanned {
 			continue // the backlog scan already handled it
 		}
-		if s.backlog || len(s.inflight) >= s.o.MaxInflight {
+		if s.backlog || len(s.inflight) >= s.o.MaxInflight || !hasPayloads(f) {
+			// Frames submitted without payloads (replayed dead letters)
+			// are read back from the raw store by the backlog scan.
 			s.enterBacklog(f.ID)
 			return
 		}
@@ -254,6 +260,15 @@ func (s *Sender) sendFresh(frames []queue.Frame) {
 			return
 		}
 	}
+}
+
+func hasPayloads(f *queue.Frame) bool {
+	for i := range f.Events {
+		if f.Events[i].Payload == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // send encodes and sends f without blocking; it reports false when the
@@ -283,7 +298,7 @@ func (s *Sender) send(f *queue.Frame) bool {
 	if len(f.Events) > 0 {
 		fetched = f.Events[0].FetchedAt
 	}
-	s.inflight[f.ID] = inflight{deadline: now.Add(s.o.AckTimeout), fetchedAt: fetched, events: len(f.Events)}
+	s.inflight[f.ID] = inflight{deadline: now.Add(s.ackWait(delivery)), fetchedAt: fetched, events: len(f.Events)}
 	s.inflightN.Store(int64(len(s.inflight)))
 	s.o.Metrics.framesSent.Inc()
 	s.o.Metrics.eventsSent.Add(float64(len(f.Events)))
@@ -291,6 +306,22 @@ func (s *Sender) send(f *queue.Frame) bool {
 		s.o.Metrics.framesResent.Inc()
 	}
 	return true
+}
+
+// ackWait is how long delivery number delivery (from 1) of a frame waits
+// for its ack before the frame is sent again. The first delivery waits the
+// ack timeout; later ones back off: the ceiling doubles with each delivery,
+// ack_timeout*2^(delivery-1) capped at 10*ack_timeout, and the wait is
+// uniform between the ack timeout and the ceiling. A processor always gets
+// at least the ack timeout, and a poison frame is retried ever more slowly,
+// with resends of many frames spread out instead of arriving in bursts.
+func (s *Sender) ackWait(delivery int) time.Duration {
+	ceiling := backoff.Policy{Base: s.o.AckTimeout, Max: 10 * s.o.AckTimeout}.Ceiling(delivery - 1)
+	extra := ceiling - s.o.AckTimeout
+	if extra <= 0 {
+		return s.o.AckTimeout
+	}
+	return s.o.AckTimeout + backoff.Policy{Base: extra, Max: extra}.Delay(0)
 }
 
 func (s *Sender) clearAcked(ids []int64) {
@@ -373,22 +404,27 @@ func (s *Sender) scanPage(ctx context.Context) {
 		}
 		if s.o.MaxDeliveries > 0 && f.Deliveries >= s.o.MaxDeliveries {
 			reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
-			if err := s.q.DeadLetterFrame(ctx, id, reason); err != nil {
+			n, err := s.q.DeadLetterFrame(ctx, id, reason)
+			if err != nil {
 				s.o.Logger.Error("dead-letter frame", "frame", id, "err", err)
 				s.blocked = true
 				return
 			}
-			s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "reason", reason)
+			s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "events", n, "reason", reason)
 			s.o.Metrics.deadLettered.Inc()
+			s.o.Metrics.eventsDeadLettered.Add(float64(n))
 			s.scanFrom, s.scanned = id, max(s.scanned, id)
 			continue
 		}
-		if err := s.fillPayloads(ctx, &f); err != nil {
+		if ok, err := s.fillOrDeadLetter(ctx, &f); err != nil {
 			if ctx.Err() == nil {
 				s.o.Logger.Error("read raw payloads for resend", "frame", id, "err", err)
 			}
 			s.blocked = true
 			return
+		} else if !ok {
+			s.scanFrom, s.scanned = id, max(s.scanned, id)
+			continue
 		}
 		if !s.send(&f) {
 			return
@@ -396,6 +432,51 @@ func (s *Sender) scanPage(ctx context.Context) {
 		s.scanFrom, s.scanned = id, max(s.scanned, id)
 	}
 }
+
+// fillOrDeadLetter reads f's payloads from the raw store. Events whose raw
+// object is gone for good (fs.ErrNotExist) can never be delivered: they are
+// dead-lettered, so that they do not hold the backlog up forever, and f is
+// reloaded without them. ok is false when nothing of f is left to send.
+// Any other error is returned: the frame is retried on the next tick.
+func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame) (ok bool, err error) {
+	for {
+		err := s.fillPayloads(ctx, f)
+		var missing *missingRawError
+		if !errors.As(err, &missing) {
+			return err == nil, err
+		}
+		var seqs []int64
+		for _, e := range f.Events {
+			if e.RawKey == missing.key {
+				seqs = append(seqs, e.Seq)
+			}
+		}
+		reason := "raw object missing: " + missing.key
+		n, err := s.q.DeadLetterEvents(ctx, f.ID, seqs, reason)
+		if err != nil {
+			return false, err
+		}
+		s.o.Logger.Warn("events dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", reason)
+		s.o.Metrics.eventsDeadLettered.Add(float64(n))
+		again, pending, err := s.q.LoadFrame(ctx, f.ID)
+		if err != nil {
+			return false, err
+		}
+		if !pending || len(again.Events) == 0 {
+			return false, nil
+		}
+		*f = again
+	}
+}
+
+// missingRawError reports a raw object that no longer exists.
+type missingRawError struct {
+	key string
+	err error
+}
+
+func (e *missingRawError) Error() string { return fmt.Sprintf("raw object %s: %v", e.key, e.err) }
+func (e *missingRawError) Unwrap() error { return e.err }
 
 // maxRawCache bounds the raw objects kept while one scan runs.
 const maxRawCache = 16
@@ -407,6 +488,9 @@ func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame) error {
 		if !ok {
 			var err error
 			if body, err = s.raw.Get(ctx, e.RawKey); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return &missingRawError{key: e.RawKey, err: err}
+				}
 				return fmt.Errorf("raw object %s: %w", e.RawKey, err)
 			}
 			if len(s.rawCache) >= maxRawCache {

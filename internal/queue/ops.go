@@ -90,14 +90,15 @@ type Chain struct {
 // and its cursor still only moves forward. chain may be nil.
 func (q *Queue) AppendAsync(ctx context.Context, b Batch, chain *Chain, done func([]Frame, error)) error {
 	var frames []Frame
-	var added int64
+	var added, dups int64
 	r := &request{
 		apply: func(tx *sql.Tx) error {
 			if chain != nil && chain.failed != nil {
 				return fmt.Errorf("an earlier batch on this chain failed: %w", chain.failed)
 			}
 			var err error
-			frames, added, err = q.applyAppend(tx, &b)
+			dups = 0
+			frames, added, err = q.applyAppend(tx, &b, &dups)
 			if err != nil && chain != nil {
 				chain.failed = err // later batches in this same group must not apply
 			}
@@ -114,6 +115,7 @@ func (q *Queue) AppendAsync(ctx context.Context, b Batch, chain *Chain, done fun
 		}
 		q.pendingEvents.Add(added)
 		q.pendingFrames.Add(int64(len(frames)))
+		q.duplicates.Add(dups)
 		done(frames, nil)
 	}
 	if err := q.enqueue(ctx, r); err != nil {
@@ -187,7 +189,7 @@ func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 	}
 	if n == 0 {
 		clear(seqs)
-		return nil
+		return countDuplicates(tx, args, seqs)
 	}
 	last, err := res.LastInsertId()
 	if err != nil {
@@ -220,10 +222,37 @@ func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 		seqs[i] = inserted[key]
 		delete(inserted, key) // a key repeated in the statement: its first row won
 	}
+	return countDuplicates(tx, args, seqs)
+}
+
+// countDuplicates records a new arrival of every event whose seq is 0 (a
+// duplicate of a known event) in the ledger: one more attempt, seen now.
+// One statement covers the chunk; the rows all have the same source.
+func countDuplicates(tx *sql.Tx, args []any, seqs []int64) error {
+	var sb strings.Builder
+	qargs := []any{time.Now().UnixNano(), args[0]}
+	sb.WriteString(`UPDATE events SET attempts = attempts + 1, last_seen = ? WHERE source = ? AND key IN (`)
+	for i, seq := range seqs {
+		if seq != 0 {
+			continue
+		}
+		if len(qargs) > 2 {
+			sb.WriteByte(',')
+		}
+		sb.WriteByte('?')
+		qargs = append(qargs, args[i*eventCols+1])
+	}
+	if len(qargs) == 2 {
+		return nil
+	}
+	sb.WriteByte(')')
+	if _, err := tx.Exec(sb.String(), qargs...); err != nil {
+		return fmt.Errorf("count duplicate arrivals: %w", err)
+	}
 	return nil
 }
 
-func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
+func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, error) {
 	now := time.Now().UnixNano()
 	var frames []Frame
 	var added int64
@@ -261,6 +290,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch) ([]Frame, int64, error) {
 			var first, last int64
 			for i, seq := range seqs {
 				if seq == 0 {
+					(*dups)++
 					continue
 				}
 				if first == 0 {
@@ -316,65 +346,6 @@ func insertReturning(st *sql.Stmt, args []any, ids map[string]int64) error {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	return nil
-}
-
-// KeyAck acknowledges one event of a frame.
-type KeyAck struct {
-	Frame  int64
-	Source string
-	Key    string
-}
-
-// Ack clears acked frames and events. Unknown or already acked ones are
-// ignored: acks are idempotent. It returns the frames now fully acked.
-func (q *Queue) Ack(ctx context.Context, frames []int64, keys []KeyAck) ([]int64, error) {
-	var cleared []int64
-	var events int64
-	r := &request{apply: func(tx *sql.Tx) error {
-		cleared, events = cleared[:0], 0
-		for _, id := range frames {
-			var n int64
-			err := tx.QueryRow(`DELETE FROM frames WHERE id = ? RETURNING n`, id).Scan(&n)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("ack frame %d: %w", id, err)
-			}
-			cleared = append(cleared, id)
-			events += n
-		}
-		for _, k := range keys {
-			res, err := tx.Exec(`UPDATE events SET acked = 1 WHERE source = ? AND key = ? AND frame_id = ? AND acked = 0
-				AND EXISTS (SELECT 1 FROM frames WHERE id = ?)`, k.Source, k.Key, k.Frame, k.Frame)
-			if err != nil {
-				return fmt.Errorf("ack key in frame %d: %w", k.Frame, err)
-			}
-			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				continue
-			}
-			events++
-			var left int64
-			if err := tx.QueryRow(`UPDATE frames SET n = n - 1 WHERE id = ? RETURNING n`, k.Frame).Scan(&left); err != nil {
-				return fmt.Errorf("ack key in frame %d: %w", k.Frame, err)
-			}
-			if left <= 0 {
-				if _, err := tx.Exec(`DELETE FROM frames WHERE id = ?`, k.Frame); err != nil {
-					return fmt.Errorf("ack key in frame %d: %w", k.Frame, err)
-				}
-				cleared = append(cleared, k.Frame)
-			}
-		}
-		return nil
-	}}
-	committed := func() {
-		q.pendingEvents.Add(-events)
-		q.pendingFrames.Add(-int64(len(cleared)))
-	}
-	if err := q.submit(ctx, r, committed); err != nil {
-		return nil, fmt.Errorf("ack: %w", err)
-	}
-	return cleared, nil
 }
 
 // Cursor returns the stored cursor of source; ok is false when none is stored.
@@ -462,76 +433,15 @@ func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
 // malformed upstream response), whose bytes are in the raw store at rawKey.
 func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey string) error {
 	r := &request{apply: func(tx *sql.Tx) error {
-		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, created_at) VALUES (?,?,?,?)`,
-			source, reason, rawKey, time.Now().UnixNano())
+		now := time.Now()
+		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, created_at, history) VALUES (?,?,?,?,?)`,
+			source, reason, rawKey, now.UnixNano(), historyLine(now, "dead-lettered", reason))
 		return err
 	}}
 	if err := q.submit(ctx, r, nil); err != nil {
 		return fmt.Errorf("dead-letter payload of %q: %w", source, err)
 	}
 	return nil
-}
-
-// DeadLetterFrame moves a pending frame out of delivery into the
-// dead-letter list with reason. Its events stay recorded.
-func (q *Queue) DeadLetterFrame(ctx context.Context, id int64, reason string) error {
-	var n int64
-	var moved bool
-	r := &request{apply: func(tx *sql.Tx) error {
-		var source string
-		var first int64
-		err := tx.QueryRow(`DELETE FROM frames WHERE id = ? RETURNING source, n, first_seq`, id).Scan(&source, &n, &first)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("dead-letter frame %d: %w", id, err)
-		}
-		moved = true
-		_, err = tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at)
-			SELECT ?, ?, coalesce((SELECT r.key FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.id = ?), ''), ?, ?`,
-			source, reason, first, id, time.Now().UnixNano())
-		return err
-	}}
-	committed := func() {
-		if moved {
-			q.pendingEvents.Add(-n)
-			q.pendingFrames.Add(-1)
-		}
-	}
-	return q.submit(ctx, r, committed)
-}
-
-// DeadLetter is one entry of the dead-letter list.
-type DeadLetter struct {
-	ID        int64
-	Source    string
-	Reason    string
-	RawKey    string
-	Frame     int64
-	CreatedAt time.Time
-}
-
-// DeadLetters lists dead letters, oldest first, up to limit.
-func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
-	rows, err := q.rdb.QueryContext(ctx, `SELECT id, source, reason, raw_key, frame_id, created_at FROM dead_letters ORDER BY id LIMIT ?`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	var out []DeadLetter
-	for rows.Next() {
-		var d DeadLetter
-		var at int64
-		if err := rows.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &at); err != nil {
-			return nil, fmt.Errorf("list dead letters: %w", errors.Join(err, rows.Close()))
-		}
-		d.CreatedAt = time.Unix(0, at)
-		out = append(out, d)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	return out, nil
 }
 
 // Stats is a snapshot for startup logs and metrics.
@@ -553,7 +463,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if oldest.Valid {
 		s.OldestPending = time.Unix(0, oldest.Int64)
 	}
-	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters`).Scan(&s.DeadLetters); err != nil {
+	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters WHERE replayed_at = 0`).Scan(&s.DeadLetters); err != nil {
 		return s, fmt.Errorf("queue stats: %w", err)
 	}
 	return s, nil
@@ -569,7 +479,7 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 	r := &request{apply: func(tx *sql.Tx) error {
 		// Frames and seqs are allocated in increasing order, so every event
 		// below the first seq of the oldest pending frame has been acked
-		// (or dead-lettered).
+		// or dead-lettered (a replayed dead letter gets new, higher seqs).
 		bound := int64(math.MaxInt64)
 		if err := tx.QueryRow(`SELECT first_seq FROM frames ORDER BY id LIMIT 1`).Scan(&bound); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("prune: %w", err)
@@ -587,7 +497,9 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		if err := tx.QueryRow(`SELECT seq_floor FROM raw_objects WHERE fetched_at >= ? ORDER BY id LIMIT 1`, cutoff).Scan(&windowSeq); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("prune: %w", err)
 		}
-		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE id < ? ORDER BY id LIMIT ?)`,
+		// An event in an active dead letter stays: replaying it needs its
+		// raw reference. Dropping the dead letter clears dead.
+		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE id < ? AND dead = 0 ORDER BY id LIMIT ?)`,
 			min(bound, windowSeq), limit)
 		if err != nil {
 			return fmt.Errorf("prune events: %w", err)

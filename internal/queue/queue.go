@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,7 @@ type Queue struct {
 
 	pendingEvents atomic.Int64
 	pendingFrames atomic.Int64
+	duplicates    atomic.Int64
 
 	// writer-goroutine state
 	nextFrame int64
@@ -91,6 +93,9 @@ func Open(o Options) (*Queue, error) {
 	if err := migrate(wdb); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
+	if err := checkPragmas(wdb); err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
+	}
 	rdb, err := sql.Open("sqlite3", fmt.Sprintf("file:%s?_journal_mode=WAL&_busy_timeout=10000&_query_only=1", o.Path))
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
@@ -109,6 +114,19 @@ func Open(o Options) (*Queue, error) {
 	}
 	go q.writer()
 	return q, nil
+}
+
+// checkPragmas asserts what the DSN asked for: a database opened by an
+// older binary or copied from elsewhere must still run in WAL mode.
+func checkPragmas(db *sql.DB) error {
+	var mode string
+	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	return nil
 }
 
 // load reads the counters the writer maintains in memory. It uses
@@ -139,6 +157,10 @@ func (q *Queue) load() error {
 
 // PendingEvents returns the number of events queued and not yet acked.
 func (q *Queue) PendingEvents() int64 { return q.pendingEvents.Load() }
+
+// Duplicates returns how many arrivals of already known events were
+// dropped since Open; each also raised the event's attempts column.
+func (q *Queue) Duplicates() int64 { return q.duplicates.Load() }
 
 // PendingFrames returns the number of frames queued and not yet acked.
 func (q *Queue) PendingFrames() int64 { return q.pendingFrames.Load() }

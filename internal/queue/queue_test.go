@@ -141,26 +141,33 @@ func TestDeadLetterFrameAndPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.DeadLetterFrame(ctx, frames[0].ID, "max deliveries reached"); err != nil {
-		t.Fatal(err)
+	if n, err := q.DeadLetterFrame(ctx, frames[0].ID, "max deliveries reached"); err != nil || n != 10 {
+		t.Fatalf("dead-lettered %d events (err %v), want 10", n, err)
 	}
-	dl, err := q.DeadLetters(ctx, 10)
-	if err != nil || len(dl) != 1 || dl[0].Frame != frames[0].ID || dl[0].RawKey != "a/raw-0" {
+	dl, err := q.DeadLetters(ctx, 100)
+	if err != nil || len(dl) != 10 || dl[0].Frame != frames[0].ID || dl[0].RawKey != "a/raw-0" || dl[0].Key != "k0" || dl[0].Seq != frames[0].Events[0].Seq {
 		t.Fatalf("dead letters = %+v %v", dl, err)
 	}
-	if q.PendingEvents() != 10 {
-		t.Fatalf("pending = %d, want 10", q.PendingEvents())
+	if q.PendingEvents() != 10 || q.PendingFrames() != 1 {
+		t.Fatalf("pending = %d events %d frames, want 10 and 1", q.PendingEvents(), q.PendingFrames())
 	}
-	// Only events below the oldest pending frame may go.
-	n, err := q.Prune(ctx, 1000)
-	if err != nil || n != 10 {
-		t.Fatalf("prune deleted %d (err %v), want the 10 dead-lettered events", n, err)
+	// Events held by active dead letters are never pruned.
+	if n, err := q.Prune(ctx, 1000); err != nil || n != 0 {
+		t.Fatalf("prune deleted %d (err %v), want none: the dead-lettered events are held", n, err)
 	}
 	if _, err := q.Ack(ctx, []int64{frames[1].ID}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n, err = q.Prune(ctx, 1000); err != nil || n != 10 {
-		t.Fatalf("prune after ack deleted %d (err %v), want 10", n, err)
+	if n, err := q.Prune(ctx, 1000); err != nil || n != 10 {
+		t.Fatalf("prune after ack deleted %d (err %v), want the 10 acked", n, err)
+	}
+	// Dropping the dead letters releases their events to retention; the
+	// dead-letter rows themselves are gone only because they were dropped.
+	if n, err := q.DropDeadLetters(ctx, DLQFilter{Source: "a"}); err != nil || n != 10 {
+		t.Fatalf("dropped %d (err %v), want 10", n, err)
+	}
+	if n, err := q.Prune(ctx, 1000); err != nil || n != 10 {
+		t.Fatalf("prune after drop deleted %d (err %v), want 10", n, err)
 	}
 }
 

@@ -45,7 +45,7 @@ func TestForgetRequeuesOnlyWhatIsNotPending(t *testing.T) {
 	if _, err := q.Ack(ctx, []int64{frames[0].ID}, []KeyAck{{Frame: frames[1].ID, Source: "s", Key: "k2"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.DeadLetterFrame(ctx, frames[2].ID, "test"); err != nil {
+	if _, err := q.DeadLetterFrame(ctx, frames[2].ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.PendingEvents(); got != 1 {

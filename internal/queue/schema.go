@@ -59,6 +59,23 @@ CREATE TABLE dead_letters (
 );
 CREATE INDEX dead_letters_source ON dead_letters(source, created_at);
 `,
+	// v2: the duplicate-arrival ledger and per-event dead letters.
+	`
+ALTER TABLE events ADD COLUMN attempts   INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE events ADD COLUMN last_seen  INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE events ADD COLUMN last_error TEXT    NOT NULL DEFAULT '';
+-- dead is 1 while the event sits in an active dead letter: Prune keeps it.
+ALTER TABLE events ADD COLUMN dead       INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dead_letters ADD COLUMN seq         INTEGER NOT NULL DEFAULT 0;
+-- event_key is empty for a payload dead letter (a malformed upstream
+-- response), set for an event dead letter.
+ALTER TABLE dead_letters ADD COLUMN event_key   TEXT    NOT NULL DEFAULT '';
+ALTER TABLE dead_letters ADD COLUMN deliveries  INTEGER NOT NULL DEFAULT 0;
+-- history holds JSON lines, one per thing that happened to the entry.
+ALTER TABLE dead_letters ADD COLUMN history     TEXT    NOT NULL DEFAULT '';
+ALTER TABLE dead_letters ADD COLUMN replayed_at INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX dead_letters_active ON dead_letters(replayed_at, id);
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
+)
+
+const dlqUsage = `usage:
+  ingestor dlq list -c FILE [-source S] [-reason TEXT] [-since RFC3339] [-until RFC3339] [-limit N] [-after ID] [-replayed]
+  ingestor dlq show ID -c FILE
+  ingestor dlq replay -c FILE (ID... | -source S -reason TEXT -since T -until T | -all)
+  ingestor dlq drop -c FILE (ID... | -source S -reason TEXT -since T -until T | -all) [-yes]
+
+With the daemon running, dlq talks to its admin endpoints at daemon.http_addr
+and replayed events are delivered at once; with it stopped, dlq opens the queue
+itself (holding the data dir lock) and replayed events go out on the next start.
+`
+
+// dlqBackend is what `ingestor dlq` needs: the running daemon's admin
+// endpoints, or the queue opened directly.
+type dlqBackend interface {
+	List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, error)
+	Show(ctx context.Context, id int64) (daemon.DLQEntry, error)
+	Replay(ctx context.Context, r daemon.DLQRequest) (int, error)
+	Drop(ctx context.Context, r daemon.DLQRequest) (int, error)
+}
+
+func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, dlqUsage)
+		return 2
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "config file")
+	source := fs.String("source", "", "only dead letters of this source")
+	reason := fs.String("reason", "", "only dead letters whose reason contains this text")
+	since := fs.String("since", "", "only dead letters created at or after this time (RFC 3339)")
+	until := fs.String("until", "", "only dead letters created before this time (RFC 3339)")
+	limit := fs.Int("limit", 100, "list at most this many")
+	after := fs.Int64("after", 0, "list only ids above this one (paging)")
+	replayed := fs.Bool("replayed", false, "list replayed dead letters too")
+	all := fs.Bool("all", false, "replay or drop every active dead letter the filters select")
+	yes := fs.Bool("yes", false, "drop without asking")
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "ingestor dlq: -c FILE is required")
+		return 2
+	}
+	var ids []int64
+	for _, p := range pos {
+		id, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || id <= 0 {
+			fmt.Fprintf(stderr, "ingestor dlq %s: %q is not a dead-letter id\n", sub, p)
+			return 2
+		}
+		ids = append(ids, id)
+	}
+	req := daemon.DLQRequest{IDs: ids, Source: *source, Reason: *reason, All: *all}
+	for _, t := range []struct {
+		name, val string
+		dst       *time.Time
+	}{{"since", *since, &req.Since}, {"until", *until, &req.Until}} {
+		if t.val == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, t.val)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq %s: -%s: %v\n", sub, t.name, err)
+			return 2
+		}
+		*t.dst = v
+	}
+	switch sub {
+	case "list", "replay", "drop":
+	case "show":
+		if len(ids) != 1 {
+			fmt.Fprintln(stderr, "ingestor dlq show: give exactly one ID")
+			return 2
+		}
+	default:
+		fmt.Fprintf(stderr, "ingestor dlq: unknown command %q\n%s", sub, dlqUsage)
+		return 2
+	}
+	if (sub == "replay" || sub == "drop") && len(ids) == 0 && req.Source == "" && req.Reason == "" &&
+		req.Since.IsZero() && req.Until.IsZero() && !req.All {
+		fmt.Fprintf(stderr, "ingestor dlq %s: name IDs, a filter (-source, -reason, -since, -until) or -all\n", sub)
+		return 2
+	}
+
+	cfg, err := config.Load(*path)
+	if err != nil {
+		printConfigError(stderr, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, closeB, err := openDLQ(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "ingestor dlq: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := closeB(); err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq: %v\n", err)
+		}
+	}()
+	filter := queue.DLQFilter{IDs: ids, Source: req.Source, Reason: req.Reason, Since: req.Since, Until: req.Until,
+		Limit: *limit, AfterID: *after, IncludeReplayed: *replayed}
+
+	switch sub {
+	case "list":
+		list, err := b.List(ctx, filter)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq list: %v\n", err)
+			return 1
+		}
+		printDLQTable(stdout, list)
+	case "show":
+		e, err := b.Show(ctx, ids[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq show: %v\n", err)
+			return 1
+		}
+		printDLQEntry(stdout, e)
+	case "replay":
+		n, err := b.Replay(ctx, req)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq replay: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%d event(s) queued again\n", n)
+	case "drop":
+		if !*yes {
+			filter.Limit = 1 << 30
+			sel, err := b.List(ctx, filter)
+			if err != nil {
+				fmt.Fprintf(stderr, "ingestor dlq drop: %v\n", err)
+				return 1
+			}
+			if len(sel) == 0 {
+				fmt.Fprintln(stdout, "no dead letter matches")
+				return 0
+			}
+			fmt.Fprintf(stdout, "drop %d dead letter(s)? Their events are not delivered again. [y/N] ", len(sel))
+			answer, err := bufio.NewReader(stdin).ReadString('\n')
+			if err != nil && !errors.Is(err, io.EOF) {
+				fmt.Fprintf(stderr, "ingestor dlq drop: read answer: %v\n", err)
+				return 1
+			}
+			if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+				fmt.Fprintln(stdout, "nothing dropped")
+				return 1
+			}
+		}
+		n, err := b.Drop(ctx, req)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq drop: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%d dead letter(s) dropped\n", n)
+	}
+	return 0
+}
+
+// openDLQ reaches the dead-letter list: through the running daemon when it
+// holds the data dir lock, otherwise through the queue, opened while
+// holding the lock so that no daemon starts meanwhile.
+func openDLQ(ctx context.Context, cfg *config.Config) (dlqBackend, func() error, error) {
+	dir := cfg.Daemon.DataDir
+	qpath := filepath.Join(dir, "queue.db")
+	if _, err := os.Stat(qpath); err != nil {
+		return nil, nil, fmt.Errorf("no queue in data dir %s: %w", dir, err)
+	}
+	unlock, err := daemon.LockDataDir(dir)
+	var inUse *daemon.DataDirInUseError
+	if errors.As(err, &inUse) {
+		if cfg.Daemon.HTTPAddr == "" {
+			return nil, nil, fmt.Errorf("%w; its ops endpoints are off (daemon.http_addr is empty), so stop it to use dlq", err)
+		}
+		return &httpDLQ{base: adminURL(cfg.Daemon.HTTPAddr), client: &http.Client{Timeout: 30 * time.Second}}, func() error { return nil }, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
+		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle})
+	if err != nil {
+		return nil, nil, errors.Join(err, unlock())
+	}
+	q, err := queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous, EventsPerFrame: cfg.Publish.EventsPerFrame})
+	if err != nil {
+		return nil, nil, errors.Join(err, unlock())
+	}
+	return daemon.NewDLQ(q, raw, nil), func() error { return errors.Join(q.Close(), unlock()) }, nil
+}
+
+// adminURL is the base URL of the ops endpoints listening on addr; a
+// wildcard host is reached on loopback.
+func adminURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// httpDLQ is the running daemon's dead-letter list, over its admin endpoints.
+type httpDLQ struct {
+	base   string
+	client *http.Client
+}
+
+func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, error) {
+	v := url.Values{}
+	set := func(k, val string) {
+		if val != "" {
+			v.Set(k, val)
+		}
+	}
+	set("source", f.Source)
+	set("reason", f.Reason)
+	if !f.Since.IsZero() {
+		v.Set("since", f.Since.Format(time.RFC3339))
+	}
+	if !f.Until.IsZero() {
+		v.Set("until", f.Until.Format(time.RFC3339))
+	}
+	if f.Limit > 0 {
+		v.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if f.AfterID > 0 {
+		v.Set("after", strconv.FormatInt(f.AfterID, 10))
+	}
+	if f.IncludeReplayed {
+		v.Set("replayed", "1")
+	}
+	var out []daemon.DLQEntry
+	if err := h.do(ctx, http.MethodGet, "/dlq?"+v.Encode(), nil, &out); err != nil {
+		return nil, err
+	}
+	if len(f.IDs) == 0 {
+		return out, nil
+	}
+	// The list endpoint filters by fields; ids select on this side.
+	want := map[int64]bool{}
+	for _, id := range f.IDs {
+		want[id] = true
+	}
+	var sel []daemon.DLQEntry
+	for _, e := range out {
+		if want[e.ID] {
+			sel = append(sel, e)
+		}
+	}
+	return sel, nil
+}
+
+func (h *httpDLQ) Show(ctx context.Context, id int64) (daemon.DLQEntry, error) {
+	var e daemon.DLQEntry
+	err := h.do(ctx, http.MethodGet, "/dlq/"+strconv.FormatInt(id, 10), nil, &e)
+	return e, err
+}
+
+func (h *httpDLQ) Replay(ctx context.Context, r daemon.DLQRequest) (int, error) {
+	var out struct {
+		Replayed int `json:"replayed"`
+	}
+	err := h.do(ctx, http.MethodPost, "/dlq/replay", r, &out)
+	return out.Replayed, err
+}
+
+func (h *httpDLQ) Drop(ctx context.Context, r daemon.DLQRequest) (int, error) {
+	var out struct {
+		Dropped int `json:"dropped"`
+	}
+	err := h.do(ctx, http.MethodPost, "/dlq/drop", r, &out)
+	return out.Dropped, err
+}
+
+func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("daemon admin endpoint: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, h.base+path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("daemon: %s", e.Error)
+		}
+		return fmt.Errorf("%s %s: %s", method, h.base+path, resp.Status)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", method, h.base+path, err)
+	}
+	return nil
+}
+
+func printDLQTable(w io.Writer, list []daemon.DLQEntry) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSOURCE\tSEQ/KEY\tREASON\tDELIVERIES\tCREATED")
+	for _, e := range list {
+		what := "payload " + e.RawKey
+		if e.Kind == "event" {
+			what = fmt.Sprintf("%d/%s", e.Seq, e.Key)
+		}
+		reason := e.Reason
+		if len(reason) > 60 {
+			reason = reason[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.Source, what, reason, e.Deliveries, e.CreatedAt.Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		fmt.Fprintf(w, "write table: %v\n", err)
+	}
+	fmt.Fprintf(w, "%d dead letter(s)\n", len(list))
+}
+
+func printDLQEntry(w io.Writer, e daemon.DLQEntry) {
+	fmt.Fprintf(w, "id:          %d\nkind:        %s\nsource:      %s\nreason:      %s\nraw object:  %s\n", e.ID, e.Kind, e.Source, e.Reason, e.RawKey)
+	if e.Kind == "event" {
+		fmt.Fprintf(w, "key:         %s\nseq:         %d\nframe:       %d\nraw range:   [%d,+%d)\n", e.Key, e.Seq, e.Frame, e.RawOff, e.RawLen)
+	}
+	fmt.Fprintf(w, "deliveries:  %d\ncreated:     %s\n", e.Deliveries, e.CreatedAt.Format(time.RFC3339Nano))
+	if !e.ReplayedAt.IsZero() {
+		fmt.Fprintf(w, "replayed:    %s\n", e.ReplayedAt.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintln(w, "history:")
+	for _, h := range e.History {
+		fmt.Fprintf(w, "  %s  %s  %s\n", h.At.Format(time.RFC3339Nano), h.Action, h.Detail)
+	}
+	if e.PayloadError != "" {
+		fmt.Fprintf(w, "payload:     unavailable: %s\n", e.PayloadError)
+		return
+	}
+	fmt.Fprintf(w, "payload:\n%s\n", e.Payload)
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
+)
+
+func runDLQ(t *testing.T, stdin string, args ...string) (string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := cmdDLQ(args, strings.NewReader(stdin), &out, &errb)
+	return out.String() + errb.String(), code
+}
+
+// TestDLQCommand drives `ingestor dlq` against a running daemon (through
+// its admin endpoints) and then against the stopped daemon's queue.
+func TestDLQCommand(t *testing.T) {
+	dir := t.TempDir()
+	text := fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = %q
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = "tcp://%s"
+ack_endpoint = "tcp://%s"
+`, filepath.Join(dir, "data"), freePort(t), "file://"+filepath.Join(dir, "raw"), freePort(t), freePort(t)) + replayFeedTOML
+	cfgPath := filepath.Join(dir, "ingestor.toml")
+	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sources = nil // nothing to poll: the queue is filled by hand
+	raw, err := rawstore.Open(t.Context(), rawstore.Options{URL: cfg.RawStore.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Put(t.Context(), "feed/ok", []byte(`1,2,`)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.Start(t.Context(), cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(stop)
+	ctx := t.Context()
+	q := d.Queue()
+	if err := q.DeadLetter(ctx, "feed", "not json", "feed/bad"); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := q.Append(ctx, queue.Batch{Source: "feed", RawKey: "feed/ok", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "a", RawLen: 2}, {Key: "b", RawOff: 2, RawLen: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.DeadLetterFrame(ctx, frames[0].ID, "not acked after 5 deliveries"); err != nil {
+		t.Fatal(err)
+	}
+
+	out, code := runDLQ(t, "", "list", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "not json") || !strings.Contains(out, "/a") || !strings.Contains(out, "3 dead letter(s)") {
+		t.Fatalf("dlq list = %d:\n%s", code, out)
+	}
+	dls, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dls) != 3 {
+		t.Fatalf("dead letters = %v %v", dls, err)
+	}
+	payloadID, aID, bID := dls[0].ID, dls[1].ID, dls[2].ID
+	out, code = runDLQ(t, "", "show", strconv.FormatInt(aID, 10), "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "key:         a") || !strings.Contains(out, "dead-lettered") || !strings.Contains(out, "payload:\n1,\n") {
+		t.Fatalf("dlq show = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "", "replay", strconv.FormatInt(payloadID, 10), "-c", cfgPath)
+	if code != 1 || !strings.Contains(out, "-include-deadletters") {
+		t.Fatalf("dlq replay of a payload = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "", "replay", "-c", cfgPath)
+	if code != 2 {
+		t.Fatalf("dlq replay without a selection = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "", "replay", strconv.FormatInt(aID, 10), "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "1 event(s) queued again") {
+		t.Fatalf("dlq replay = %d:\n%s", code, out)
+	}
+	if q.PendingEvents() != 1 {
+		t.Fatalf("pending after replay = %d, want 1 (no processor runs)", q.PendingEvents())
+	}
+	out, code = runDLQ(t, "n\n", "drop", strconv.FormatInt(bID, 10), "-c", cfgPath)
+	if code != 1 || !strings.Contains(out, "drop 1 dead letter(s)?") || !strings.Contains(out, "nothing dropped") {
+		t.Fatalf("dlq drop answered no = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "y\n", "drop", strconv.FormatInt(bID, 10), "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "1 dead letter(s) dropped") {
+		t.Fatalf("dlq drop = %d:\n%s", code, out)
+	}
+
+	// With the daemon stopped, dlq opens the queue itself.
+	stop()
+	out, code = runDLQ(t, "", "list", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "1 dead letter(s)") || !strings.Contains(out, "not json") {
+		t.Fatalf("dlq list offline = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "", "drop", "-all", "--yes", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "1 dead letter(s) dropped") {
+		t.Fatalf("dlq drop offline = %d:\n%s", code, out)
+	}
+	if _, err := daemon.LockDataDir(filepath.Join(dir, "data")); err != nil {
+		t.Fatalf("dlq left the data dir locked: %v", err)
+	}
+}

@@ -1,0 +1,380 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DeadLetter is one entry of the dead-letter list: a payload that could
+// not be parsed (Key empty; its bytes are the whole raw object RawKey), or
+// one event that was nacked permanently, never acked, or lost its raw
+// object.
+type DeadLetter struct {
+	ID     int64
+	Source string
+	Reason string
+	// RawKey is the raw object holding the payload.
+	RawKey string
+	// Frame is the frame the event was last delivered in (0 for a payload).
+	Frame int64
+	// Seq and Key identify an event dead letter; both are zero for a payload.
+	Seq int64
+	Key string
+	// RawOff and RawLen locate the event in RawKey; RawLen is 0 for a
+	// payload dead letter (the whole object) and once the event is gone.
+	RawOff, RawLen int
+	// Deliveries is how many times the event's frame had been delivered.
+	Deliveries int
+	CreatedAt  time.Time
+	// ReplayedAt is when the entry was replayed, or zero while it is active.
+	ReplayedAt time.Time
+	// History is set by DeadLetterByID only.
+	History []HistoryEntry
+}
+
+// IsPayload reports whether d is a malformed payload rather than an event.
+func (d DeadLetter) IsPayload() bool { return d.Key == "" }
+
+// DLQFilter selects dead letters. The zero value selects every active one.
+type DLQFilter struct {
+	// IDs, when set, selects these entries only (other fields still apply).
+	IDs []int64
+	// Source matches exactly.
+	Source string
+	// Reason matches a substring of the reason.
+	Reason string
+	// Since and Until bound the creation time: [Since, Until).
+	Since, Until time.Time
+	// AfterID pages: only entries with a greater id.
+	AfterID int64
+	// Limit caps List results; default 100. Replay and drop ignore it.
+	Limit int
+	// IncludeReplayed also lists replayed entries.
+	IncludeReplayed bool
+}
+
+// IsZero reports whether f selects everything.
+func (f DLQFilter) IsZero() bool {
+	return len(f.IDs) == 0 && f.Source == "" && f.Reason == "" && f.Since.IsZero() && f.Until.IsZero() && f.AfterID == 0
+}
+
+// where is f as an SQL condition on dead_letters columns, each prefixed
+// with p (a table alias and a dot, or empty).
+func (f DLQFilter) where(p string) (string, []any) {
+	conds := []string{"1=1"}
+	var args []any
+	if !f.IncludeReplayed {
+		conds = append(conds, p+"replayed_at = 0")
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, p+"id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(f.IDs)), ",")+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
+	if f.Source != "" {
+		conds = append(conds, p+"source = ?")
+		args = append(args, f.Source)
+	}
+	if f.Reason != "" {
+		conds = append(conds, "instr("+p+"reason, ?) > 0")
+		args = append(args, f.Reason)
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, p+"created_at >= ?")
+		args = append(args, f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		conds = append(conds, p+"created_at < ?")
+		args = append(args, f.Until.UnixNano())
+	}
+	if f.AfterID > 0 {
+		conds = append(conds, p+"id > ?")
+		args = append(args, f.AfterID)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+const dlCols = `d.id, d.source, d.reason, d.raw_key, d.frame_id, d.seq, d.event_key, d.deliveries, d.created_at, d.replayed_at, d.history,
+	coalesce(e.raw_off, 0), coalesce(e.raw_len, 0)`
+
+// dlFrom joins the event still held for an active event dead letter.
+const dlFrom = `dead_letters d LEFT JOIN events e ON d.event_key != '' AND e.source = d.source AND e.key = d.event_key AND e.dead = 1`
+
+type scanner interface{ Scan(...any) error }
+
+func scanDeadLetter(s scanner, withHistory bool) (DeadLetter, error) {
+	var d DeadLetter
+	var at, replayed int64
+	var history string
+	if err := s.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &d.Seq, &d.Key, &d.Deliveries, &at, &replayed, &history,
+		&d.RawOff, &d.RawLen); err != nil {
+		return d, err
+	}
+	d.CreatedAt = time.Unix(0, at).UTC()
+	if replayed != 0 {
+		d.ReplayedAt = time.Unix(0, replayed).UTC()
+	}
+	if withHistory {
+		for _, line := range strings.Split(strings.TrimSpace(history), "\n") {
+			if line == "" {
+				continue
+			}
+			var h HistoryEntry
+			if err := json.Unmarshal([]byte(line), &h); err != nil {
+				return d, fmt.Errorf("history of dead letter %d: %w", d.ID, err)
+			}
+			d.History = append(d.History, h)
+		}
+	}
+	return d, nil
+}
+
+// ListDeadLetters lists the dead letters f selects, oldest first. Replayed
+// ones are left out unless f.IncludeReplayed.
+func (q *Queue) ListDeadLetters(ctx context.Context, f DLQFilter) ([]DeadLetter, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	where, args := f.where("d.")
+	rows, err := q.rdb.QueryContext(ctx, `SELECT `+dlCols+` FROM `+dlFrom+` WHERE `+where+` ORDER BY d.id LIMIT ?`, append(args, f.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	var out []DeadLetter
+	for rows.Next() {
+		d, err := scanDeadLetter(rows, false)
+		if err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", errors.Join(err, rows.Close()))
+		}
+		out = append(out, d)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeadLetters lists active dead letters, oldest first, up to limit.
+func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	return q.ListDeadLetters(ctx, DLQFilter{Limit: limit})
+}
+
+// ErrNoDeadLetter is returned for an unknown dead-letter id.
+var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// DeadLetterByID returns one dead letter, replayed or not, with its history.
+func (q *Queue) DeadLetterByID(ctx context.Context, id int64) (DeadLetter, error) {
+	d, err := scanDeadLetter(q.rdb.QueryRowContext(ctx, `SELECT `+dlCols+` FROM `+dlFrom+` WHERE d.id = ?`, id), true)
+	if errors.Is(err, sql.ErrNoRows) {
+		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, ErrNoDeadLetter)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter %d: %w", id, err)
+	}
+	return d, nil
+}
+
+// ErrPayloadDeadLetter is returned when replay names a malformed-payload
+// dead letter: its bytes must be parsed again, which the queue cannot do.
+var ErrPayloadDeadLetter = errors.New("malformed payloads are re-parsed with `ingestor replay -include-deadletters`, not replayed from the dead-letter list")
+
+type activeDL struct {
+	id          int64
+	source, key string
+	raw         string
+}
+
+// selectActive reads the active dead letters f selects, in id order.
+func selectActive(tx *sql.Tx, f DLQFilter) ([]activeDL, error) {
+	f.IncludeReplayed = false
+	where, args := f.where("")
+	rows, err := tx.Query(`SELECT id, source, event_key, raw_key FROM dead_letters WHERE `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []activeDL
+	for rows.Next() {
+		var a activeDL
+		if err := rows.Scan(&a.id, &a.source, &a.key, &a.raw); err != nil {
+			return nil, errors.Join(err, rows.Close())
+		}
+		out = append(out, a)
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
+}
+
+// ReplayDeadLetters puts the events of the active event dead letters f
+// selects back into the queue, in new frames of up to EventsPerFrame events
+// per source with their delivery count reset, and marks the dead letters
+// replayed (they stay readable by id, with a "replayed" history entry).
+// It returns how many events it queued and their frames, for the sender.
+//
+// Selecting a payload dead letter by id is an error (ErrPayloadDeadLetter)
+// and replays nothing; a filter without ids skips payload dead letters.
+// An entry whose event was queued again by other means (a forced replay)
+// is marked replayed without queuing anything.
+func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Frame, error) {
+	var frames []Frame
+	var n int
+	r := &request{apply: func(tx *sql.Tx) error {
+		frames, n = nil, 0
+		sel, err := selectActive(tx, f)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		type held struct {
+			dl                    activeDL
+			oldSeq, rawID, et     int64
+			off, length, attempts int
+			lastSeen              int64
+		}
+		bySource := map[string][]held{}
+		var order []string
+		for _, a := range sel {
+			if a.key == "" {
+				if len(f.IDs) > 0 {
+					return fmt.Errorf("dead letter %d: %w", a.id, ErrPayloadDeadLetter)
+				}
+				continue
+			}
+			h := held{dl: a}
+			err := tx.QueryRow(`SELECT id, raw_id, event_time, raw_off, raw_len, attempts, last_seen FROM events
+				WHERE source = ? AND key = ? AND dead = 1`, a.source, a.key).Scan(&h.oldSeq, &h.rawID, &h.et, &h.off, &h.length, &h.attempts, &h.lastSeen)
+			if errors.Is(err, sql.ErrNoRows) {
+				if _, err := tx.Exec(`UPDATE dead_letters SET replayed_at = ?, history = history || ? WHERE id = ?`,
+					now.UnixNano(), historyLine(now, "replayed", "event already queued again by other means"), a.id); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if _, ok := bySource[a.source]; !ok {
+				order = append(order, a.source)
+			}
+			bySource[a.source] = append(bySource[a.source], h)
+		}
+		if len(order) == 0 {
+			return nil
+		}
+		// Frame ids must never be reused and load() derives the next one
+		// partly from the newest event: record the high mark, as Forget does.
+		if _, err := tx.Exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'frame_high'`, q.nextFrame-1); err != nil {
+			return err
+		}
+		for _, src := range order {
+			hs := bySource[src]
+			for start := 0; start < len(hs); start += q.opts.EventsPerFrame {
+				chunk := hs[start:min(start+q.opts.EventsPerFrame, len(hs))]
+				// Each replayed event gets a copy of its raw-object row
+				// above every current seq, so that pruning, which assumes
+				// raw ids grow with seqs, never deletes a row it uses.
+				rawCopies := map[int64]int64{}
+				rawInfo := map[int64][2]any{}
+				for _, h := range chunk {
+					if _, ok := rawCopies[h.rawID]; ok {
+						continue
+					}
+					var key string
+					var fetched int64
+					if err := tx.QueryRow(`SELECT key, fetched_at FROM raw_objects WHERE id = ?`, h.rawID).Scan(&key, &fetched); err != nil {
+						return fmt.Errorf("raw object of %s/%s: %w", src, h.dl.key, err)
+					}
+					res, err := tx.Exec(`INSERT INTO raw_objects(key, fetched_at, seq_floor)
+						VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1)`, key, fetched)
+					if err != nil {
+						return err
+					}
+					id, err := res.LastInsertId()
+					if err != nil {
+						return err
+					}
+					rawCopies[h.rawID] = id
+					rawInfo[h.rawID] = [2]any{key, fetched}
+				}
+				frameID := q.nextFrame
+				q.nextFrame++
+				fr := Frame{ID: frameID, Source: src}
+				for _, h := range chunk {
+					if _, err := tx.Exec(`DELETE FROM events WHERE id = ?`, h.oldSeq); err != nil {
+						return err
+					}
+					res, err := tx.Exec(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len, attempts, last_seen)
+						VALUES (?,?,?,?,?,?,?,?,?)`, src, h.dl.key, frameID, h.et, rawCopies[h.rawID], h.off, h.length, h.attempts, h.lastSeen)
+					if err != nil {
+						return err
+					}
+					seq, err := res.LastInsertId()
+					if err != nil {
+						return err
+					}
+					info := rawInfo[h.rawID]
+					e := Event{Seq: seq, Source: src, Key: h.dl.key, FetchedAt: time.Unix(0, info[1].(int64)).UTC(),
+						RawKey: info[0].(string), RawOff: h.off, RawLen: h.length}
+					if h.et != 0 {
+						e.EventTime = time.Unix(0, h.et).UTC()
+					}
+					fr.Events = append(fr.Events, e)
+					if _, err := tx.Exec(`UPDATE dead_letters SET replayed_at = ?, history = history || ? WHERE id = ?`,
+						now.UnixNano(), historyLine(now, "replayed", fmt.Sprintf("queued again as seq %d in frame %d", seq, frameID)), h.dl.id); err != nil {
+						return err
+					}
+				}
+				first, last := fr.Events[0].Seq, fr.Events[len(fr.Events)-1].Seq
+				if _, err := tx.Exec(`INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`,
+					frameID, src, len(fr.Events), first, last, now.UnixNano()); err != nil {
+					return err
+				}
+				n += len(fr.Events)
+				frames = append(frames, fr)
+			}
+		}
+		return nil
+	}}
+	committed := func() {
+		q.pendingEvents.Add(int64(n))
+		q.pendingFrames.Add(int64(len(frames)))
+	}
+	if err := q.submit(ctx, r, committed); err != nil {
+		return 0, nil, fmt.Errorf("replay dead letters: %w", err)
+	}
+	return n, frames, nil
+}
+
+// DropDeadLetters deletes the active dead letters f selects: the operator
+// gives up on them. Their events become ordinary remembered events, pruned
+// after the dedupe window. It returns how many it dropped.
+func (q *Queue) DropDeadLetters(ctx context.Context, f DLQFilter) (int, error) {
+	var n int
+	r := &request{apply: func(tx *sql.Tx) error {
+		n = 0
+		sel, err := selectActive(tx, f)
+		if err != nil {
+			return err
+		}
+		for _, a := range sel {
+			if a.key != "" {
+				if _, err := tx.Exec(`UPDATE events SET dead = 0 WHERE source = ? AND key = ? AND dead = 1`, a.source, a.key); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(`DELETE FROM dead_letters WHERE id = ?`, a.id); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return 0, fmt.Errorf("drop dead letters: %w", err)
+	}
+	return n, nil
+}

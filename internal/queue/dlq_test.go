@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestReplayDeadLetters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	q, err := Open(Options{Path: path, EventsPerFrame: 4, DedupeWindow: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 4, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := frames[0]
+	if _, err := q.Ack(ctx, nil, []KeyAck{{Frame: old.ID, Source: "a", Key: "k0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.DeadLetterFrame(ctx, old.ID, "not acked after 3 deliveries"); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.DeadLetter(ctx, "a", "malformed", "deadletter/a/x"); err != nil {
+		t.Fatal(err)
+	}
+	all, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("dead letters = %+v %v", all, err)
+	}
+	// Newer events arrive meanwhile; replay must not disturb them.
+	if _, err := q.Append(ctx, batch("a", 10, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.ReplayDeadLetters(ctx, DLQFilter{IDs: []int64{all[3].ID}}); !errors.Is(err, ErrPayloadDeadLetter) {
+		t.Fatalf("replaying a payload dead letter: %v, want ErrPayloadDeadLetter", err)
+	}
+	n, fr, err := q.ReplayDeadLetters(ctx, DLQFilter{Source: "a"})
+	if err != nil || n != 3 || len(fr) != 1 || len(fr[0].Events) != 3 || fr[0].ID <= old.ID {
+		t.Fatalf("replay = %d %+v %v", n, fr, err)
+	}
+	if fr[0].Events[0].Seq <= old.Events[3].Seq || fr[0].Events[2].Seq-fr[0].Events[0].Seq != 2 {
+		t.Fatalf("replayed seqs %+v not new and contiguous", fr[0].Events)
+	}
+	loaded, ok, err := q.LoadFrame(ctx, fr[0].ID)
+	if err != nil || !ok || len(loaded.Events) != 3 || loaded.Deliveries != 0 || loaded.Events[0].Key != "k1" ||
+		loaded.Events[0].RawKey != "a/raw-0" || loaded.Events[0].RawOff != 10 {
+		t.Fatalf("replayed frame = %+v %v %v", loaded, ok, err)
+	}
+	active, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(active) != 1 || !active[0].IsPayload() {
+		t.Fatalf("active after replay = %+v %v; want only the payload", active, err)
+	}
+	d, err := q.DeadLetterByID(ctx, all[0].ID)
+	if err != nil || d.ReplayedAt.IsZero() || len(d.History) != 2 || d.History[1].Action != "replayed" {
+		t.Fatalf("replayed entry = %+v %v", d, err)
+	}
+	withOld, err := q.ListDeadLetters(ctx, DLQFilter{IncludeReplayed: true})
+	if err != nil || len(withOld) != 4 {
+		t.Fatalf("list with replayed = %d %v", len(withOld), err)
+	}
+	// The replayed events are pending again: a re-fetch is a duplicate,
+	// prune keeps them, an ack clears them, and a reopen keeps it all.
+	if dup, err := q.Append(ctx, batch("a", 1, 1, "")); err != nil || len(dup) != 0 {
+		t.Fatalf("re-fetch of a replayed event: %v %v", dup, err)
+	}
+	if _, err := q.Prune(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = openTest(t, path, 4)
+	if q.PendingFrames() != 2 || q.PendingEvents() != 5 {
+		t.Fatalf("after reopen pending = %d frames %d events, want 2 and 5", q.PendingFrames(), q.PendingEvents())
+	}
+	loaded, ok, err = q.LoadFrame(ctx, fr[0].ID)
+	if err != nil || !ok || len(loaded.Events) != 3 {
+		t.Fatalf("replayed frame after prune and reopen = %+v %v %v", loaded, ok, err)
+	}
+	if cleared, err := q.Ack(ctx, []int64{fr[0].ID}, nil); err != nil || len(cleared) != 1 {
+		t.Fatalf("ack replayed frame: %v %v", cleared, err)
+	}
+}
+
+func TestListDeadLettersFilters(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 10)
+	ctx := t.Context()
+	for _, s := range []struct{ src, reason string }{{"a", "bad json"}, {"b", "bad json"}, {"a", "empty body"}} {
+		if err := q.DeadLetter(ctx, s.src, s.reason, "deadletter/"+s.src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		f    DLQFilter
+		want int
+	}{
+		{DLQFilter{}, 3},
+		{DLQFilter{Source: "a"}, 2},
+		{DLQFilter{Reason: "json"}, 2},
+		{DLQFilter{Source: "a", Reason: "json"}, 1},
+		{DLQFilter{Limit: 1}, 1},
+		{DLQFilter{Since: time.Now().Add(time.Hour)}, 0},
+		{DLQFilter{Until: time.Now().Add(time.Hour)}, 3},
+	}
+	for _, c := range cases {
+		got, err := q.ListDeadLetters(ctx, c.f)
+		if err != nil || len(got) != c.want {
+			t.Errorf("list %+v = %d entries (err %v), want %d", c.f, len(got), err, c.want)
+		}
+	}
+	first, err := q.ListDeadLetters(ctx, DLQFilter{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := q.ListDeadLetters(ctx, DLQFilter{AfterID: first[0].ID})
+	if err != nil || len(rest) != 2 {
+		t.Fatalf("page after %d = %d %v", first[0].ID, len(rest), err)
+	}
+	if n, err := q.DropDeadLetters(ctx, DLQFilter{IDs: []int64{first[0].ID}}); err != nil || n != 1 {
+		t.Fatalf("drop = %d %v", n, err)
+	}
+	if _, err := q.DeadLetterByID(ctx, first[0].ID); !errors.Is(err, ErrNoDeadLetter) {
+		t.Fatalf("dropped entry by id: %v", err)
+	}
+}
