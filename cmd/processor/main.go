@@ -273,7 +273,8 @@ func report(ctx context.Context, log *slog.Logger, client *processor.Client, cou
 			total, bySource := counts.snapshot()
 			st := client.Stats()
 			log.Info("progress", "events_per_sec", rate(total-last, now.Sub(lastAt)), "events", total,
-				sources(bySource), "redeliveries", st.Redeliveries, "malformed", st.Malformed)
+				sources(bySource), "redeliveries", st.Redeliveries, "duplicates", st.Duplicates, "malformed", st.Malformed,
+				"acks_dropped", st.AcksDropped)
 			last, lastAt = total, now
 		}
 	}

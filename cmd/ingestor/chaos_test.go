@@ -1,0 +1,225 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/ingestorhq/ingestor/internal/testupstream"
+)
+
+// TestChaosExactlyOnce runs the built daemon and the built example
+// processor in its exactly-once SQLite mode, and SIGKILLs either or both at
+// random moments, 20 times, while the processor also drops a fifth of its
+// ack messages and fails a few poison events permanently. At the end the
+// processor's table holds every other upstream event exactly once, and
+// every poison event is in the dead-letter list with its reason.
+func TestChaosExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills both binaries repeatedly")
+	}
+	const (
+		total  = 3000
+		cycles = 20
+	)
+	poison := regexp.MustCompile(`^ev-(7|777|2222)$`)
+	dir := t.TempDir()
+	ingestor := buildBinary(t, dir)
+	proc := filepath.Join(dir, "processor")
+	if out, err := exec.Command("go", "build", "-o", proc, "../processor").CombinedOutput(); err != nil {
+		t.Fatalf("go build processor: %v\n%s", err, out)
+	}
+	feed := testupstream.New(t, total, 20)
+	httpAddr, pub, ack := freePort(t), "tcp://"+freePort(t), "tcp://"+freePort(t)
+	cfgPath := filepath.Join(dir, "ingestor.toml")
+	cfg := fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = %q
+shutdown_grace = "5s"
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+ack_timeout = "1s"
+events_per_frame = 10
+
+[source.seq]
+kind = "http_poll"
+poll_url = %q
+interval = "30ms"
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, feed.URL+"/feed")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sink := filepath.Join(dir, "sink.db")
+	var daemonLogs, procLogs lockedBuffer
+	startDaemon := func() *exec.Cmd {
+		cmd := exec.Command(ingestor, "run", "-c", cfgPath)
+		cmd.Stderr = &daemonLogs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, httpAddr, cmd)
+		return cmd
+	}
+	startProcessor := func(dropAcks string) *exec.Cmd {
+		cmd := exec.Command(proc, "-connect", pub, "-ack", ack, "-sqlite", sink, "-workers", "2",
+			"-drop-acks", dropAcks, "-fail-keys", poison.String(), "-log-every", "1s")
+		cmd.Stderr = &procLogs
+		cmd.Stdout = &procLogs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	kill := func(cmd *exec.Cmd) {
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait() // killed: its status is the signal
+	}
+	d, p := startDaemon(), startProcessor("0.2")
+	for i := 0; i < cycles; i++ {
+		time.Sleep(time.Duration(rand.Int64N(int64(400*time.Millisecond))) + 50*time.Millisecond) // a random kill moment
+		switch rand.IntN(3) {
+		case 0:
+			kill(d)
+			d = startDaemon()
+		case 1:
+			kill(p)
+			p = startProcessor("0.2")
+		default:
+			kill(d)
+			kill(p)
+			d, p = startDaemon(), startProcessor("0.2")
+		}
+	}
+	// The chaos was real: acks were dropped and redeliveries recognised.
+	if !regexp.MustCompile(`acks_dropped=[1-9]`).MatchString(procLogs.String()) {
+		t.Error("the processor never reported a dropped ack")
+	}
+	// Let everything settle with acks no longer dropped.
+	kill(p)
+	p = startProcessor("0")
+	want := total - 3
+	deadline := time.Now().Add(3 * time.Minute)
+	for sinkCount(t, sink) < want || pendingEvents(t, httpAddr) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sink holds %d of %d events, queue pending %v\nprocessor:\n%s\ndaemon:\n%s",
+				sinkCount(t, sink), want, pendingEvents(t, httpAddr), tail(procLogs.String()), tail(daemonLogs.String()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range []*exec.Cmd{p, d} {
+		if err := c.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(); err != nil {
+			t.Errorf("graceful stop: %v", err)
+		}
+	}
+
+	db, err := sql.Open("sqlite3", "file:"+sink+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	got := map[string]bool{}
+	rows, err := db.Query(`SELECT key FROM events WHERE source = 'seq'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		if got[k] {
+			t.Fatalf("event %s applied twice", k)
+		}
+		got[k] = true
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= total; n++ {
+		id := testupstream.ID(n)
+		if poison.MatchString(id) {
+			if got[id] {
+				t.Errorf("poison event %s was applied", id)
+			}
+			continue
+		}
+		if !got[id] {
+			t.Errorf("event %s is missing from the processor's table", id)
+		}
+	}
+	if len(got) != want {
+		t.Errorf("processor table holds %d events, want %d", len(got), want)
+	}
+	if !regexp.MustCompile(`duplicates=[1-9]`).MatchString(procLogs.String()) {
+		t.Error("no redelivered event was ever recognised as a duplicate: the chaos did not exercise exactly-once")
+	}
+	if strings.Contains(procLogs.String(), "BUG") {
+		t.Errorf("the processor reported a double application:\n%s", tail(procLogs.String()))
+	}
+
+	q, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "data", "queue.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = q.Close() }()
+	dead := map[string]string{}
+	drows, err := q.Query(`SELECT event_key, reason FROM dead_letters WHERE source = 'seq' AND replayed_at = 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for drows.Next() {
+		var k, reason string
+		if err := drows.Scan(&k, &reason); err != nil {
+			t.Fatal(err)
+		}
+		dead[k] = reason
+	}
+	if err := drows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"ev-7", "ev-777", "ev-2222"} {
+		if dead[id] == "" {
+			t.Errorf("poison event %s is not in the dead-letter list with a reason (dead letters: %v)", id, dead)
+		}
+	}
+}
+
+func sinkCount(t *testing.T, path string) int {
+	if _, err := os.Stat(path); err != nil {
+		return 0
+	}
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = db.Close() }()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM events`).Scan(&n); err != nil {
+		return 0
+	}
+	return n
+}
