@@ -49,6 +49,7 @@ bench: build
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
 	$(BIN)/ingestor-bench -mode rehydrate
+	$(BIN)/ingestor-bench -exactly-once -events 300000
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:
