@@ -326,3 +326,21 @@ func TestStopFinishesInFlightFramesAndFlushes(t *testing.T) {
 		t.Errorf("got %d ack messages, want one sent at stop: %+v", len(acks), acks)
 	}
 }
+
+// TestRunTxStoppedBeforeItStartsIsGraceful cancels the context before
+// RunTx starts: that is a graceful stop, not a setup failure (the example
+// processor's exit status depends on it).
+func TestRunTxStoppedBeforeItStartsIsGraceful(t *testing.T) {
+	d := newFakeDaemon(t)
+	db := openTestDB(t, filepath.Join(t.TempDir(), "effects.db"))
+	c, err := processor.New(processor.Options{Endpoint: d.endpoint, AckEndpoint: d.ackEndpoint, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var calls atomic.Int64
+	if err := c.RunTx(ctx, db, insertEffect(&calls)); err != nil {
+		t.Fatalf("RunTx with a context cancelled before it started: %v, want nil", err)
+	}
+}

@@ -49,7 +49,9 @@ func (c *Client) RunTx(ctx context.Context, db *sql.DB, h TxHandler) error {
 		return errors.New("processor: Run is already active on this client")
 	}
 	defer c.running.Store(false)
-	if _, err := db.ExecContext(ctx, processedSchema); err != nil {
+	// Setup is not abandoned half-way: a stop that arrives now is a
+	// graceful stop, which serve then honours at once.
+	if _, err := db.ExecContext(context.WithoutCancel(ctx), processedSchema); err != nil {
 		return fmt.Errorf("processor: create table processed: %w", err)
 	}
 	cache := newKeyCache(c.opts.DedupeCacheSize)

@@ -229,7 +229,7 @@ func openEventStore(ctx context.Context, path string, log *slog.Logger) (*eventS
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if _, err := db.ExecContext(ctx, eventsSchema); err != nil {
+	if _, err := db.ExecContext(context.WithoutCancel(ctx), eventsSchema); err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: create table events: %w", path, err), db.Close())
 	}
 	return &eventStore{path: path, db: db, log: log}, nil
