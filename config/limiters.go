@@ -80,3 +80,16 @@ func (d *decoder) checkLimiterNames(srcs []Source, limiters []RateLimiter) {
 		}
 	}
 }
+
+// Limiters builds the shared rate limiters the config defines, as sources
+// expect them in sources.Env; nil when there are none.
+func (c *Config) Limiters() *sources.RateLimiters {
+	if len(c.RateLimiters) == 0 {
+		return nil
+	}
+	l := sources.NewRateLimiters()
+	for _, rl := range c.RateLimiters {
+		l.Add(rl.Name, rl.Rate, rl.Burst)
+	}
+	return l
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -109,4 +110,20 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 		src.Spec = spec
 	}
 	return src
+}
+
+// Source returns the [source.NAME] block, enabled or not, or an error that
+// lists the names there are.
+func (c *Config) Source(name string) (Source, error) {
+	names := make([]string, 0, len(c.Sources))
+	for _, s := range c.Sources {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		return Source{}, fmt.Errorf("no source %q: the config has no [source.NAME] block", name)
+	}
+	return Source{}, fmt.Errorf("no source %q (the config has %s)", name, strings.Join(names, ", "))
 }

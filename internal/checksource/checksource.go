@@ -64,7 +64,7 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 	if o.MaxPages <= 0 {
 		o.MaxPages = 10
 	}
-	sc, err := findSource(cfg, name)
+	sc, err := cfg.Source(name)
 	if err != nil {
 		return res, err
 	}
@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	env := sources.Env{
-		Name: sc.Name, Timeout: sc.Timeout, Logger: logger.With("source", sc.Name), Limiters: limiters(cfg),
+		Name: sc.Name, Timeout: sc.Timeout, Logger: logger.With("source", sc.Name), Limiters: cfg.Limiters(),
 		Trace: p.trace,
 	}
 	src, err := sc.Spec.Open(env)
@@ -160,33 +160,6 @@ func unchanged(same bool) string {
 		return " (unchanged)"
 	}
 	return ""
-}
-
-// findSource returns the [source.NAME] block, enabled or not.
-func findSource(cfg *config.Config, name string) (config.Source, error) {
-	names := make([]string, 0, len(cfg.Sources))
-	for _, s := range cfg.Sources {
-		if s.Name == name {
-			return s, nil
-		}
-		names = append(names, s.Name)
-	}
-	if len(names) == 0 {
-		return config.Source{}, fmt.Errorf("no source %q: the config has no [source.NAME] block", name)
-	}
-	return config.Source{}, fmt.Errorf("no source %q (the config has %s)", name, strings.Join(names, ", "))
-}
-
-// limiters builds the shared rate limiters as the daemon does.
-func limiters(cfg *config.Config) *sources.RateLimiters {
-	if len(cfg.RateLimiters) == 0 {
-		return nil
-	}
-	l := sources.NewRateLimiters()
-	for _, rl := range cfg.RateLimiters {
-		l.Add(rl.Name, rl.Rate, rl.Burst)
-	}
-	return l
 }
 
 // hasUnexpanded reports whether a spec still holds "${" in a string value

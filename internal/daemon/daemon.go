@@ -27,7 +27,6 @@ import (
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
-	"github.com/ingestorhq/ingestor/sources"
 )
 
 // Options tune a Daemon beyond its config; the zero value is right for the
@@ -146,12 +145,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("lib", "protoactor")
 	}))
-	limiters := sources.NewRateLimiters()
-	for _, l := range cfg.RateLimiters {
-		limiters.Add(l.Name, l.Rate, l.Burst)
-	}
 	deps := &actors.Deps{
-		Limiters: limiters,
+		Limiters: cfg.Limiters(),
 		Queue:    d.queue, Raw: d.raw, Sender: d.sender,
 		NewAckReceiver: func() (*delivery.AckReceiver, error) {
 			return delivery.NewAckReceiver(d.zctx, pub.AckEndpoint, pub.HighWaterMark, d.queue, d.sender, log, dm)

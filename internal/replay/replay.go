@@ -88,16 +88,16 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (sum Summary, err e
 	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
 		return sum, fmt.Errorf("replay: -from %s is not before -to %s", o.From.Format(time.RFC3339), o.To.Format(time.RFC3339))
 	}
-	sc, err := findSource(cfg, o.Source)
+	sc, err := cfg.Source(o.Source)
 	if err != nil {
-		return sum, err
+		return sum, fmt.Errorf("replay: %w", err)
 	}
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	src, err := sc.Spec.Open(sources.Env{Name: sc.Name, Timeout: sc.Timeout, Logger: logger.With("source", sc.Name),
-		Limiters: limiters(cfg)})
+		Limiters: cfg.Limiters()})
 	if err != nil {
 		return sum, fmt.Errorf("replay: %w", err)
 	}
@@ -132,34 +132,6 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (sum Summary, err e
 	}
 	err = r.run(ctx, &sum)
 	return sum, err
-}
-
-// findSource returns the [source.NAME] block, enabled or not.
-func findSource(cfg *config.Config, name string) (config.Source, error) {
-	names := make([]string, 0, len(cfg.Sources))
-	for _, s := range cfg.Sources {
-		if s.Name == name {
-			return s, nil
-		}
-		names = append(names, s.Name)
-	}
-	if len(names) == 0 {
-		return config.Source{}, fmt.Errorf("replay: no source %q: the config has no [source.NAME] block", name)
-	}
-	return config.Source{}, fmt.Errorf("replay: no source %q (the config has %s)", name, strings.Join(names, ", "))
-}
-
-// limiters builds the shared rate limiters as the daemon does; a replay
-// makes no request, but a source may expect the limiter it names.
-func limiters(cfg *config.Config) *sources.RateLimiters {
-	if len(cfg.RateLimiters) == 0 {
-		return nil
-	}
-	l := sources.NewRateLimiters()
-	for _, rl := range cfg.RateLimiters {
-		l.Add(rl.Name, rl.Rate, rl.Burst)
-	}
-	return l
 }
 
 // lock creates the data dir if needed and takes its lock, turning "in use"
