@@ -120,7 +120,10 @@ cursor_param = "since"
 	}
 	// Let everything settle with acks no longer dropped.
 	kill(p)
+	started := strings.Count(procLogs.String(), `msg="processor started"`)
 	p = startProcessor("0")
+	// It must be up (its signal handler installed) before the SIGTERM below.
+	waitForLog(t, &procLogs, fmt.Sprintf(`(?s)(msg="processor started".*){%d}`, started+1))
 	want := total - 3
 	deadline := time.Now().Add(3 * time.Minute)
 	for sinkCount(t, sink) < want || pendingEvents(t, httpAddr) != 0 {
