@@ -6,7 +6,18 @@ GO       ?= go
 FUZZTIME ?= 30s
 BIN      := bin
 
-.PHONY: all deps build run test bench fmt vet fuzz clean
+# Test servers are pinned and installed into a project-local tools
+# directory, one folder per version, so a fresh machine runs every test and
+# a version bump installs the new one beside the old.
+TOOLS             := $(CURDIR)/.tools
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
+# PYTHON3 runs the Python processor of PROTOCOL.md in the tests. Debian's
+# python3-zmq installs for the system interpreter, which may not be the
+# first python3 on PATH.
+PYTHON3           ?= /usr/bin/python3
+
+.PHONY: all deps test-deps build run test bench fmt vet fuzz clean
 
 all: build
 
@@ -18,6 +29,20 @@ deps:
 		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev pkg-config; \
+	fi
+
+# test-deps installs what the tests use beyond the build: python3-zmq for
+# the Python processor example, and the versitygw S3 server.
+test-deps: deps
+	@if ! $(PYTHON3) -c 'import zmq' >/dev/null 2>&1; then \
+		echo "make test-deps: installing python3 python3-zmq" >&2; \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-zmq; \
+	fi
+	@if [ ! -x $(VERSITYGW) ]; then \
+		echo "make test-deps: installing versitygw $(VERSITYGW_VERSION) into $(dir $(VERSITYGW))" >&2; \
+		GOBIN=$(dir $(VERSITYGW)) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
 	fi
 
 build: deps
@@ -38,8 +63,8 @@ run: build
 	trap 'exit 130' INT TERM HUP; \
 	$(BIN)/ingestor run -c ingestor.example.toml
 
-test: deps
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: test-deps
+	VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) $(GO) test -race -count=1 -timeout 30m ./...
 
 # bench runs the Go micro-benchmarks of the hot-path encoders, then the
 # whole-pipeline bench: throughput with defaults, and the drain of a backlog
@@ -75,4 +100,4 @@ fuzz: deps
 	done
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(TOOLS)

@@ -1,0 +1,302 @@
+package daemon
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// pythonExample returns the processor of PROTOCOL.md's "Python example"
+// section, written to a file.
+func pythonExample(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "\n## Python example\n")
+	if ok {
+		_, rest, ok = strings.Cut(rest, "\n```python\n")
+	}
+	code, _, closed := strings.Cut(rest, "\n```\n")
+	if !ok || !closed {
+		t.Fatal("PROTOCOL.md has no ```python block under \"## Python example\"")
+	}
+	path := filepath.Join(t.TempDir(), "processor.py")
+	if err := os.WriteFile(path, []byte(code+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// python3 returns the interpreter that has pyzmq: $PYTHON3 (make test sets
+// it), else /usr/bin/python3, where Debian's python3-zmq installs. A
+// missing pyzmq fails the test: make test installs it.
+func python3(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("PYTHON3")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	if out, err := exec.Command(py, "-c", "import zmq").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import zmq (%v: %s); run make test, which installs python3-zmq", py, err, out)
+	}
+	return py
+}
+
+// pyProcess is the Python example processor running as a child process.
+type pyProcess struct {
+	mu     sync.Mutex
+	stdout []string // lines printed: one per processed event
+	stderr []string // log lines
+	exited chan struct{}
+}
+
+func startPython(t *testing.T, endpoint, ackEndpoint string) *pyProcess {
+	t.Helper()
+	cmd := exec.Command(python3(t), pythonExample(t))
+	cmd.Env = append(os.Environ(), "INGESTOR_ENDPOINT="+endpoint, "INGESTOR_ACK_ENDPOINT="+ackEndpoint, "PYTHONUNBUFFERED=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOut, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &pyProcess{exited: make(chan struct{})}
+	var reading sync.WaitGroup
+	collect := func(r io.Reader, into *[]string) {
+		defer reading.Done()
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			*into = append(*into, sc.Text())
+			p.mu.Unlock()
+		}
+	}
+	reading.Add(2)
+	go collect(out, &p.stdout)
+	go collect(errOut, &p.stderr)
+	go func() {
+		reading.Wait()
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.stderr = append(p.stderr, fmt.Sprintf("exit: %v", err))
+		p.mu.Unlock()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		if err := cmd.Process.Kill(); err != nil {
+			select {
+			case <-p.exited:
+			default:
+				t.Errorf("kill python: %v", err)
+			}
+		}
+		<-p.exited
+		if t.Failed() {
+			t.Logf("python stderr:\n%s", p.stderrText())
+		}
+	})
+	return p
+}
+
+func (p *pyProcess) lines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.stdout...)
+}
+
+func (p *pyProcess) stderrText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.stderr, "\n")
+}
+
+func (p *pyProcess) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// TestPythonExampleProcessor runs PROTOCOL.md's Python processor, as a
+// reader would copy it, against hostile frames and against the daemon.
+func TestPythonExampleProcessor(t *testing.T) {
+	t.Run("hostile frames", testPythonHostileFrames)
+	t.Run("daemon", testPythonAgainstDaemon)
+}
+
+// testPythonHostileFrames plays the daemon with real sockets: it sends the
+// processor messages that a strict reader of the spec must drop, each with
+// its own frame id, then a valid frame. The processor must survive them
+// all and ack only the valid frame.
+func testPythonHostileFrames(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	push, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := push.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := pull.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := zctx.Term(); err != nil {
+			t.Error(err)
+		}
+	})
+	pubEP, ackEP := freeTCP(t), freeTCP(t)
+	for _, err := range []error{push.SetLinger(0), pull.SetLinger(0), push.SetSndtimeo(30 * time.Second),
+		pull.SetRcvtimeo(30 * time.Second), push.Bind(pubEP), pull.Bind(ackEP)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	py := startPython(t, pubEP, ackEP)
+
+	event := func(key, payload string) string {
+		return `{"key":"` + key + `","source":"s","seq":1,"fetched_at":"2024-05-01T10:00:00Z",` +
+			`"raw":{"key":"s/r.json","off":0,"len":2},` + payload + `}`
+	}
+	frame := func(head string, id int, events ...string) string {
+		return fmt.Sprintf(`{%s,"frame":%d,"delivery":1,"raw_store":"file:///r","events":[%s]}`, head, id, strings.Join(events, ","))
+	}
+	v1 := `"v":1,"type":"events"`
+	good := func(id int) string { return frame(v1, id, event(fmt.Sprintf("k%d", id), `"payload":{}`)) }
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	// Each is dropped whole, except the two whose fault is in one event:
+	// those are left unacked (and logged) without dropping the frame.
+	hostile := []struct {
+		name  string
+		parts []string
+	}{
+		{"v is true", []string{frame(`"v":true,"type":"events"`, 1, event("k1", `"payload":{}`))}},
+		{"v is 1.0", []string{frame(`"v":1.0,"type":"events"`, 2, event("k2", `"payload":{}`))}},
+		{"byte-order mark", []string{"\ufeff" + good(3)}},
+		{"multi-part", []string{good(4), good(4)}},
+		{"nested deeper than Python's recursion limit", []string{frame(v1, 5, event("k5", `"payload":`+deep))}},
+		{"invalid UTF-8", []string{frame(v1, 6, event("k6", "\"payload\":\"\xff\""))}},
+		{"events not an array", []string{`{"v":1,"type":"events","frame":7,"delivery":1,"raw_store":"file:///r","events":{}}`}},
+		{"NaN", []string{frame(v1, 8, event("k8", `"payload":NaN`))}},
+		{"event without source", []string{frame(v1, 9, `{"key":"k9","payload":{}}`)}},
+		{"not JSON", []string{"not json"}},
+		{"trailing data", []string{good(10) + "{}"}},
+		{"wrong type", []string{frame(`"v":1,"type":"ack"`, 11, event("k11", `"payload":{}`))}},
+		{"payload_b64 not base64", []string{frame(v1, 12, event("k12", `"payload_b64":"%%%"`))}},
+	}
+	for _, h := range hostile {
+		msg := make([]any, len(h.parts))
+		for i, p := range h.parts {
+			msg[i] = p
+		}
+		if _, err := push.SendMessage(msg...); err != nil {
+			t.Fatalf("send %s: %v", h.name, err)
+		}
+	}
+	const validID = 99
+	valid := frame(v1, validID, event("a", `"payload":{"n":1}`), event("b", `"payload_b64":"/w=="`))
+	if _, err := push.Send(valid, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The processor handles frames in order and acks each one it accepts,
+	// so the first ack tells whether it accepted any hostile frame.
+	reply, err := pull.RecvBytes(0)
+	if err != nil {
+		t.Fatalf("no ack from the Python processor (alive: %v): %v", py.alive(), err)
+	}
+	var ack struct {
+		V      any     `json:"v"`
+		Type   string  `json:"type"`
+		Frames []int64 `json:"frames"`
+		Keys   []any   `json:"keys"`
+	}
+	if err := json.Unmarshal(reply, &ack); err != nil {
+		t.Fatalf("ack %q: %v", reply, err)
+	}
+	if ack.V != float64(1) || ack.Type != "ack" || len(ack.Frames) != 1 || ack.Frames[0] != validID || len(ack.Keys) != 0 {
+		t.Fatalf("first ack is %s, want only frame %d acked: a hostile frame was acked", reply, validID)
+	}
+	if !py.alive() {
+		t.Fatal("the Python processor exited")
+	}
+	got := py.lines()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "s a 1 {'n': 1}") || !strings.HasPrefix(got[1], `s b 1 b'\xff'`) {
+		t.Fatalf("processed %q, want events a and b only", got)
+	}
+	// Every hostile message was dropped and logged; the log lines were
+	// written before the ack.
+	logs := py.stderrText()
+	if n := strings.Count(logs, "dropped a malformed frame"); n != len(hostile)-2 {
+		t.Fatalf("%d frames logged as dropped, want %d", n, len(hostile)-2)
+	}
+	for _, want := range []string{"frame 9: malformed event left unacked", "event s/k12 failed"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("the Python processor did not log %q", want)
+		}
+	}
+}
+
+// testPythonAgainstDaemon runs the example against the daemon with a demo
+// source: it processes and acks events until the queue clears them.
+func testPythonAgainstDaemon(t *testing.T) {
+	h := startDaemon(t, "", "", `
+[source.gen]
+kind = "demo"
+interval = "20ms"
+events_per_tick = 50
+`)
+	py := startPython(t, h.pub, h.ack)
+	const want = 500
+	waitFor(t, "the Python processor to print 500 events", 60*time.Second, func() bool {
+		return len(py.lines()) >= want || !py.alive()
+	})
+	if !py.alive() {
+		t.Fatal("the Python processor exited")
+	}
+	seen := make(map[string]bool)
+	for _, l := range py.lines() {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "gen" {
+			t.Fatalf("unexpected output line %q", l)
+		}
+		seen[f[1]] = true
+	}
+	for n := 1; n <= want/2; n++ {
+		if !seen[fmt.Sprintf("gen-%d", n)] {
+			t.Fatalf("event gen-%d was not processed", n)
+		}
+	}
+	waitFor(t, "acks from the Python processor to clear frames", 30*time.Second, func() bool {
+		return metric(t, h.d.Registry(), "ingestor_frames_acked_total") >= want/50
+	})
+	if n := metric(t, h.d.Registry(), "ingestor_acks_malformed_total"); n != 0 {
+		t.Fatalf("the daemon found %v of the Python processor's acks malformed", n)
+	}
+}
