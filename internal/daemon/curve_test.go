@@ -139,7 +139,7 @@ func TestPlaintextDaemonAcceptsForgedAcks(t *testing.T) {
 // TestCurveAdmitsOnlyAuthorizedProcessors runs a CURVE daemon with one
 // authorized processor key. Forged acks over an unauthorized key and over
 // plaintext are refused at the handshake and clear nothing; processors
-// with an unauthorized key and without CURVE stay connected and receive
+// with an unauthorized key and without CURVE keep trying and receive
 // nothing, while the authorized processor receives every event and its
 // acks clear them.
 func TestCurveAdmitsOnlyAuthorizedProcessors(t *testing.T) {
