@@ -264,6 +264,13 @@ func TestBadFiles(t *testing.T) {
 		"syntax.bad.toml": {want: []string{
 			`syntax.bad.toml:5: invalid TOML: `,
 		}},
+		"curve.bad.toml": {want: []string{
+			`curve.bad.toml:3: publish.curve_secret_key_file: stat ../testdata/curve/missing.key: no such file or directory`,
+			`curve.bad.toml:4: publish.curve_authorized_keys_file: ../testdata/curve/bad_processors.pub:3: not a Z85 CURVE key: want 40 characters, got 39`,
+		}, absent: []string{"TWcC#nTpAyRG"}},
+		"curve_no_secret.bad.toml": {want: []string{
+			`curve_no_secret.bad.toml:2: publish.curve_secret_key_file: is required when curve_authorized_keys_file is set`,
+		}},
 		"many.bad.toml": {want: []string{
 			`many.bad.toml:3: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "verbose"`,
 			`many.bad.toml:4: daemon.http_addr: must be host:port`,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/ingestorhq/ingestor/internal/curvekey"
 )
 
 // daemonTOML is [daemon] as written in the file.
@@ -138,6 +140,8 @@ type publishTOML struct {
 	Synchronous       string   `toml:"synchronous"`
 	DedupeWindow      duration `toml:"dedupe_window"`
 	PruneInterval     duration `toml:"prune_interval"`
+	CurveSecretKey    string   `toml:"curve_secret_key_file"`
+	CurveAuthorized   string   `toml:"curve_authorized_keys_file"`
 }
 
 func (d *decoder) publish(top map[string]toml.Primitive) Publish {
@@ -170,18 +174,44 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	d.intRange(child(p, "max_inflight_frames"), int64(t.MaxInflightFrames), 1, math.MaxInt32)
 	d.intRange(child(p, "max_pending_events"), t.MaxPendingEvents, 1, math.MaxInt64)
 	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
+	d.curve(p, t.CurveSecretKey, t.CurveAuthorized)
 	return Publish{
-		Endpoint:          t.Endpoint,
-		AckEndpoint:       t.AckEndpoint,
-		HighWaterMark:     t.HighWaterMark,
-		EventsPerFrame:    t.EventsPerFrame,
-		AckTimeout:        d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
-		MaxDeliveries:     t.MaxDeliveries,
-		MaxInflightFrames: t.MaxInflightFrames,
-		MaxPendingEvents:  t.MaxPendingEvents,
-		Synchronous:       t.Synchronous,
-		DedupeWindow:      d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
-		PruneInterval:     d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+		Endpoint:                t.Endpoint,
+		AckEndpoint:             t.AckEndpoint,
+		HighWaterMark:           t.HighWaterMark,
+		EventsPerFrame:          t.EventsPerFrame,
+		AckTimeout:              d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
+		MaxDeliveries:           t.MaxDeliveries,
+		MaxInflightFrames:       t.MaxInflightFrames,
+		MaxPendingEvents:        t.MaxPendingEvents,
+		Synchronous:             t.Synchronous,
+		DedupeWindow:            d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
+		PruneInterval:           d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+		CurveSecretKeyFile:      t.CurveSecretKey,
+		CurveAuthorizedKeysFile: t.CurveAuthorized,
+	}
+}
+
+// curve checks the CURVE key files of [publish]: both or neither, each
+// readable and holding valid keys, the secret one private.
+func (d *decoder) curve(p []string, secret, authorized string) {
+	switch {
+	case secret == "" && authorized == "":
+		return
+	case secret == "":
+		d.errAt(child(p, "curve_secret_key_file"), "is required when curve_authorized_keys_file is set")
+	case authorized == "":
+		d.errAt(child(p, "curve_authorized_keys_file"), "is required when curve_secret_key_file is set: without it no processor could connect")
+	}
+	if secret != "" {
+		if _, err := curvekey.ReadSecret(secret); err != nil {
+			d.errAt(child(p, "curve_secret_key_file"), "%v", err)
+		}
+	}
+	if authorized != "" {
+		if _, err := curvekey.ReadKeys(authorized); err != nil {
+			d.errAt(child(p, "curve_authorized_keys_file"), "%v", err)
+		}
 	}
 }
 

@@ -78,6 +78,12 @@ type Publish struct {
 	// PruneInterval is how often remembered events older than DedupeWindow
 	// are deleted. Default 30s.
 	PruneInterval time.Duration
+	// CurveSecretKeyFile holds the daemon's CURVE secret key in Z85; with
+	// it, both sockets are CURVE servers. Default "": plain sockets.
+	CurveSecretKeyFile string
+	// CurveAuthorizedKeysFile lists the processors' CURVE public keys, one
+	// per line; only these may connect. Required with CurveSecretKeyFile.
+	CurveAuthorizedKeysFile string
 }
 
 // Source is one [source.NAME] block after inheriting [defaults].

@@ -68,4 +68,29 @@
 // on, sends the acks and nacks it still holds and returns nil. Events not
 // yet handled when it stops are redelivered after the ack timeout. Several
 // processors may connect to one daemon: it spreads frames among them.
+//
+// # Security
+//
+// A daemon with publish.curve_secret_key_file set accepts only ZeroMQ
+// CURVE connections from the processor keys in its
+// publish.curve_authorized_keys_file. Set Options.CurveServerKey to the
+// daemon's public key and Options.CurveSecretKey to the processor's own
+// secret key (its public key is derived), both in Z85; ReadCurveKey reads
+// them from the files `ingestor curve-keygen` writes:
+//
+//	server, err := processor.ReadCurveKey("/etc/ingestor/daemon.pub")
+//	...
+//	secret, err := processor.ReadCurveKey("/etc/processor/processor-a.key")
+//	...
+//	err = processor.Run(ctx, processor.Options{
+//		Endpoint: "tcp://ingestor:5557", AckEndpoint: "tcp://ingestor:5558",
+//		CurveServerKey: server, CurveSecretKey: secret,
+//	}, handle)
+//
+// Both sockets are then encrypted and authenticated. A key the daemon does
+// not authorize is refused at the handshake, over and over as ZeroMQ
+// reconnects: Run keeps running but receives nothing, and the daemon
+// counts and logs the refusals. The same happens with no keys against a
+// CURVE daemon, or with keys against a daemon without CURVE. Keys are never
+// logged.
 package processor

@@ -117,3 +117,24 @@ func ExampleClient_RunTx() {
 		log.Fatal(err)
 	}
 }
+
+// ExampleReadCurveKey reads a key file as `ingestor curve-keygen` writes
+// it, for Options.CurveServerKey or Options.CurveSecretKey.
+func ExampleReadCurveKey() {
+	dir, err := os.MkdirTemp("", "keys")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := dir + "/daemon.pub"
+	content := "# CURVE public key daemon\nGVUlV?l*1.p)>yIHv=mf>7wK%g*TjJ3uj)$}0L<f\n"
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	key, err := processor.ReadCurveKey(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(key)
+	// Output: GVUlV?l*1.p)>yIHv=mf>7wK%g*TjJ3uj)$}0L<f
+}

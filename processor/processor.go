@@ -66,6 +66,18 @@ type Options struct {
 	// DedupeCacheSize is how many processed keys are kept in memory in
 	// front of the processed table, by DedupeDB and RunTx. Default 100000.
 	DedupeCacheSize int
+	// CurveServerKey is the daemon's CURVE public key in Z85 (40
+	// characters): the public half of its publish.curve_secret_key_file.
+	// Set it and CurveSecretKey to connect to a daemon that uses CURVE;
+	// leave both empty for one that does not. ReadCurveKey reads it from
+	// the .pub file `ingestor curve-keygen` writes.
+	CurveServerKey string
+	// CurveSecretKey is this processor's CURVE secret key in Z85. Its
+	// public key must be listed in the daemon's
+	// publish.curve_authorized_keys_file, or the daemon refuses the
+	// connection and the processor receives nothing. ReadCurveKey reads it
+	// from the .key file `ingestor curve-keygen` writes. It is never logged.
+	CurveSecretKey string
 	// DropAcks is the probability, from 0 to 1, of dropping a whole ack
 	// message instead of sending it. For testing only: it simulates acks
 	// lost in transit or a processor crashing before its acks left, so
@@ -129,6 +141,7 @@ type Stats struct {
 type Client struct {
 	opts    Options
 	log     *slog.Logger
+	curve   *curveClient // nil without CURVE
 	running atomic.Bool
 
 	frames, events, acked, failed, permanent, duplicates atomic.Int64
@@ -163,6 +176,10 @@ func New(o Options) (*Client, error) {
 	if !(o.DropAcks >= 0 && o.DropAcks <= 1) {
 		errs = append(errs, fmt.Errorf("drop acks must be between 0 and 1, not %v", o.DropAcks))
 	}
+	curve, err := newCurveClient(o.CurveServerKey, o.CurveSecretKey)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
 	}
@@ -181,7 +198,7 @@ func New(o Options) (*Client, error) {
 	if o.DedupeCacheSize == 0 {
 		o.DedupeCacheSize = DefaultDedupeCacheSize
 	}
-	return &Client{opts: o, log: o.Logger}, nil
+	return &Client{opts: o, log: o.Logger, curve: curve}, nil
 }
 
 // Run connects to the daemon described by o and processes events with h
@@ -275,7 +292,8 @@ func (c *Client) serve(ctx context.Context, process frameFunc) (err error) {
 			err = errors.Join(err, fmt.Errorf("processor: close: %w", cerr))
 		}
 	}()
-	c.log.Info("processor started", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint, "workers", c.opts.Workers)
+	c.log.Info("processor started", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint, "workers", c.opts.Workers,
+		"curve", c.curve != nil)
 
 	work := make(chan *wire.Frame)
 	results := make(chan frameResult, c.opts.Workers)
@@ -483,6 +501,9 @@ func (c *Client) connect() (_ *session, err error) {
 	if err := s.in.SetRcvhwm(c.opts.ReceiveHWM); err != nil {
 		return nil, fmt.Errorf("processor: PULL socket: set receive HWM %d: %w", c.opts.ReceiveHWM, err)
 	}
+	if err := c.curve.secure(s.in); err != nil {
+		return nil, fmt.Errorf("processor: PULL socket: set CURVE keys: %w", err)
+	}
 	if err := s.in.Connect(c.opts.Endpoint); err != nil {
 		return nil, fmt.Errorf("processor: connect PULL socket to %s: %w", c.opts.Endpoint, err)
 	}
@@ -492,6 +513,9 @@ func (c *Client) connect() (_ *session, err error) {
 	// Acks queued at close get this long to leave.
 	if err := s.out.SetLinger(closeLinger); err != nil {
 		return nil, fmt.Errorf("processor: PUSH socket: set linger: %w", err)
+	}
+	if err := c.curve.secure(s.out); err != nil {
+		return nil, fmt.Errorf("processor: PUSH socket: set CURVE keys: %w", err)
 	}
 	if err := s.out.Connect(c.opts.AckEndpoint); err != nil {
 		return nil, fmt.Errorf("processor: connect PUSH socket to %s: %w", c.opts.AckEndpoint, err)

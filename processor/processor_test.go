@@ -471,6 +471,9 @@ func TestRunStopsPromptlyAndIsNotReentrant(t *testing.T) {
 	}
 }
 
+// curveKey is a valid Z85 CURVE key.
+const curveKey = "GVUlV?l*1.p)>yIHv=mf>7wK%g*TjJ3uj)$}0L<f"
+
 func TestNewChecksOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -482,6 +485,15 @@ func TestNewChecksOptions(t *testing.T) {
 			[]string{`ack endpoint must differ from endpoint "tcp://127.0.0.1:5557"`}},
 		{"negatives", processor.Options{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558", ReceiveHWM: -1, AckFlushInterval: -time.Second},
 			[]string{"receive HWM must not be negative, not -1", "ack flush interval must not be negative, not -1s"}},
+		{"curve server key alone", processor.Options{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
+			CurveServerKey: curveKey}, []string{"curve secret key is required with a curve server key"}},
+		{"curve secret key alone", processor.Options{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
+			CurveSecretKey: curveKey}, []string{"curve server key is required with a curve secret key"}},
+		{"bad curve keys", processor.Options{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
+			CurveServerKey: curveKey[:39], CurveSecretKey: curveKey}, []string{"curve server key: not a Z85 CURVE key: want 40 characters, got 39"}},
+		{"bad curve secret key", processor.Options{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
+			CurveServerKey: curveKey, CurveSecretKey: curveKey[:20] + "~" + curveKey[21:]},
+			[]string{"curve secret key: not a Z85 CURVE key: character 21 is outside the Z85 alphabet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := processor.New(tc.o)
@@ -492,6 +504,9 @@ func TestNewChecksOptions(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+			if strings.Contains(err.Error(), curveKey[:20]) {
+				t.Errorf("error %q repeats a key", err)
 			}
 		})
 	}

@@ -1,14 +1,11 @@
 package sources
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 
@@ -251,19 +248,7 @@ func (s *HTTPPollSpec) Validate() []FieldError {
 	if s.RateBurst < 1 {
 		bad("rate_burst", "must be at least 1")
 	}
-	if s.TLSCAFile != "" {
-		if !https {
-			bad("tls_ca_file", "is only used with an https poll_url")
-		} else if _, err := loadCAFile(s.TLSCAFile); err != nil {
-			bad("tls_ca_file", "%v", err)
-		}
-		if s.TLSInsecureSkipVerify {
-			bad("tls_insecure_skip_verify", "cannot be combined with tls_ca_file")
-		}
-	}
-	if s.TLSInsecureSkipVerify && !https {
-		bad("tls_insecure_skip_verify", "is only used with an https poll_url")
-	}
+	errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, https, "an https poll_url")...)
 	if s.MaxBodyBytes < 1 {
 		bad("max_body_bytes", "must be positive")
 	}
@@ -377,19 +362,6 @@ func (s *HTTPPollSpec) validatePagination() []FieldError {
 	return errs
 }
 
-// loadCAFile reads a PEM file of CA certificates.
-func loadCAFile(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return pool, nil
-}
-
 // Open implements Spec: it builds the HTTP client and the rate limiters. The
 // config package has already expanded ${ENV} in the values: they are used as
 // they are.
@@ -458,19 +430,8 @@ func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 	p.where = fmt.Sprintf("source %q: poll %s", env.Name, redactURL(p.base))
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
-	if s.TLSCAFile != "" || s.TLSInsecureSkipVerify {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if s.TLSCAFile != "" {
-			if cfg.RootCAs, err = loadCAFile(s.TLSCAFile); err != nil {
-				return fail("tls_ca_file", err)
-			}
-		}
-		if s.TLSInsecureSkipVerify {
-			cfg.InsecureSkipVerify = true
-			logger.Warn("TLS CERTIFICATE VERIFICATION IS DISABLED (tls_insecure_skip_verify = true): " +
-				"anyone on the network path can read and alter this feed and capture its credentials; use tls_ca_file instead")
-		}
-		p.transport.TLSClientConfig = cfg
+	if p.transport.TLSClientConfig, err = clientTLSConfig(s.TLSCAFile, s.TLSInsecureSkipVerify, logger); err != nil {
+		return nil, fmt.Errorf("source %q: http_poll: %w", env.Name, err)
 	}
 	p.client = &http.Client{
 		Transport:     p.transport,

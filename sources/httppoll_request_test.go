@@ -2,7 +2,6 @@ package sources
 
 import (
 	"bytes"
-	"encoding/pem"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -172,10 +171,7 @@ func TestHTTPPollRequestShape(t *testing.T) {
 
 func TestHTTPPollTLS(t *testing.T) {
 	srv := testupstream.NewServer(t, testupstream.Options{Total: 2, TLS: true})
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca := writeCAFile(t, srv.Certificate())
 	if b, err := openPoll(t, &HTTPPollSpec{PollURL: srv.URL, TLSCAFile: ca}).Fetch(t.Context(), ""); err != nil || len(b.Records) != 2 {
 		t.Errorf("with tls_ca_file: %v", err)
 	}

@@ -2,7 +2,6 @@ package sources
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +63,9 @@ type WebSocketSpec struct {
 	// ReconnectMax caps the wait between reconnect attempts, which grows
 	// exponentially with full jitter.
 	ReconnectMax string `toml:"reconnect_max"`
+	// TLSCAFile is a PEM file of the CA certificates trusted for a wss://
+	// URL, instead of the system's.
+	TLSCAFile string `toml:"tls_ca_file"`
 	// TLSInsecureSkipVerify disables verification of the server's TLS
 	// certificate (wss:// only). For tests only: it is logged as a warning.
 	TLSInsecureSkipVerify bool `toml:"tls_insecure_skip_verify"`
@@ -89,8 +91,8 @@ func (s *WebSocketSpec) Validate() []FieldError {
 		errs = append(errs, FieldError{"url", "is required for kind websocket"})
 	} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 		errs = append(errs, FieldError{"url", "must be an absolute ws:// or wss:// URL"})
-	} else if s.TLSInsecureSkipVerify && u.Scheme != "wss" {
-		errs = append(errs, FieldError{"tls_insecure_skip_verify", "only applies to a wss:// url"})
+	} else {
+		errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "wss", "a wss:// url")...)
 	}
 	for name := range s.Headers {
 		canon := textproto.CanonicalMIMEHeaderKey(name)
@@ -181,10 +183,8 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 		w.header.Set(name, value)
 	}
 	w.transport = http.DefaultTransport.(*http.Transport).Clone()
-	if s.TLSInsecureSkipVerify {
-		w.transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for, and warned about
-		logger.Warn("tls_insecure_skip_verify is set: the server's TLS certificate is NOT verified, " +
-			"so anyone on the network path can read or forge this feed; use it for tests only")
+	if w.transport.TLSClientConfig, err = clientTLSConfig(s.TLSCAFile, s.TLSInsecureSkipVerify, logger); err != nil {
+		return nil, fmt.Errorf("source %q: websocket: %w", env.Name, err)
 	}
 	w.insecure = s.TLSInsecureSkipVerify
 	w.client = &http.Client{Transport: w.transport, CheckRedirect: w.checkRedirect}

@@ -3,6 +3,7 @@ package sources
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -490,7 +491,28 @@ func TestWebSocketTLSVerification(t *testing.T) {
 	if err := insecure.Close(); err != nil { // and stops its logging
 		t.Fatal(err)
 	}
-	if n := strings.Count(logs.String(), "level=WARN"); n < 2 || !strings.Contains(logs.String(), "NOT verified") {
+	if n := strings.Count(logs.String(), "level=WARN"); n < 2 || !strings.Contains(logs.String(), "VERIFICATION IS DISABLED") {
 		t.Fatalf("want a warning at Open and at connect, got:\n%s", logs.String())
+	}
+}
+
+func TestWebSocketTLSCAFile(t *testing.T) {
+	feed := testupstream.NewWS(t, testupstream.WSOptions{Total: 2, TLS: true})
+	src := openWS(t, wsSpec(feed, func(s *WebSocketSpec) { s.TLSCAFile = writeCAFile(t, feed.Certificate()) }), Env{})
+	c := &wsConsumer{t: t, src: src}
+	c.until(1, 2)
+}
+
+func TestWebSocketRefusesAnOldTLSVersion(t *testing.T) {
+	old := testupstream.NewWS(t, testupstream.WSOptions{Total: 2, TLS: true, TLSMaxVersion: tls.VersionTLS11})
+	src := openWS(t, wsSpec(old, func(s *WebSocketSpec) {
+		s.TLSCAFile = writeCAFile(t, old.Certificate())
+		s.PingInterval, s.ReadTimeout = "50ms", "200ms"
+	}), Env{})
+	if err := wsOutageError(t, src); !strings.Contains(err.Error(), "protocol version") {
+		t.Fatalf("a TLS 1.1 server: %v, want the dial error naming the protocol version", err)
+	}
+	if n := len(old.Connections()); n != 0 {
+		t.Fatalf("%d connections subscribed to a TLS 1.1 server", n)
 	}
 }

@@ -5,6 +5,7 @@
 //	ingestor check-source NAME -c FILE   poll one source once and print what it finds; writes nothing
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
+//	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
 //	ingestor version
 package main
 
@@ -34,6 +35,8 @@ const usage = `usage:
   ingestor dlq list|show ID|replay [ID...|-source S -reason R -all]|drop [ID...|filters] [-yes] -c FILE
                                list, inspect, replay or drop dead letters (through the running
                                daemon's ops endpoints, or the queue when it is stopped)
+  ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
+                               and NAME.pub (public), for publish.curve_* and processors
 `
 
 func main() {
@@ -56,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdReplay(args[1:], stdout, stderr)
 	case "dlq":
 		return cmdDLQ(args[1:], os.Stdin, stdout, stderr)
+	case "curve-keygen":
+		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

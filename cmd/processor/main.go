@@ -7,6 +7,14 @@
 //
 //	processor [-connect tcp://127.0.0.1:5557] [-ack tcp://127.0.0.1:5558] [-log-every 2s] [-log-format text|json]
 //	          [-workers N] [-sqlite PATH] [-drop-acks P] [-fail-keys REGEX] [-fail-retryable-keys REGEX]
+//	          [-curve-server-key FILE -curve-secret-key FILE]
+//
+// With -curve-server-key (the daemon's public key file, e.g. daemon.pub) and
+// -curve-secret-key (this processor's secret key file, e.g. processor.key,
+// not readable by every user), both sockets use ZeroMQ CURVE, for a daemon
+// with publish.curve_secret_key_file set; `ingestor curve-keygen` makes
+// the files, and the processor's public key goes in the daemon's
+// publish.curve_authorized_keys_file.
 //
 // With -sqlite it writes every event exactly once into the table events of
 // the SQLite database at PATH, with processor.Client.RunTx: each row
@@ -46,6 +54,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -73,6 +82,8 @@ type config struct {
 	// failKeys and failRetryableKeys match the keys to fail; nil matches
 	// none.
 	failKeys, failRetryableKeys *regexp.Regexp
+	// curveServerKey and curveSecretKey are the CURVE key files, or "".
+	curveServerKey, curveSecretKey string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -86,6 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
 	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
 	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
+	fs.StringVar(&c.curveServerKey, "curve-server-key", "", "file of the daemon's CURVE public key (enables CURVE, with -curve-secret-key)")
+	fs.StringVar(&c.curveSecretKey, "curve-secret-key", "", "file of this processor's CURVE secret key (enables CURVE, with -curve-server-key)")
 	failKeys := fs.String("fail-keys", "", "fail events whose key matches this regular expression permanently, for poison tests")
 	failRetryable := fs.String("fail-retryable-keys", "", "fail events whose key matches this regular expression retryably")
 	if err := fs.Parse(args); err != nil {
@@ -110,6 +123,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if !(c.dropAcks >= 0 && c.dropAcks <= 1) {
 		errs = append(errs, fmt.Errorf("-drop-acks must be between 0 and 1, not %v", c.dropAcks))
 	}
+	if (c.curveServerKey == "") != (c.curveSecretKey == "") {
+		errs = append(errs, errors.New("-curve-server-key and -curve-secret-key go together"))
+	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
@@ -133,10 +149,19 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		h = slog.NewJSONHandler(logOut, nil)
 	}
 	log := slog.New(h)
-	client, err := processor.New(processor.Options{
+	o := processor.Options{
 		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
 		Workers: cfg.workers, DropAcks: cfg.dropAcks,
-	})
+	}
+	if cfg.curveServerKey != "" {
+		if o.CurveServerKey, err = processor.ReadCurveKey(cfg.curveServerKey); err != nil {
+			return fmt.Errorf("-curve-server-key: %w", err)
+		}
+		if o.CurveSecretKey, err = curvekey.ReadSecret(cfg.curveSecretKey); err != nil {
+			return fmt.Errorf("-curve-secret-key: %w", err)
+		}
+	}
+	client, err := processor.New(o)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/wire"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -31,9 +34,10 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || c.failKeys.String() != "^bad" || c.failRetryableKeys != nil || c.sqlite != "x.db" || c.workers != 3 || c.dropAcks != 0.5 {
 		t.Errorf("parseFlags = %+v, %v", c, err)
 	}
-	_, err = parseFlags([]string{"-log-every", "0s", "-log-format", "xml", "-workers", "0", "-drop-acks", "2", "-fail-retryable-keys", "(", "extra"}, io.Discard)
+	_, err = parseFlags([]string{"-curve-server-key", "daemon.pub", "-log-every", "0s", "-log-format", "xml", "-workers", "0", "-drop-acks", "2", "-fail-retryable-keys", "(", "extra"}, io.Discard)
 	for _, want := range []string{`unexpected arguments ["extra"]`, "-log-every must be positive, not 0s", `-log-format must be text or json, not "xml"`,
-		"-workers must be at least 1, not 0", "-drop-acks must be between 0 and 1, not 2", "-fail-retryable-keys: error parsing regexp"} {
+		"-workers must be at least 1, not 0", "-drop-acks must be between 0 and 1, not 2", "-fail-retryable-keys: error parsing regexp",
+		"-curve-server-key and -curve-secret-key go together"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not contain %q", err, want)
 		}
@@ -155,8 +159,9 @@ func TestRunCountsAcksAndSummarises(t *testing.T) {
 	}
 }
 
-// fakeDaemon binds the daemon's two sockets on free loopback ports.
-func fakeDaemon(t *testing.T) (push, pull *zmq.Socket, endpoint, ackEndpoint string) {
+// fakeDaemon binds the daemon's two sockets on free loopback ports, after
+// applying setup to each.
+func fakeDaemon(t *testing.T, setup ...func(*zmq.Socket) error) (push, pull *zmq.Socket, endpoint, ackEndpoint string) {
 	t.Helper()
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -179,6 +184,11 @@ func fakeDaemon(t *testing.T) (push, pull *zmq.Socket, endpoint, ackEndpoint str
 			t.Fatal(err)
 		}
 		socks = append(socks, s)
+		for _, f := range setup {
+			if err := f(s); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for _, err := range []error{s.SetLinger(0), s.SetSndtimeo(10 * time.Second), s.SetRcvtimeo(10 * time.Second), s.Bind("tcp://127.0.0.1:*")} {
 			if err != nil {
 				t.Fatal(err)
@@ -193,6 +203,64 @@ func fakeDaemon(t *testing.T) (push, pull *zmq.Socket, endpoint, ackEndpoint str
 	push, endpoint = bind(zmq.PUSH)
 	pull, ackEndpoint = bind(zmq.PULL)
 	return push, pull, endpoint, ackEndpoint
+}
+
+// TestRunWithCurve runs the command with CURVE key files against a daemon
+// whose sockets are CURVE servers: the frame arrives and its ack returns,
+// which needs both sockets to speak CURVE with the daemon's key.
+func TestRunWithCurve(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, _, err := curvekey.Generate(filepath.Join(dir, "daemon")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := curvekey.Generate(filepath.Join(dir, "processor")); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := curvekey.ReadSecret(filepath.Join(dir, "daemon.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	push, pull, endpoint, ackEndpoint := fakeDaemon(t, func(s *zmq.Socket) error {
+		return errors.Join(s.SetCurveServer(1), s.SetCurveSecretkey(secret))
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint,
+			"-curve-server-key", filepath.Join(dir, "daemon.pub"), "-curve-secret-key", filepath.Join(dir, "processor.key")}, &logs)
+	}()
+	var enc wire.Encoder
+	enc.Begin(7, 1, "file://./data/raw")
+	ev := wire.Event{Key: "k", Source: "s", Seq: 1, FetchedAt: time.Now()}
+	enc.Add(&ev, []byte(`{}`), true)
+	if _, err := push.SendBytes(enc.End(), 0); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	data, err := pull.RecvBytes(0) // bounded by the receive timeout
+	if err != nil {
+		t.Fatalf("receive ack over CURVE: %v\n%s", err, logs.String())
+	}
+	if a, err := wire.DecodeAck(data); err != nil || len(a.Frames) != 1 || a.Frames[0] != 7 {
+		t.Fatalf("ack = %s (%v), want frame 7 acked", data, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if strings.Contains(logs.String(), secret) {
+		t.Error("the daemon's secret key was logged")
+	}
+
+	if err := os.Chmod(filepath.Join(dir, "daemon.pub"), 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	err = run(t.Context(), []string{"-curve-server-key", filepath.Join(dir, "daemon.pub"),
+		"-curve-secret-key", filepath.Join(dir, "daemon.pub")}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-curve-secret-key: "+filepath.Join(dir, "daemon.pub")+": a secret key must not be readable by every user") {
+		t.Errorf("a world-readable secret key file: %v", err)
+	}
 }
 
 // TestSQLiteModeWritesEachEventOnce runs -sqlite against a daemon that

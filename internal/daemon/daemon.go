@@ -24,6 +24,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
@@ -46,6 +47,7 @@ type Daemon struct {
 	queue    *queue.Queue
 	raw      rawstore.Store
 	zctx     *zmq.Context
+	curve    *delivery.CurveServer // nil without CURVE
 	sender   *delivery.Sender
 	system   *actor.ActorSystem
 	pipeline *actors.Pipeline
@@ -121,9 +123,26 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	dm := delivery.NewMetrics(d.reg)
 	pub := cfg.Publish
+	if pub.CurveSecretKeyFile != "" {
+		if d.curve, err = startCurve(d.zctx, pub, log); err != nil {
+			return nil, err
+		}
+	}
+	// Registered with or without CURVE, so dashboards and alerts need no
+	// second variant; it stays 0 without CURVE.
+	curve := d.curve
+	d.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ingestor_publish_curve_refused_total",
+		Help: "Processor handshakes refused because their CURVE key is not authorized (0 without CURVE)."},
+		func() float64 {
+			if curve == nil {
+				return 0
+			}
+			return float64(curve.Refused())
+		}))
 	if d.sender, err = delivery.NewSender(d.zctx, d.queue, d.raw, delivery.SenderOptions{
 		Endpoint: pub.Endpoint, HighWaterMark: pub.HighWaterMark, AckTimeout: pub.AckTimeout,
 		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: o.OnAck,
+		Curve: d.curve,
 	}); err != nil {
 		return nil, err
 	}
@@ -149,7 +168,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		Limiters: cfg.Limiters(),
 		Queue:    d.queue, Raw: d.raw, Sender: d.sender,
 		NewAckReceiver: func() (*delivery.AckReceiver, error) {
-			return delivery.NewAckReceiver(d.zctx, pub.AckEndpoint, pub.HighWaterMark, d.queue, d.sender, log, dm)
+			return delivery.NewAckReceiver(d.zctx, pub.AckEndpoint, pub.HighWaterMark, d.curve, d.queue, d.sender, log, dm)
 		},
 		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
@@ -171,8 +190,28 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		log.Warn("no source is enabled; the daemon only delivers what is already queued")
 	}
 	d.ready.Store(true)
-	log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint, "http", d.HTTPAddr())
+	log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint,
+		"curve", d.curve != nil, "http", d.HTTPAddr())
 	return d, nil
+}
+
+// startCurve reads the CURVE key files of pub and starts the ZAP handler
+// of zctx; it stops when zctx is terminated.
+func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*delivery.CurveServer, error) {
+	secret, err := curvekey.ReadSecret(pub.CurveSecretKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("publish.curve_secret_key_file: %w", err)
+	}
+	authorized, err := curvekey.ReadKeys(pub.CurveAuthorizedKeysFile)
+	if err != nil {
+		return nil, fmt.Errorf("publish.curve_authorized_keys_file: %w", err)
+	}
+	curve, err := delivery.NewCurveServer(zctx, secret, authorized, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("curve security enabled: only authorized processors can connect", "authorized_keys", len(authorized))
+	return curve, nil
 }
 
 // HTTPAddr returns the address the ops endpoints listen on ("" if none).

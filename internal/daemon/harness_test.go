@@ -107,8 +107,15 @@ ack_endpoint = %q
 // stop is called.
 func (h *harness) startProcessor(handler processor.Handler) (c *processor.Client, stop func()) {
 	h.t.Helper()
-	c, err := processor.New(processor.Options{Endpoint: h.pub, AckEndpoint: h.ack,
-		Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
+	return h.startProcessorWith(processor.Options{}, handler)
+}
+
+// startProcessorWith is startProcessor with options; their endpoints and
+// logger are h's.
+func (h *harness) startProcessorWith(o processor.Options, handler processor.Handler) (c *processor.Client, stop func()) {
+	h.t.Helper()
+	o.Endpoint, o.AckEndpoint, o.Logger = h.pub, h.ack, slog.New(slog.NewTextHandler(h.logs, nil))
+	c, err := processor.New(o)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -24,13 +24,14 @@ type AckReceiver struct {
 	metrics *Metrics
 }
 
-// NewAckReceiver binds the PULL socket at endpoint.
-func NewAckReceiver(zctx *zmq.Context, endpoint string, hwm int, q *queue.Queue, sender *Sender, log *slog.Logger, m *Metrics) (*AckReceiver, error) {
+// NewAckReceiver binds the PULL socket at endpoint, a CURVE server for
+// authorized processors only when curve is set.
+func NewAckReceiver(zctx *zmq.Context, endpoint string, hwm int, curve *CurveServer, q *queue.Queue, sender *Sender, log *slog.Logger, m *Metrics) (*AckReceiver, error) {
 	sock, err := zctx.NewSocket(zmq.PULL)
 	if err != nil {
 		return nil, fmt.Errorf("ack socket: %w", err)
 	}
-	setup := errors.Join(sock.SetRcvhwm(hwm), sock.SetLinger(0))
+	setup := errors.Join(sock.SetRcvhwm(hwm), sock.SetLinger(0), curve.secure(sock))
 	if setup == nil {
 		setup = sock.Bind(endpoint)
 	}

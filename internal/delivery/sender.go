@@ -46,6 +46,9 @@ type SenderOptions struct {
 	MaxDeliveries int
 	Logger        *slog.Logger
 	Metrics       *Metrics
+	// Curve, when set, makes the socket a CURVE server for authorized
+	// processors only.
+	Curve *CurveServer
 	// OnAck, when set, is called on the Sender's goroutine for every frame
 	// acked while in flight, with its first event's fetch time and its size.
 	OnAck func(fetchedAt time.Time, events int)
@@ -102,7 +105,7 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 	if err != nil {
 		return nil, fmt.Errorf("publish socket: %w", err)
 	}
-	setup := errors.Join(sock.SetSndhwm(o.HighWaterMark), sock.SetLinger(0), sock.SetImmediate(true))
+	setup := errors.Join(sock.SetSndhwm(o.HighWaterMark), sock.SetLinger(0), sock.SetImmediate(true), o.Curve.secure(sock))
 	if setup == nil {
 		setup = sock.Bind(o.Endpoint)
 	}

@@ -2,6 +2,8 @@ package testupstream
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +48,10 @@ type WSOptions struct {
 	NoPong bool
 	// TLS serves wss:// with httptest's self-signed certificate.
 	TLS bool
+	// TLSMaxVersion, with TLS, caps the TLS version the feed speaks (e.g.
+	// tls.VersionTLS11, to check that a client refuses an old server).
+	// 0 leaves Go's defaults.
+	TLSMaxVersion uint16
 }
 
 // WSConn describes one connection to a WSFeed that subscribed.
@@ -96,6 +102,9 @@ func NewWS(t testing.TB, opts WSOptions) *WSFeed {
 	// Clients that refuse the test certificate are expected: do not log them.
 	f.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	if opts.TLS {
+		if opts.TLSMaxVersion != 0 {
+			f.srv.TLS = &tls.Config{MinVersion: tls.VersionTLS10, MaxVersion: opts.TLSMaxVersion}
+		}
 		f.srv.StartTLS()
 	} else {
 		f.srv.Start()
@@ -103,6 +112,15 @@ func NewWS(t testing.TB, opts WSOptions) *WSFeed {
 	f.URL = "ws" + strings.TrimPrefix(f.srv.URL, "http")
 	t.Cleanup(f.close)
 	return f
+}
+
+// Certificate returns a TLS feed's certificate, which is its own CA, or
+// nil.
+func (f *WSFeed) Certificate() *x509.Certificate {
+	if f.srv.TLS == nil {
+		return nil
+	}
+	return f.srv.Certificate()
 }
 
 // WSID returns the id of record n of a WSFeed.
