@@ -47,7 +47,7 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 	if t.AdminAddr != "" {
 		if msg := checkAdminAddr(t.AdminAddr); msg != "" {
 			d.errAt(child(p, "admin_addr"), "%s, not %s", msg, d.show(child(p, "admin_addr"), t.AdminAddr))
-		} else if t.AdminAddr == t.HTTPAddr {
+		} else if t.AdminAddr == t.HTTPAddr && !strings.HasSuffix(t.AdminAddr, ":0") {
 			d.errAt(child(p, "admin_addr"), "must differ from daemon.http_addr (leave it out to serve the admin endpoints there)")
 		}
 	}
