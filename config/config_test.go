@@ -106,7 +106,7 @@ func TestGoodFiles(t *testing.T) {
 			if cfg.Publish != wantPub {
 				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
 			}
-			wantDaemon := Daemon{DataDir: "/var/lib/ingestor", HTTPAddr: ":9464", LogLevel: "debug",
+			wantDaemon := Daemon{DataDir: "/var/lib/ingestor", HTTPAddr: ":9464", AdminAddr: "unix:/run/ingestor/admin.sock", LogLevel: "debug",
 				LogFormat: "json", ShutdownGrace: time.Minute}
 			if cfg.Daemon != wantDaemon {
 				t.Errorf("daemon = %+v, want %+v", cfg.Daemon, wantDaemon)
@@ -124,9 +124,9 @@ func TestGoodFiles(t *testing.T) {
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
-			if orders.Line != 36 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+			if orders.Line != 37 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
 				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
-				t.Errorf("orders-eu = %+v, want line 36 and [defaults] 5s 0%% 3s 8", orders)
+				t.Errorf("orders-eu = %+v, want line 37 and [defaults] 5s 0%% 3s 8", orders)
 			}
 			synth := source(t, cfg, "synthetic")
 			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
@@ -148,6 +148,18 @@ func TestGoodFiles(t *testing.T) {
 				later := source(t, cfg, "later")
 				if h := later.Spec.(*sources.HTTPPollSpec).Headers["Authorization"]; later.Enabled || h != "Bearer ${LATER_TOKEN}" {
 					t.Errorf("later: enabled %v, Authorization %q", later.Enabled, h)
+				}
+			},
+		},
+		"admin.good.toml": {
+			env: map[string]string{"INGESTOR_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef"},
+			check: func(t *testing.T, cfg *Config) {
+				d := cfg.Daemon
+				if d.HTTPAddr != "0.0.0.0:9464" || d.AdminAddr != "127.0.0.1:9465" || d.AdminToken != "0123456789abcdef0123456789abcdef" {
+					t.Errorf("daemon = %+v", d)
+				}
+				if d.AdminListenAddr() != "127.0.0.1:9465" {
+					t.Errorf("admin listen address %q, want admin_addr", d.AdminListenAddr())
 				}
 			},
 		},
@@ -271,6 +283,22 @@ func TestBadFiles(t *testing.T) {
 		"curve_no_secret.bad.toml": {want: []string{
 			`curve_no_secret.bad.toml:2: publish.curve_secret_key_file: is required when curve_authorized_keys_file is set`,
 		}},
+		"admin_public.bad.toml": {want: []string{
+			`admin_public.bad.toml:3: daemon.http_addr: serves the admin endpoints (/dlq: read payloads, replay and drop dead letters) on ":9464", which is not loopback, ` +
+				`so they need a token: set daemon.admin_token (e.g. "${INGESTOR_ADMIN_TOKEN}") or daemon.admin_token_file, ` +
+				`or serve them on a private address with daemon.admin_addr`,
+		}},
+		"admin_keys.bad.toml": {want: []string{
+			`admin_keys.bad.toml:4: daemon.admin_addr: must differ from daemon.http_addr`,
+			`admin_keys.bad.toml:5: daemon.admin_token: the token must be at least 16 characters`,
+		}, absent: []string{"changeme"}},
+		"admin_token_file.bad.toml": {want: []string{
+			`admin_token_file.bad.toml:5: daemon.admin_token_file: read the admin token: open /nonexistent/ingestor/admin.token: no such file or directory`,
+		}, absent: []string{"not loopback"}},
+		"admin_both.bad.toml": {want: []string{
+			`admin_both.bad.toml:3: daemon.admin_addr: must be host:port or unix:PATH (the path is empty), not "unix:"`,
+			`admin_both.bad.toml:5: daemon.admin_token_file: set daemon.admin_token or daemon.admin_token_file, not both`,
+		}, absent: []string{"0123456789abcdef0123"}},
 		"many.bad.toml": {want: []string{
 			`many.bad.toml:3: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "verbose"`,
 			`many.bad.toml:4: daemon.http_addr: must be host:port`,

@@ -17,11 +17,14 @@ import (
 
 // daemonTOML is [daemon] as written in the file.
 type daemonTOML struct {
-	DataDir       string   `toml:"data_dir"`
-	HTTPAddr      string   `toml:"http_addr"`
-	LogLevel      string   `toml:"log_level"`
-	LogFormat     string   `toml:"log_format"`
-	ShutdownGrace duration `toml:"shutdown_grace"`
+	DataDir        string   `toml:"data_dir"`
+	HTTPAddr       string   `toml:"http_addr"`
+	AdminAddr      string   `toml:"admin_addr"`
+	AdminToken     string   `toml:"admin_token"`
+	AdminTokenFile string   `toml:"admin_token_file"`
+	LogLevel       string   `toml:"log_level"`
+	LogFormat      string   `toml:"log_format"`
+	ShutdownGrace  duration `toml:"shutdown_grace"`
 }
 
 func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
@@ -42,13 +45,33 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 	}
 	d.oneOf(child(p, "log_level"), t.LogLevel, "debug", "info", "warn", "error")
 	d.oneOf(child(p, "log_format"), t.LogFormat, "text", "json")
-	return Daemon{
+	token := d.adminToken(p, t.AdminToken, t.AdminTokenFile)
+	if t.AdminAddr != "" {
+		if msg := checkAdminAddr(t.AdminAddr); msg != "" {
+			d.errAt(child(p, "admin_addr"), "%s, not %s", msg, d.show(child(p, "admin_addr"), t.AdminAddr))
+		} else if t.AdminAddr == t.HTTPAddr && !strings.HasSuffix(t.AdminAddr, ":0") {
+			d.errAt(child(p, "admin_addr"), "must differ from daemon.http_addr (leave it out to serve the admin endpoints there)")
+		}
+	}
+	dm := Daemon{
 		DataDir:       t.DataDir,
 		HTTPAddr:      t.HTTPAddr,
+		AdminAddr:     t.AdminAddr,
+		AdminToken:    token,
 		LogLevel:      t.LogLevel,
 		LogFormat:     t.LogFormat,
 		ShutdownGrace: d.duration(child(p, "shutdown_grace"), t.ShutdownGrace, 30*time.Second),
 	}
+	key := "http_addr"
+	if t.AdminAddr != "" {
+		key = "admin_addr"
+	}
+	if !d.covered(child(p, key)) && !d.covered(child(p, "admin_token")) && !d.covered(child(p, "admin_token_file")) {
+		if msg := dm.AdminProblem(); msg != "" {
+			d.errAt(child(p, key), "%s", msg)
+		}
+	}
+	return dm
 }
 
 // rawStoreTOML is [raw_store] as written in the file.

@@ -23,8 +23,17 @@ type Config struct {
 type Daemon struct {
 	// DataDir holds the SQLite queue and, by default, the raw store. Default "./data".
 	DataDir string
-	// HTTPAddr serves /metrics, /healthz and /readyz. Default "127.0.0.1:9464".
+	// HTTPAddr serves /metrics, /healthz and /readyz, and the admin
+	// endpoints (/dlq) unless AdminAddr is set. Default "127.0.0.1:9464".
 	HTTPAddr string
+	// AdminAddr, when set, serves the admin endpoints instead of HTTPAddr:
+	// host:port, or unix:PATH for a Unix socket of mode 0600. Default "".
+	AdminAddr string
+	// AdminToken is the bearer token every admin request must carry, from
+	// admin_token or admin_token_file; empty means none, which is allowed
+	// only when the admin endpoints listen on loopback or a Unix socket.
+	// It is never logged.
+	AdminToken string
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
 	// LogFormat is text or json. Default text.

@@ -33,15 +33,18 @@ const dlqUsage = `usage:
   ingestor dlq replay -c FILE (ID... | -source S -reason TEXT -since T -until T | -all)
   ingestor dlq drop -c FILE (ID... | -source S -reason TEXT -since T -until T | -all) [-yes]
 
-With the daemon running, dlq talks to its admin endpoints at daemon.http_addr
-and replayed events are delivered at once; with it stopped, dlq opens the queue
+With the daemon running, dlq talks to its admin endpoints at daemon.admin_addr
+(or daemon.http_addr when that is not set), sending daemon.admin_token, and
+replayed events are delivered at once; with it stopped, dlq opens the queue
 itself (holding the data dir lock) and replayed events go out on the next start.
 `
 
 // dlqBackend is what `ingestor dlq` needs: the running daemon's admin
 // endpoints, or the queue opened directly.
 type dlqBackend interface {
-	List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, error)
+	// List returns a page of the dead letters f selects and how many it
+	// selects in all.
+	List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, int, error)
 	Show(ctx context.Context, id int64) (daemon.DLQEntry, error)
 	Replay(ctx context.Context, r daemon.DLQRequest) (int, error)
 	Drop(ctx context.Context, r daemon.DLQRequest) (int, error)
@@ -144,12 +147,12 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	switch sub {
 	case "list":
-		list, err := b.List(ctx, filter)
+		list, total, err := b.List(ctx, filter)
 		if err != nil {
 			fmt.Fprintf(stderr, "ingestor dlq list: %v\n", err)
 			return 1
 		}
-		printDLQTable(stdout, list)
+		printDLQTable(stdout, list, total)
 	case "show":
 		e, err := b.Show(ctx, ids[0])
 		if err != nil {
@@ -167,7 +170,7 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "drop":
 		if !*yes {
 			filter.Limit = 1 << 30
-			sel, err := b.List(ctx, filter)
+			sel, _, err := b.List(ctx, filter)
 			if err != nil {
 				fmt.Fprintf(stderr, "ingestor dlq drop: %v\n", err)
 				return 1
@@ -209,10 +212,11 @@ func openDLQ(ctx context.Context, cfg *config.Config) (dlqBackend, func() error,
 	unlock, err := daemon.LockDataDir(dir)
 	var inUse *daemon.DataDirInUseError
 	if errors.As(err, &inUse) {
-		if cfg.Daemon.HTTPAddr == "" {
+		addr := cfg.Daemon.AdminListenAddr()
+		if addr == "" {
 			return nil, nil, fmt.Errorf("%w; its ops endpoints are off (daemon.http_addr is empty), so stop it to use dlq", err)
 		}
-		return &httpDLQ{base: adminURL(cfg.Daemon.HTTPAddr), client: &http.Client{Timeout: 30 * time.Second}}, func() error { return nil }, nil
+		return newHTTPDLQ(addr, cfg.Daemon.AdminToken, cfg.File), func() error { return nil }, nil
 	}
 	if err != nil {
 		return nil, nil, err
@@ -229,8 +233,8 @@ func openDLQ(ctx context.Context, cfg *config.Config) (dlqBackend, func() error,
 	return daemon.NewDLQ(q, raw, nil), func() error { return errors.Join(q.Close(), unlock()) }, nil
 }
 
-// adminURL is the base URL of the ops endpoints listening on addr; a
-// wildcard host is reached on loopback.
+// adminURL is the base URL of the ops endpoints listening on addr
+// (host:port); a wildcard host is reached on loopback.
 func adminURL(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -246,10 +250,30 @@ func adminURL(addr string) string {
 type httpDLQ struct {
 	base   string
 	client *http.Client
+	// token is daemon.admin_token, sent as a bearer token when set.
+	token string
+	// file is the config file, named in authorization errors.
+	file string
 }
 
-func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, error) {
+// newHTTPDLQ reaches the admin endpoints at addr: host:port, or unix:PATH.
+func newHTTPDLQ(addr, token, file string) *httpDLQ {
+	h := &httpDLQ{base: adminURL(addr), client: &http.Client{Timeout: 30 * time.Second}, token: token, file: file}
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		var dialer net.Dialer
+		h.base = "http://localhost"
+		h.client.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", path)
+		}}
+	}
+	return h
+}
+
+func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, int, error) {
 	v := url.Values{}
+	for _, id := range f.IDs {
+		v.Add("id", strconv.FormatInt(id, 10))
+	}
 	set := func(k, val string) {
 		if val != "" {
 			v.Set(k, val)
@@ -273,29 +297,20 @@ func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntr
 		v.Set("replayed", "1")
 	}
 	var out []daemon.DLQEntry
-	if err := h.do(ctx, http.MethodGet, "/dlq?"+v.Encode(), nil, &out); err != nil {
-		return nil, err
+	resp, err := h.do(ctx, http.MethodGet, "/dlq?"+v.Encode(), nil, &out)
+	if err != nil {
+		return nil, 0, err
 	}
-	if len(f.IDs) == 0 {
-		return out, nil
+	total, err := strconv.Atoi(resp.Get(daemon.TotalCountHeader))
+	if err != nil {
+		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", daemon.TotalCountHeader, err)
 	}
-	// The list endpoint filters by fields; ids select on this side.
-	want := map[int64]bool{}
-	for _, id := range f.IDs {
-		want[id] = true
-	}
-	var sel []daemon.DLQEntry
-	for _, e := range out {
-		if want[e.ID] {
-			sel = append(sel, e)
-		}
-	}
-	return sel, nil
+	return out, total, nil
 }
 
 func (h *httpDLQ) Show(ctx context.Context, id int64) (daemon.DLQEntry, error) {
 	var e daemon.DLQEntry
-	err := h.do(ctx, http.MethodGet, "/dlq/"+strconv.FormatInt(id, 10), nil, &e)
+	_, err := h.do(ctx, http.MethodGet, "/dlq/"+strconv.FormatInt(id, 10), nil, &e)
 	return e, err
 }
 
@@ -303,7 +318,7 @@ func (h *httpDLQ) Replay(ctx context.Context, r daemon.DLQRequest) (int, error) 
 	var out struct {
 		Replayed int `json:"replayed"`
 	}
-	err := h.do(ctx, http.MethodPost, "/dlq/replay", r, &out)
+	_, err := h.do(ctx, http.MethodPost, "/dlq/replay", r, &out)
 	return out.Replayed, err
 }
 
@@ -311,53 +326,69 @@ func (h *httpDLQ) Drop(ctx context.Context, r daemon.DLQRequest) (int, error) {
 	var out struct {
 		Dropped int `json:"dropped"`
 	}
-	err := h.do(ctx, http.MethodPost, "/dlq/drop", r, &out)
+	_, err := h.do(ctx, http.MethodPost, "/dlq/drop", r, &out)
 	return out.Dropped, err
 }
 
-func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) error {
+// do sends a request to the admin endpoints, decodes the JSON response
+// into out and returns the response headers.
+func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, h.base+path, rd)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("daemon admin endpoint: %w", err)
+		return nil, fmt.Errorf("daemon admin endpoint: %w", err)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if cerr := resp.Body.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, h.base+path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, h.base+path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 		}
+		msg := resp.Status
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("daemon: %s", e.Error)
+			msg = e.Error
 		}
-		return fmt.Errorf("%s %s: %s", method, h.base+path, resp.Status)
+		switch {
+		case resp.StatusCode == http.StatusUnauthorized && h.token == "":
+			return nil, fmt.Errorf("the daemon requires an admin token (%s): set daemon.admin_token or daemon.admin_token_file in %s", msg, h.file)
+		case resp.StatusCode == http.StatusUnauthorized:
+			return nil, fmt.Errorf("the daemon refused the admin token of %s (%s): it must match the running daemon's", h.file, msg)
+		case resp.StatusCode == http.StatusForbidden:
+			return nil, fmt.Errorf("the daemon refused the request (403 Forbidden): %s", msg)
+		}
+		return nil, fmt.Errorf("daemon: %s", msg)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", method, h.base+path, err)
+		return nil, fmt.Errorf("%s %s: decode response: %w", method, h.base+path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
-func printDLQTable(w io.Writer, list []daemon.DLQEntry) {
+// printDLQTable prints a page of dead letters, saying how many there are
+// in all when the page holds fewer.
+func printDLQTable(w io.Writer, list []daemon.DLQEntry, total int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSOURCE\tSEQ/KEY\tREASON\tDELIVERIES\tCREATED")
 	for _, e := range list {
@@ -373,6 +404,10 @@ func printDLQTable(w io.Writer, list []daemon.DLQEntry) {
 	}
 	if err := tw.Flush(); err != nil {
 		fmt.Fprintf(w, "write table: %v\n", err)
+	}
+	if len(list) < total {
+		fmt.Fprintf(w, "showing %d of %d dead letter(s)\n", len(list), total)
+		return
 	}
 	fmt.Fprintf(w, "%d dead letter(s)\n", len(list))
 }

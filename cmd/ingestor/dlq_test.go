@@ -26,14 +26,17 @@ func runDLQ(t *testing.T, stdin string, args ...string) (string, int) {
 	return out.String() + errb.String(), code
 }
 
-// TestDLQCommand drives `ingestor dlq` against a running daemon (through
-// its admin endpoints) and then against the stopped daemon's queue.
-func TestDLQCommand(t *testing.T) {
-	dir := t.TempDir()
+// dlqDaemon writes a config holding daemonExtra in [daemon], starts a
+// daemon on it with no source (tests fill the queue by hand) and returns
+// the config's path, the daemon and a stop function that is also run at
+// cleanup.
+func dlqDaemon(t *testing.T, dir, daemonExtra string) (string, *daemon.Daemon, func()) {
+	t.Helper()
 	text := fmt.Sprintf(`
 [daemon]
 data_dir = %q
 http_addr = %q
+%s
 
 [raw_store]
 url = %q
@@ -41,7 +44,7 @@ url = %q
 [publish]
 endpoint = "tcp://%s"
 ack_endpoint = "tcp://%s"
-`, filepath.Join(dir, "data"), freePort(t), "file://"+filepath.Join(dir, "raw"), freePort(t), freePort(t)) + replayFeedTOML
+`, filepath.Join(dir, "data"), freePort(t), daemonExtra, "file://"+filepath.Join(dir, "raw"), freePort(t), freePort(t)) + replayFeedTOML
 	cfgPath := filepath.Join(dir, "ingestor.toml")
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -75,6 +78,14 @@ ack_endpoint = "tcp://%s"
 		}
 	}
 	t.Cleanup(stop)
+	return cfgPath, d, stop
+}
+
+// TestDLQCommand drives `ingestor dlq` against a running daemon (through
+// its admin endpoints) and then against the stopped daemon's queue.
+func TestDLQCommand(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath, d, stop := dlqDaemon(t, dir, "")
 	ctx := t.Context()
 	q := d.Queue()
 	if err := q.DeadLetter(ctx, "feed", "not json", "feed/bad"); err != nil {
@@ -138,5 +149,73 @@ ack_endpoint = "tcp://%s"
 	}
 	if _, err := daemon.LockDataDir(filepath.Join(dir, "data")); err != nil {
 		t.Fatalf("dlq left the data dir locked: %v", err)
+	}
+}
+
+// TestDLQCommandToken runs the daemon with its admin endpoints on a Unix
+// socket behind a token: dlq sends the token of the config it loads, and
+// says clearly when it has none or the wrong one. A list longer than
+// -limit says how many there are in all, through the daemon and offline.
+func TestDLQCommandToken(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := "unix:" + filepath.Join(dir, "admin.sock")
+	cfgPath, d, stop := dlqDaemon(t, dir, fmt.Sprintf("admin_addr = %q\nadmin_token_file = %q", sock, tokenFile))
+	ctx := t.Context()
+	for _, reason := range []string{"not json", "bad utf-8", "truncated"} {
+		if err := d.Queue().DeadLetter(ctx, "feed", reason, "feed/bad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out, code := runDLQ(t, "", "list", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "truncated") || !strings.Contains(out, "3 dead letter(s)") {
+		t.Fatalf("dlq list with the token = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "", "list", "-limit", "2", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "showing 2 of 3 dead letter(s)") || strings.Contains(out, "truncated") {
+		t.Fatalf("dlq list -limit 2 = %d:\n%s", code, out)
+	}
+	out, code = runDLQ(t, "", "drop", "-reason", "utf-8", "-yes", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "1 dead letter(s) dropped") {
+		t.Fatalf("dlq drop with the token = %d:\n%s", code, out)
+	}
+
+	// The same daemon, reached with a config holding the wrong token or none.
+	cfgText, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := filepath.Join(dir, "wrong.token")
+	if err := os.WriteFile(wrong, []byte("fedcba9876543210fedcba9876543210"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, replace, want string }{
+		{"wrong token", fmt.Sprintf("admin_token_file = %q", wrong), "refused the admin token of"},
+		{"no token", "", "the daemon requires an admin token"},
+	} {
+		other := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_")+".toml")
+		text := strings.Replace(string(cfgText), fmt.Sprintf("admin_token_file = %q", tokenFile), c.replace, 1)
+		if err := os.WriteFile(other, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"list"}, {"show", "1"}, {"drop", "-all", "-yes"}} {
+			out, code := runDLQ(t, "", append(args, "-c", other)...)
+			if code != 1 || !strings.Contains(out, c.want) || !strings.Contains(out, "admin_token") || strings.Contains(out, "0123456789abcdef") {
+				t.Errorf("%s: dlq %s = %d:\n%s", c.name, args[0], code, out)
+			}
+		}
+	}
+	if n, err := d.Queue().CountDeadLetters(ctx, queue.DLQFilter{}); err != nil || n != 2 {
+		t.Errorf("dead letters after the refused drops = %d, %v; want 2", n, err)
+	}
+
+	stop()
+	out, code = runDLQ(t, "", "list", "-limit", "1", "-c", cfgPath)
+	if code != 0 || !strings.Contains(out, "showing 1 of 2 dead letter(s)") {
+		t.Fatalf("dlq list -limit 1 offline = %d:\n%s", code, out)
 	}
 }

@@ -15,6 +15,8 @@ func TestValidateCommand(t *testing.T) {
 	t.Setenv("STATE_DIR", t.TempDir())
 	t.Setenv("BUCKET", "acme-raw")
 	t.Setenv("GITHUB_TOKEN", "tok")
+	// admin.good.toml reads the admin token from the environment.
+	t.Setenv("INGESTOR_ADMIN_TOKEN", "0123456789abcdef0123456789abcdef")
 	good, err := filepath.Glob("../../testdata/config/*.good.toml")
 	if err != nil || len(good) == 0 {
 		t.Fatalf("no good configs found: %v", err)
@@ -50,6 +52,15 @@ func TestValidateCommand(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), `source "demo": colour: unknown key`) {
 		t.Errorf("unknown key not reported with its source:\n%s", errb.String())
+	}
+	// Admin endpoints on every interface without a token are refused with
+	// the keys that fix it.
+	out.Reset()
+	errb.Reset()
+	run([]string{"validate", "-c", "../../testdata/config/admin_public.bad.toml"}, &out, &errb)
+	if !strings.Contains(errb.String(), "admin_public.bad.toml:3: daemon.http_addr: serves the admin endpoints") ||
+		!strings.Contains(errb.String(), "daemon.admin_token_file") || !strings.Contains(errb.String(), "daemon.admin_addr") {
+		t.Errorf("admin_public.bad.toml: the tokenless public admin listener is not reported with its keys:\n%s", errb.String())
 	}
 }
 

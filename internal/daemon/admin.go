@@ -88,17 +88,22 @@ func NewDLQ(q *queue.Queue, raw rawstore.Store, submit func([]queue.Frame)) *DLQ
 	return &DLQ{q: q, raw: raw, submit: submit}
 }
 
-// List returns the dead letters f selects.
-func (d *DLQ) List(ctx context.Context, f queue.DLQFilter) ([]DLQEntry, error) {
+// List returns the dead letters f selects, up to f.Limit, and how many
+// it selects in all (whatever f.Limit and f.AfterID).
+func (d *DLQ) List(ctx context.Context, f queue.DLQFilter) ([]DLQEntry, int, error) {
 	dls, err := d.q.ListDeadLetters(ctx, f)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	total, err := d.q.CountDeadLetters(ctx, f)
+	if err != nil {
+		return nil, 0, err
 	}
 	out := make([]DLQEntry, 0, len(dls))
 	for _, dl := range dls {
 		out = append(out, entryOf(dl))
 	}
-	return out, nil
+	return out, total, nil
 }
 
 // Show returns one dead letter with its history and payload.
@@ -150,23 +155,41 @@ func (d *DLQ) Drop(ctx context.Context, r DLQRequest) (int, error) {
 	return d.q.DropDeadLetters(ctx, f)
 }
 
-// registerAdmin adds the dead-letter endpoints to the ops server.
-func (d *Daemon) registerAdmin(mux *http.ServeMux) {
+// TotalCountHeader is the response header of GET /dlq giving how many
+// dead letters the filter selects in all, beyond the page returned.
+const TotalCountHeader = "X-Total-Count"
+
+// registerAdmin adds the dead-letter endpoints to mux, each behind guard.
+func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 	dlq := NewDLQ(d.queue, d.raw, d.sender.Submit)
-	mux.HandleFunc("GET /dlq", func(w http.ResponseWriter, r *http.Request) {
+	handle := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if status, err := guard.check(r); status != 0 {
+				if status == http.StatusUnauthorized {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="ingestor admin"`)
+				}
+				d.log.Warn("admin request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", status, "err", err)
+				d.writeError(w, status, err)
+				return
+			}
+			h(w, r)
+		})
+	}
+	handle("GET /dlq", func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseDLQQuery(r.URL.Query())
 		if err != nil {
 			d.writeError(w, http.StatusBadRequest, err)
 			return
 		}
-		list, err := dlq.List(r.Context(), f)
+		list, total, err := dlq.List(r.Context(), f)
 		if err != nil {
 			d.writeError(w, http.StatusInternalServerError, err)
 			return
 		}
+		w.Header().Set(TotalCountHeader, strconv.Itoa(total))
 		d.writeJSON(w, list)
 	})
-	mux.HandleFunc("GET /dlq/{id}", func(w http.ResponseWriter, r *http.Request) {
+	handle("GET /dlq/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 		if err != nil {
 			d.writeError(w, http.StatusBadRequest, fmt.Errorf("dead-letter id %q: %w", r.PathValue("id"), err))
@@ -179,7 +202,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux) {
 		}
 		d.writeJSON(w, e)
 	})
-	mux.HandleFunc("POST /dlq/replay", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /dlq/replay", func(w http.ResponseWriter, r *http.Request) {
 		req, ok := d.decodeDLQRequest(w, r)
 		if !ok {
 			return
@@ -192,7 +215,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux) {
 		d.log.Info("dead letters replayed", "events", n)
 		d.writeJSON(w, map[string]int{"replayed": n})
 	})
-	mux.HandleFunc("POST /dlq/drop", func(w http.ResponseWriter, r *http.Request) {
+	handle("POST /dlq/drop", func(w http.ResponseWriter, r *http.Request) {
 		req, ok := d.decodeDLQRequest(w, r)
 		if !ok {
 			return
@@ -207,12 +230,20 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux) {
 	})
 }
 
-// ParseDLQQuery reads a list filter from query parameters: source, reason
-// (substring), since and until (RFC 3339), limit, after (an id, for
-// paging) and replayed=1 to include replayed entries.
+// ParseDLQQuery reads a list filter from query parameters: id (repeated,
+// to select those ids), source, reason (substring), since and until
+// (RFC 3339), limit, after (an id, for paging) and replayed=1 to include
+// replayed entries.
 func ParseDLQQuery(v url.Values) (queue.DLQFilter, error) {
 	f := queue.DLQFilter{Source: v.Get("source"), Reason: v.Get("reason"), IncludeReplayed: v.Get("replayed") == "1"}
 	var errs []error
+	for _, s := range v["id"] {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("id %q: %w", s, err))
+		}
+		f.IDs = append(f.IDs, id)
+	}
 	for _, p := range []struct {
 		name string
 		dst  *time.Time

@@ -121,6 +121,7 @@ func postJSON(t *testing.T, url, body string, status int, out any) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	doJSON(t, req, status, out)
 }
 

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,7 +18,6 @@ import (
 	zmq "github.com/pebbe/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
@@ -37,6 +34,8 @@ type Options struct {
 	Logger *slog.Logger
 	// OnAck is passed to the sender (benchmarks measure latency with it).
 	OnAck func(fetchedAt time.Time, events int)
+	// opsLimits replaces defaultOpsLimits when set (tests shorten them).
+	opsLimits *opsLimits
 }
 
 // Daemon is a running ingestor.
@@ -51,8 +50,8 @@ type Daemon struct {
 	sender   *delivery.Sender
 	system   *actor.ActorSystem
 	pipeline *actors.Pipeline
-	http     *http.Server
-	httpLn   net.Listener
+	httpSrv  *opsServer // serves daemon.http_addr
+	adminSrv *opsServer // serves daemon.admin_addr when set
 	ready    atomic.Bool
 
 	stopSender context.CancelFunc
@@ -81,6 +80,9 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	log := o.Logger
 	if log == nil {
 		log = NewLogger(cfg.Daemon)
+	}
+	if msg := cfg.Daemon.AdminProblem(); msg != "" {
+		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
 	}
 	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
 	opened := d // the error returns below set d to nil
@@ -148,17 +150,21 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	senderCtx, stopSender := context.WithCancel(context.Background())
 	d.stopSender, d.senderDone = stopSender, make(chan struct{})
+	// The goroutine must not use d: the error returns below set it to nil.
+	sender, senderDone := d.sender, d.senderDone
 	go func() {
-		defer close(d.senderDone)
-		if err := d.sender.Run(senderCtx); err != nil {
+		defer close(senderDone)
+		if err := sender.Run(senderCtx); err != nil {
 			log.Error("sender stopped", "err", err)
 		}
 	}()
 
-	if cfg.Daemon.HTTPAddr != "" {
-		if err := d.startHTTP(); err != nil {
-			return nil, err
-		}
+	limits := defaultOpsLimits
+	if o.opsLimits != nil {
+		limits = *o.opsLimits
+	}
+	if err := d.startHTTP(limits); err != nil {
+		return nil, err
 	}
 
 	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -191,7 +197,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	d.ready.Store(true)
 	log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint,
-		"curve", d.curve != nil, "http", d.HTTPAddr())
+		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", cfg.Daemon.AdminToken != "")
 	return d, nil
 }
 
@@ -214,12 +220,22 @@ func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*deliv
 	return curve, nil
 }
 
-// HTTPAddr returns the address the ops endpoints listen on ("" if none).
+// HTTPAddr returns the address /metrics, /healthz and /readyz listen on
+// ("" if none).
 func (d *Daemon) HTTPAddr() string {
-	if d.httpLn == nil {
+	if d.httpSrv == nil {
 		return ""
 	}
-	return d.httpLn.Addr().String()
+	return d.httpSrv.ln.Addr().String()
+}
+
+// AdminAddr returns the address the admin endpoints listen on: the admin
+// listener's (a socket path for a Unix socket) or else HTTPAddr.
+func (d *Daemon) AdminAddr() string {
+	if d.adminSrv == nil {
+		return d.HTTPAddr()
+	}
+	return d.adminSrv.ln.Addr().String()
 }
 
 // Registry returns the daemon's metrics registry.
@@ -237,34 +253,6 @@ func (d *Daemon) registerQueueMetrics() {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_max_pending_events",
 			Help: "The configured queue limit at which sources pause."}, func() float64 { return float64(d.cfg.Publish.MaxPendingEvents) }),
 	)
-}
-
-func (d *Daemon) startHTTP() error {
-	ln, err := net.Listen("tcp", d.cfg.Daemon.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("http listen %s: %w", d.cfg.Daemon.HTTPAddr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.ready.Load() {
-			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
-	d.registerAdmin(mux)
-	d.httpLn = ln
-	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("http server", "err", err)
-		}
-	}()
-	return nil
 }
 
 // pruneBatch is how many remembered events one prune transaction deletes
@@ -349,10 +337,12 @@ func (d *Daemon) close() error {
 		d.stopSender()
 		<-d.senderDone
 	}
-	if d.http != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		errs = append(errs, d.http.Shutdown(sctx))
-		cancel()
+	for _, s := range []*opsServer{d.httpSrv, d.adminSrv} {
+		if s != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			errs = append(errs, s.srv.Shutdown(sctx))
+			cancel()
+		}
 	}
 	if d.system != nil {
 		d.system.Shutdown()

@@ -61,6 +61,12 @@ type harness struct {
 // extra settings; %[1]s in them is replaced by the data dir.
 func startDaemon(t *testing.T, rawStore, publishExtra, sourcesTOML string) *harness {
 	t.Helper()
+	return startDaemonWith(t, "", rawStore, publishExtra, sourcesTOML, Options{})
+}
+
+// startDaemonWith is startDaemon with more [daemon] keys and options.
+func startDaemonWith(t *testing.T, daemonExtra, rawStore, publishExtra, sourcesTOML string, o Options) *harness {
+	t.Helper()
 	h := &harness{t: t, dir: t.TempDir(), pub: freeTCP(t), ack: freeTCP(t), logs: &syncBuffer{}}
 	if rawStore == "" {
 		rawStore = fmt.Sprintf("url = %q", "file://"+h.dir+"/raw")
@@ -70,6 +76,7 @@ func startDaemon(t *testing.T, rawStore, publishExtra, sourcesTOML string) *harn
 data_dir = %q
 http_addr = "127.0.0.1:0"
 shutdown_grace = "10s"
+%s
 
 [raw_store]
 %s
@@ -80,13 +87,14 @@ ack_endpoint = %q
 %s
 
 %s
-`, h.dir, rawStore, h.pub, h.ack, publishExtra, sourcesTOML)
+`, h.dir, daemonExtra, rawStore, h.pub, h.ack, publishExtra, sourcesTOML)
 	cfg, err := config.Parse("test.toml", []byte(text))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, text)
 	}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.d, err = Start(t.Context(), cfg, Options{Logger: log})
+	o.Logger = log
+	h.d, err = Start(t.Context(), cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,6 +160,18 @@ func (q *Queue) ListDeadLetters(ctx context.Context, f DLQFilter) ([]DeadLetter,
 	return out, nil
 }
 
+// CountDeadLetters returns how many dead letters f selects, ignoring
+// f.Limit and f.AfterID: the total a page of ListDeadLetters is part of.
+func (q *Queue) CountDeadLetters(ctx context.Context, f DLQFilter) (int, error) {
+	f.AfterID = 0
+	where, args := f.where("d.")
+	var n int
+	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters d WHERE `+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}
+
 // DeadLetters lists active dead letters, oldest first, up to limit.
 func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
 	return q.ListDeadLetters(ctx, DLQFilter{Limit: limit})
