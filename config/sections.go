@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
 // daemonTOML is [daemon] as written in the file.
@@ -127,17 +129,18 @@ func checkStoreURL(s string) string {
 
 // publishTOML is [publish] as written in the file.
 type publishTOML struct {
-	Endpoint          string   `toml:"endpoint"`
-	AckEndpoint       string   `toml:"ack_endpoint"`
-	HighWaterMark     int      `toml:"high_water_mark"`
-	EventsPerFrame    int      `toml:"events_per_frame"`
-	AckTimeout        duration `toml:"ack_timeout"`
-	MaxDeliveries     int      `toml:"max_deliveries"`
-	MaxInflightFrames int      `toml:"max_inflight_frames"`
-	MaxPendingEvents  int64    `toml:"max_pending_events"`
-	Synchronous       string   `toml:"synchronous"`
-	DedupeWindow      duration `toml:"dedupe_window"`
-	PruneInterval     duration `toml:"prune_interval"`
+	Endpoint           string   `toml:"endpoint"`
+	AckEndpoint        string   `toml:"ack_endpoint"`
+	HighWaterMark      int      `toml:"high_water_mark"`
+	EventsPerFrame     int      `toml:"events_per_frame"`
+	AckTimeout         duration `toml:"ack_timeout"`
+	MaxDeliveries      int      `toml:"max_deliveries"`
+	MaxInflightFrames  int      `toml:"max_inflight_frames"`
+	MaxPendingEvents   int64    `toml:"max_pending_events"`
+	Synchronous        string   `toml:"synchronous"`
+	DedupeWindow       duration `toml:"dedupe_window"`
+	PruneInterval      duration `toml:"prune_interval"`
+	AckMaxMessageBytes int64    `toml:"ack_max_message_bytes"`
 }
 
 func (d *decoder) publish(top map[string]toml.Primitive) Publish {
@@ -170,19 +173,35 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	d.intRange(child(p, "max_inflight_frames"), int64(t.MaxInflightFrames), 1, math.MaxInt32)
 	d.intRange(child(p, "max_pending_events"), t.MaxPendingEvents, 1, math.MaxInt64)
 	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
-	return Publish{
-		Endpoint:          t.Endpoint,
-		AckEndpoint:       t.AckEndpoint,
-		HighWaterMark:     t.HighWaterMark,
-		EventsPerFrame:    t.EventsPerFrame,
-		AckTimeout:        d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
-		MaxDeliveries:     t.MaxDeliveries,
-		MaxInflightFrames: t.MaxInflightFrames,
-		MaxPendingEvents:  t.MaxPendingEvents,
-		Synchronous:       t.Synchronous,
-		DedupeWindow:      d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
-		PruneInterval:     d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+	ackMax := DefaultAckMaxMessageBytes(t.MaxInflightFrames, t.EventsPerFrame)
+	if d.md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
+		ackMax = t.AckMaxMessageBytes
 	}
+	return Publish{
+		Endpoint:           t.Endpoint,
+		AckEndpoint:        t.AckEndpoint,
+		HighWaterMark:      t.HighWaterMark,
+		EventsPerFrame:     t.EventsPerFrame,
+		AckTimeout:         d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
+		MaxDeliveries:      t.MaxDeliveries,
+		MaxInflightFrames:  t.MaxInflightFrames,
+		MaxPendingEvents:   t.MaxPendingEvents,
+		Synchronous:        t.Synchronous,
+		DedupeWindow:       d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
+		PruneInterval:      d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+		AckMaxMessageBytes: ackMax,
+	}
+}
+
+// DefaultAckMaxMessageBytes is publish.ack_max_message_bytes when it is
+// not set: 1 KiB for each event that can be in flight at once
+// (maxInflightFrames frames of eventsPerFrame events), enough to name each
+// in one ack with a reason of several hundred bytes, counting at most
+// wire.MaxAckEntries events, since an ack names no more; and at least
+// 1 MiB. With the default settings it is 16 MiB.
+func DefaultAckMaxMessageBytes(maxInflightFrames, eventsPerFrame int) int64 {
+	events := min(int64(max(maxInflightFrames, 1))*int64(max(eventsPerFrame, 1)), wire.MaxAckEntries)
+	return max(events<<10, 1<<20)
 }
 
 // defaultsTOML is [defaults] as written in the file; sourceTOML holds the

@@ -78,6 +78,9 @@ type Publish struct {
 	// PruneInterval is how often remembered events older than DedupeWindow
 	// are deleted. Default 30s.
 	PruneInterval time.Duration
+	// AckMaxMessageBytes is the largest ack message the ack socket takes
+	// (ZMQ_MAXMSGSIZE). Default DefaultAckMaxMessageBytes.
+	AckMaxMessageBytes int64
 }
 
 // Source is one [source.NAME] block after inheriting [defaults].
