@@ -386,7 +386,7 @@ func TestMalformedAcks(t *testing.T) {
 		{"unknown frames", []string{`{"v":1,"type":"ack","frames":[%[1]d,9223372036854775807]}`}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newAckRig(t, "tcp://127.0.0.1:*", 16<<20)
+			r := newAckRig(t, "tcp://127.0.0.1:*", 8<<20)
 			r.start()
 			id := r.frame(t, "k0", "k1")
 			parts := make([]string, len(tc.parts))
@@ -506,18 +506,18 @@ func ackAfterMaximal(t testing.TB, r *ackRig, maximal string) time.Duration {
 }
 
 // TestMaximalAckDoesNotStarveOthers measures how long a valid ack sent
-// right after a maximal one waits: the maximal one (the default 16 MiB
-// limit, the most entries, keys of 980 bytes) is decoded and settled on its own,
+// right after a maximal one waits: the maximal one (the default 8 MiB
+// limit, the most entries, keys of 470 bytes) is decoded and settled on its own,
 // as a burst closes at wire.MaxAckEntries entries, with one lookup
 // statement per kind of entry. BenchmarkAckAfterMaximal measures it
 // without the race detector. The bound here is loose, for -race on busy
 // machines; before the limits, such an ack held the others up for
 // seconds, and a bigger one for minutes.
 func TestMaximalAckDoesNotStarveOthers(t *testing.T) {
-	const limit = 16 << 20
+	const limit = 8 << 20
 	r := newAckRig(t, "tcp://127.0.0.1:*", limit)
 	r.start()
-	maximal := maximalAck(r.frame(t, "p0", "p1"), 980, limit)
+	maximal := maximalAck(r.frame(t, "p0", "p1"), 470, limit)
 	if len(maximal) != limit {
 		t.Fatalf("the maximal ack is %d bytes, want %d", len(maximal), limit)
 	}
@@ -534,10 +534,10 @@ func TestMaximalAckDoesNotStarveOthers(t *testing.T) {
 // BenchmarkAckAfterMaximal reports, per op, how long a valid ack sent
 // right after a maximal ack of the default size limit takes to be
 // applied, for keys of 20 bytes (the rest of the ack is an unknown field)
-// and of 980 bytes.
+// and of 470 bytes.
 func BenchmarkAckAfterMaximal(b *testing.B) {
-	const limit = 16 << 20
-	for _, keyBytes := range []int{20, 980} {
+	const limit = 8 << 20
+	for _, keyBytes := range []int{20, 470} {
 		b.Run(fmt.Sprintf("key-bytes=%d", keyBytes), func(b *testing.B) {
 			r := newAckRig(b, "tcp://127.0.0.1:*", limit)
 			r.start()
