@@ -171,8 +171,14 @@ func (st *settler) findPending(n int, ref func(i int) eventRef) ([]found, error)
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, err
 	}
+	// An event named by several entries counts once, for the first.
 	slices.SortFunc(out, func(a, b found) int { return a.entry - b.entry })
-	return slices.CompactFunc(out, func(a, b found) bool { return a.seq == b.seq }), nil
+	seen := make(map[int64]bool, len(out))
+	return slices.DeleteFunc(out, func(f found) bool {
+		dup := seen[f.seq]
+		seen[f.seq] = true
+		return dup
+	}), nil
 }
 
 // take lowers the pending counts of frames, by frame, and records the

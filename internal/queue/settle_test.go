@@ -216,3 +216,39 @@ func BenchmarkSettleMaximalAck(b *testing.B) {
 		})
 	}
 }
+
+// TestSettleCountsAnEventNamedTwiceOnce names events twice in one call,
+// with other entries between: each is acked or dead-lettered once, and
+// the second entry is unknown.
+func TestSettleCountsAnEventNamedTwiceOnce(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 8, "")) // (k0 k1 k2 k3) (k4 k5 k6 k7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0, f1 := frames[0].ID, frames[1].ID
+	k := func(f int64, key string) KeyAck { return KeyAck{Frame: f, Source: "a", Key: key} }
+	nk := func(f int64, key string) NackInput {
+		return NackInput{Frame: f, Source: "a", Key: key, Reason: "bad " + key, Permanent: true}
+	}
+	res, err := q.Settle(ctx, nil, []KeyAck{k(f0, "k0"), k(f0, "k1"), k(f0, "k0")},
+		[]NackInput{nk(f1, "k4"), nk(f1, "k5"), nk(f1, "k4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeadLettered != 2 || res.Unknown != 2 || len(res.Cleared) != 0 {
+		t.Fatalf("settled = %+v, want 2 dead-lettered and 2 unknown", res)
+	}
+	if q.PendingEvents() != 4 || q.PendingFrames() != 2 {
+		t.Fatalf("pending = %d events %d frames, want 4 and 2", q.PendingEvents(), q.PendingFrames())
+	}
+	if dl, err := q.DeadLetters(ctx, 10); err != nil || len(dl) != 2 {
+		t.Fatalf("dead letters = %+v %v, want k4 and k5 once each", dl, err)
+	}
+	// The rest clears both frames: their counts were kept right.
+	res, err = q.Settle(ctx, nil, []KeyAck{k(f0, "k2"), k(f0, "k3"), k(f1, "k6"), k(f1, "k7")}, nil)
+	if err != nil || len(res.Cleared) != 2 || q.PendingEvents() != 0 || q.PendingFrames() != 0 {
+		t.Fatalf("settled = %+v %v, pending %d/%d; want both frames cleared", res, err, q.PendingEvents(), q.PendingFrames())
+	}
+}
