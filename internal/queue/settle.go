@@ -428,7 +428,7 @@ func takeFromFrame(tx *sql.Tx, id int64, n int) (bool, error) {
 // The frame is then cleared. It returns how many events it dead-lettered
 // (0 when the frame is no longer pending).
 func (q *Queue) DeadLetterFrame(ctx context.Context, id int64, reason string) (int, error) {
-	n, err := q.deadLetter(ctx, id, func(string, string) bool { return true }, func(lastErr string) string {
+	n, err := q.deadLetter(ctx, id, func(int64, string, string) bool { return true }, func(lastErr string) string {
 		if lastErr == "" {
 			return reason
 		}
@@ -448,20 +448,20 @@ func (q *Queue) DeadLetterEvents(ctx context.Context, id int64, seqs []int64, re
 	for _, s := range seqs {
 		want[s] = true
 	}
-	n, err := q.deadLetterSeqs(ctx, id, want, reason)
+	n, err := q.deadLetter(ctx, id, func(seq int64, _, _ string) bool { return want[seq] }, func(string) string { return reason })
 	if err != nil {
 		return 0, fmt.Errorf("dead-letter events of frame %d: %w", id, err)
 	}
 	return n, nil
 }
 
-func (q *Queue) deadLetterSeqs(ctx context.Context, id int64, want map[int64]bool, reason string) (int, error) {
+// deadLetter runs deadLetterWhere in a request of its own.
+func (q *Queue) deadLetter(ctx context.Context, id int64, match func(seq int64, source, key string) bool, reason func(lastErr string) string) (int, error) {
 	var n int
 	var cleared bool
 	r := &request{apply: func(tx *sql.Tx) error {
 		var err error
-		n, cleared, err = deadLetterWhere(tx, id, time.Now(), func(seq int64, _, _ string) bool { return want[seq] },
-			func(string) string { return reason })
+		n, cleared, err = deadLetterWhere(tx, id, time.Now(), match, reason)
 		return err
 	}}
 	committed := func() {
@@ -474,30 +474,6 @@ func (q *Queue) deadLetterSeqs(ctx context.Context, id int64, want map[int64]boo
 		return 0, err
 	}
 	return n, nil
-}
-
-func (q *Queue) deadLetter(ctx context.Context, id int64, match func(source, key string) bool, reason func(lastErr string) string) (int, error) {
-	var n int
-	var cleared bool
-	r := &request{apply: func(tx *sql.Tx) error {
-		var err error
-		n, cleared, err = deadLetterEvents(tx, id, time.Now(), match, reason)
-		return err
-	}}
-	committed := func() {
-		q.pendingEvents.Add(-int64(n))
-		if cleared {
-			q.pendingFrames.Add(-1)
-		}
-	}
-	if err := q.submit(ctx, r, committed); err != nil {
-		return 0, err
-	}
-	return n, nil
-}
-
-func deadLetterEvents(tx *sql.Tx, id int64, now time.Time, match func(source, key string) bool, reason func(lastErr string) string) (int, bool, error) {
-	return deadLetterWhere(tx, id, now, func(_ int64, source, key string) bool { return match(source, key) }, reason)
 }
 
 // deadLetterWhere moves the pending events of frame id that match into
