@@ -32,7 +32,9 @@ type AckOptions struct {
 // AckReceiver owns the PULL socket processors push acks to. It commits
 // each burst of acks to the queue in one request, then tells the Sender.
 type AckReceiver struct {
-	sock    *zmq.Socket
+	sock *zmq.Socket
+	// events receives sock's disconnections from a ZeroMQ socket monitor.
+	events  *zmq.Socket
 	q       *queue.Queue
 	sender  *Sender
 	log     *slog.Logger
@@ -60,13 +62,41 @@ func NewAckReceiver(zctx *zmq.Context, o AckOptions, q *queue.Queue, sender *Sen
 	if setup != nil {
 		return nil, fmt.Errorf("ack socket %s: %w", o.Endpoint, errors.Join(setup, sock.Close()))
 	}
+	events, err := watchDisconnects(zctx, sock)
+	if err != nil {
+		return nil, fmt.Errorf("ack socket %s: %w", o.Endpoint, errors.Join(err, sock.Close()))
+	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &AckReceiver{sock: sock, q: q, sender: sender, log: o.Logger, metrics: o.Metrics}, nil
+	return &AckReceiver{sock: sock, events: events, q: q, sender: sender, log: o.Logger, metrics: o.Metrics}, nil
+}
+
+// watchDisconnects starts a monitor of sock's disconnections and returns
+// the socket it reports them on. A processor disconnects when it stops,
+// and when it sends a message over MaxMessageBytes: libzmq then closes
+// the connection without a word, so this is the only trace of it.
+func watchDisconnects(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://ack-monitor-%p", sock)
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	events, err := zctx.NewSocket(zmq.PAIR)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: %w", errors.Join(err, sock.Monitor("", 0)))
+	}
+	if err := events.Connect(addr); err != nil {
+		return nil, fmt.Errorf("monitor: %w", errors.Join(err, events.Close(), sock.Monitor("", 0)))
+	}
+	return events, nil
+}
+
+// close stops the monitor and closes both sockets.
+func (a *AckReceiver) close() error {
+	return errors.Join(a.sock.Monitor("", 0), a.events.Close(), a.sock.Close())
 }
 
 // maxAckBurst caps the ack messages committed together, and
@@ -78,12 +108,13 @@ const maxAckBurst = 512
 // Run receives acks until ctx ends, then closes the socket.
 func (a *AckReceiver) Run(ctx context.Context) error {
 	defer func() {
-		if err := a.sock.Close(); err != nil {
+		if err := a.close(); err != nil {
 			a.log.Warn("close ack socket", "err", err)
 		}
 	}()
 	poller := zmq.NewPoller()
 	poller.Add(a.sock, zmq.POLLIN)
+	poller.Add(a.events, zmq.POLLIN)
 	var b ackBurst
 	for ctx.Err() == nil {
 		polled, err := poller.Poll(100 * time.Millisecond)
@@ -93,7 +124,15 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("poll ack socket: %w", err)
 		}
-		if len(polled) == 0 {
+		readable := false
+		for _, p := range polled {
+			if p.Socket == a.events {
+				a.disconnects()
+			} else {
+				readable = true
+			}
+		}
+		if !readable {
 			continue
 		}
 		b.reset()
@@ -171,6 +210,23 @@ func (a *AckReceiver) receive() (ack *wire.Ack, ok bool) {
 		return nil, true
 	}
 	return ack, true
+}
+
+// disconnects counts and logs the disconnections the monitor reported.
+func (a *AckReceiver) disconnects() {
+	for {
+		ev, addr, _, err := a.events.RecvEvent(zmq.DONTWAIT)
+		if err != nil {
+			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+				a.log.Error("read ack socket monitor", "err", err)
+			}
+			return
+		}
+		if ev == zmq.EVENT_DISCONNECTED {
+			a.metrics.ackDisconnects.Inc()
+			a.log.Info("a processor's ack connection closed: it stopped, or sent an ack over publish.ack_max_message_bytes", "endpoint", addr)
+		}
+	}
 }
 
 // malformedLogEvery spaces the log lines about malformed acks: a flood of

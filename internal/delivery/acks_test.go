@@ -91,7 +91,7 @@ func newAckRig(t testing.TB, endpoint string, maxBytes int64) *ackRig {
 			}
 		}
 		if running == 1 {
-			if err := recv.sock.Close(); err != nil {
+			if err := recv.close(); err != nil {
 				t.Error(err)
 			}
 		}
@@ -469,6 +469,8 @@ func TestOversizeAckDropsTheConnection(t *testing.T) {
 	if rec, bad := r.counter(t, "ingestor_acks_received_total"), r.counter(t, "ingestor_acks_malformed_total"); rec != 2 || bad != 0 {
 		t.Fatalf("received %v, malformed %v: want the two sync acks and no malformed one", rec, bad)
 	}
+	// The daemon saw the disconnection.
+	waitFor(t, "the disconnection to be counted", func() bool { return r.counter(t, "ingestor_ack_disconnects_total") == 1 })
 	r.send(t, padded(id, limit))
 	waitFor(t, "an ack of exactly the limit to be applied", func() bool { return r.pendingKeys(t, id) == nil })
 }
