@@ -79,7 +79,7 @@ func TestGoodFiles(t *testing.T) {
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full",
-					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second},
+					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 8 << 20},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -102,7 +102,7 @@ func TestGoodFiles(t *testing.T) {
 			wantPub := Publish{Endpoint: "ipc:///run/ingestor/events.sock", AckEndpoint: "tcp://0.0.0.0:6001",
 				HighWaterMark: 5000, EventsPerFrame: 500, AckTimeout: 45 * time.Second, MaxDeliveries: 10,
 				MaxInflightFrames: 64, MaxPendingEvents: 2_000_000, Synchronous: "normal",
-				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second}
+				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second, AckMaxMessageBytes: 8 << 20}
 			if cfg.Publish != wantPub {
 				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
 			}
@@ -124,9 +124,9 @@ func TestGoodFiles(t *testing.T) {
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
-			if orders.Line != 37 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+			if orders.Line != 38 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
 				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
-				t.Errorf("orders-eu = %+v, want line 37 and [defaults] 5s 0%% 3s 8", orders)
+				t.Errorf("orders-eu = %+v, want line 38 and [defaults] 5s 0%% 3s 8", orders)
 			}
 			synth := source(t, cfg, "synthetic")
 			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
@@ -299,6 +299,9 @@ func TestBadFiles(t *testing.T) {
 			`admin_both.bad.toml:3: daemon.admin_addr: must be host:port or unix:PATH (the path is empty), not "unix:"`,
 			`admin_both.bad.toml:5: daemon.admin_token_file: set daemon.admin_token or daemon.admin_token_file, not both`,
 		}, absent: []string{"0123456789abcdef0123"}},
+		"ack_max_message_bytes.bad.toml": {want: []string{
+			`ack_max_message_bytes.bad.toml:3: publish.ack_max_message_bytes: must be between 65536 and 1073741824, not 1000`,
+		}},
 		"many.bad.toml": {want: []string{
 			`many.bad.toml:3: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "verbose"`,
 			`many.bad.toml:4: daemon.http_addr: must be host:port`,
@@ -510,6 +513,23 @@ func TestKindKeysDoNotShadowCommonKeys(t *testing.T) {
 			if name := tagName(st.Field(i)); common[name] {
 				t.Errorf("kind %s declares %q, a key common to every source", kind, name)
 			}
+		}
+	}
+}
+
+func TestDefaultAckMaxMessageBytes(t *testing.T) {
+	for _, tc := range []struct {
+		frames, events int
+		want           int64
+	}{
+		{1024, 100, 8 << 20}, // the defaults: the entry cap counts
+		{64, 500, 8 << 20},
+		{40, 100, 2000 << 10},
+		{10, 10, 1 << 20}, // the floor
+		{1, 1, 1 << 20},
+	} {
+		if got := DefaultAckMaxMessageBytes(tc.frames, tc.events); got != tc.want {
+			t.Errorf("DefaultAckMaxMessageBytes(%d, %d) = %d, want %d", tc.frames, tc.events, got, tc.want)
 		}
 	}
 }

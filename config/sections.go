@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
 // daemonTOML is [daemon] as written in the file.
@@ -152,19 +153,20 @@ func checkStoreURL(s string) string {
 
 // publishTOML is [publish] as written in the file.
 type publishTOML struct {
-	Endpoint          string   `toml:"endpoint"`
-	AckEndpoint       string   `toml:"ack_endpoint"`
-	HighWaterMark     int      `toml:"high_water_mark"`
-	EventsPerFrame    int      `toml:"events_per_frame"`
-	AckTimeout        duration `toml:"ack_timeout"`
-	MaxDeliveries     int      `toml:"max_deliveries"`
-	MaxInflightFrames int      `toml:"max_inflight_frames"`
-	MaxPendingEvents  int64    `toml:"max_pending_events"`
-	Synchronous       string   `toml:"synchronous"`
-	DedupeWindow      duration `toml:"dedupe_window"`
-	PruneInterval     duration `toml:"prune_interval"`
-	CurveSecretKey    string   `toml:"curve_secret_key_file"`
-	CurveAuthorized   string   `toml:"curve_authorized_keys_file"`
+	Endpoint           string   `toml:"endpoint"`
+	AckEndpoint        string   `toml:"ack_endpoint"`
+	HighWaterMark      int      `toml:"high_water_mark"`
+	EventsPerFrame     int      `toml:"events_per_frame"`
+	AckTimeout         duration `toml:"ack_timeout"`
+	MaxDeliveries      int      `toml:"max_deliveries"`
+	MaxInflightFrames  int      `toml:"max_inflight_frames"`
+	MaxPendingEvents   int64    `toml:"max_pending_events"`
+	Synchronous        string   `toml:"synchronous"`
+	DedupeWindow       duration `toml:"dedupe_window"`
+	PruneInterval      duration `toml:"prune_interval"`
+	AckMaxMessageBytes int64    `toml:"ack_max_message_bytes"`
+	CurveSecretKey     string   `toml:"curve_secret_key_file"`
+	CurveAuthorized    string   `toml:"curve_authorized_keys_file"`
 }
 
 func (d *decoder) publish(top map[string]toml.Primitive) Publish {
@@ -198,6 +200,10 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	d.intRange(child(p, "max_pending_events"), t.MaxPendingEvents, 1, math.MaxInt64)
 	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
 	d.curve(p, t.CurveSecretKey, t.CurveAuthorized)
+	ackMax := DefaultAckMaxMessageBytes(t.MaxInflightFrames, t.EventsPerFrame)
+	if d.md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
+		ackMax = t.AckMaxMessageBytes
+	}
 	return Publish{
 		Endpoint:                t.Endpoint,
 		AckEndpoint:             t.AckEndpoint,
@@ -210,6 +216,7 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		Synchronous:             t.Synchronous,
 		DedupeWindow:            d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
 		PruneInterval:           d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+		AckMaxMessageBytes:      ackMax,
 		CurveSecretKeyFile:      t.CurveSecretKey,
 		CurveAuthorizedKeysFile: t.CurveAuthorized,
 	}
@@ -236,6 +243,17 @@ func (d *decoder) curve(p []string, secret, authorized string) {
 			d.errAt(child(p, "curve_authorized_keys_file"), "%v", err)
 		}
 	}
+}
+
+// DefaultAckMaxMessageBytes is publish.ack_max_message_bytes when it is
+// not set: 512 bytes for each event that can be in flight at once
+// (maxInflightFrames frames of eventsPerFrame events), enough to name each
+// in one ack with a key of a few hundred bytes, or a reason, counting at most
+// wire.MaxAckEntries events, since an ack names no more; and at least
+// 1 MiB. With the default settings it is 8 MiB.
+func DefaultAckMaxMessageBytes(maxInflightFrames, eventsPerFrame int) int64 {
+	events := min(int64(max(maxInflightFrames, 1))*int64(max(eventsPerFrame, 1)), wire.MaxAckEntries)
+	return max(events<<9, 1<<20)
 }
 
 // defaultsTOML is [defaults] as written in the file; sourceTOML holds the

@@ -93,6 +93,9 @@ type Publish struct {
 	// CurveAuthorizedKeysFile lists the processors' CURVE public keys, one
 	// per line; only these may connect. Required with CurveSecretKeyFile.
 	CurveAuthorizedKeysFile string
+	// AckMaxMessageBytes is the largest ack message the ack socket takes
+	// (ZMQ_MAXMSGSIZE). Default DefaultAckMaxMessageBytes.
+	AckMaxMessageBytes int64
 }
 
 // Source is one [source.NAME] block after inheriting [defaults].

@@ -15,6 +15,12 @@ const (
 	// message holds, so that frames with many failures do not make huge
 	// messages.
 	maxBatchKeys = 4096
+	// maxBatchBytes is about the most bytes of keys, sources and reasons
+	// one ack message holds: far below the smallest message limit a
+	// daemon has by default (1 MiB), even with the events of the frame
+	// that crossed it, so that long reasons in a failure storm do not
+	// make an ack the daemon refuses, again on every redelivery.
+	maxBatchBytes = 512 << 10
 )
 
 // ackBatch collects acks until they are sent as one message.
@@ -28,6 +34,8 @@ type ackBatch struct {
 	keyFrames, nackFrames int
 	// events counts the events the batch acknowledges.
 	events int64
+	// bytes estimates the size of the keys and nacks as JSON.
+	bytes int
 	// since is when the oldest ack in the batch was added.
 	since time.Time
 }
@@ -48,6 +56,7 @@ func (b *ackBatch) addKey(id int64, source, key string) {
 	}
 	b.keys = append(b.keys, wire.KeyAck{Frame: id, Source: source, Key: key})
 	b.events++
+	b.bytes += entryBytes + len(source) + len(key)
 }
 
 // addNack reports that one event of frame n.Frame failed. The nacks of one
@@ -58,7 +67,11 @@ func (b *ackBatch) addNack(n wire.Nack) {
 		b.nackFrames++
 	}
 	b.nacks = append(b.nacks, n)
+	b.bytes += entryBytes + len(n.Source) + len(n.Key) + len(n.Reason)
 }
+
+// entryBytes is about the JSON of a key ack or nack besides its strings.
+const entryBytes = 64
 
 // addResult records a worker's outcome for one frame.
 func (b *ackBatch) addResult(r frameResult) {
@@ -87,7 +100,7 @@ func (b *ackBatch) frameCount() int { return len(b.frames) + b.keyFrames + b.nac
 
 // full reports whether the batch must be sent before another frame is added.
 func (b *ackBatch) full() bool {
-	return b.frameCount() >= maxBatchFrames || len(b.keys)+len(b.nacks) >= maxBatchKeys
+	return b.frameCount() >= maxBatchFrames || len(b.keys)+len(b.nacks) >= maxBatchKeys || b.bytes >= maxBatchBytes
 }
 
 // due reports whether the oldest ack has waited interval or longer.
@@ -105,5 +118,5 @@ func (b *ackBatch) reset() {
 	clear(b.keys) // drop the key strings
 	clear(b.nacks)
 	b.frames, b.keys, b.nacks = b.frames[:0], b.keys[:0], b.nacks[:0]
-	b.keyFrames, b.nackFrames, b.events = 0, 0, 0
+	b.keyFrames, b.nackFrames, b.events, b.bytes = 0, 0, 0, 0
 }

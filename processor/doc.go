@@ -39,9 +39,10 @@
 // Acks are batched, nacks with them. When every event of a frame succeeded
 // the frame is acked whole; otherwise the events that succeeded are acked
 // one by one and the others nacked. A batch is sent when 256 frames are
-// waiting, when no more frames are immediately available and no frame is
-// being processed, or after Options.AckFlushInterval, whichever comes
-// first, and when Run stops.
+// waiting (or 4096 single-event acks and nacks, or about 512 KiB of them,
+// which keeps each ack far below the daemon's limits), when no more frames
+// are immediately available and no frame is being processed, or after
+// Options.AckFlushInterval, whichever comes first, and when Run stops.
 //
 // # Skipping duplicates and exactly-once effects
 //

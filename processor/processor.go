@@ -104,7 +104,7 @@ const (
 	// to leave.
 	closeLinger = time.Second
 	// maxReasonBytes bounds a nack's reason.
-	maxReasonBytes = 1024
+	maxReasonBytes = wire.MaxReasonBytes
 )
 
 // Stats are a Client's counters since New.

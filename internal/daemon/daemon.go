@@ -174,7 +174,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		Limiters: cfg.Limiters(),
 		Queue:    d.queue, Raw: d.raw, Sender: d.sender,
 		NewAckReceiver: func() (*delivery.AckReceiver, error) {
-			return delivery.NewAckReceiver(d.zctx, pub.AckEndpoint, pub.HighWaterMark, d.curve, d.queue, d.sender, log, dm)
+			return delivery.NewAckReceiver(d.zctx, delivery.AckOptions{Endpoint: pub.AckEndpoint, HighWaterMark: pub.HighWaterMark,
+				MaxMessageBytes: pub.AckMaxMessageBytes, Curve: d.curve, Logger: log, Metrics: dm}, d.queue, d.sender)
 		},
 		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,

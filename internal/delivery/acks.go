@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"syscall"
 	"time"
 
@@ -14,51 +15,111 @@ import (
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
+// AckOptions configure an AckReceiver.
+type AckOptions struct {
+	// Endpoint is where the PULL socket binds.
+	Endpoint string
+	// HighWaterMark is the socket's receive high-water mark in messages.
+	HighWaterMark int
+	// MaxMessageBytes is the largest ack message accepted (ZMQ_MAXMSGSIZE);
+	// 0 means no limit. libzmq drops the connection of a peer that sends a
+	// larger one, before the message is read into memory.
+	MaxMessageBytes int64
+	// Curve, when set, makes the socket a CURVE server that admits only
+	// the authorized processors.
+	Curve   *CurveServer
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
 // AckReceiver owns the PULL socket processors push acks to. It commits
 // each burst of acks to the queue in one request, then tells the Sender.
 type AckReceiver struct {
-	sock    *zmq.Socket
+	sock *zmq.Socket
+	// events receives sock's disconnections from a ZeroMQ socket monitor.
+	events  *zmq.Socket
 	q       *queue.Queue
 	sender  *Sender
 	log     *slog.Logger
 	metrics *Metrics
+
+	// badLogged is when a malformed ack was last logged, and badQuiet
+	// counts those dropped since without a log line.
+	badLogged time.Time
+	badQuiet  int
 }
 
-// NewAckReceiver binds the PULL socket at endpoint, a CURVE server for
-// authorized processors only when curve is set.
-func NewAckReceiver(zctx *zmq.Context, endpoint string, hwm int, curve *CurveServer, q *queue.Queue, sender *Sender, log *slog.Logger, m *Metrics) (*AckReceiver, error) {
+// NewAckReceiver binds the PULL socket, a CURVE server for authorized
+// processors only when o.Curve is set.
+func NewAckReceiver(zctx *zmq.Context, o AckOptions, q *queue.Queue, sender *Sender) (*AckReceiver, error) {
 	sock, err := zctx.NewSocket(zmq.PULL)
 	if err != nil {
 		return nil, fmt.Errorf("ack socket: %w", err)
 	}
-	setup := errors.Join(sock.SetRcvhwm(hwm), sock.SetLinger(0), curve.secure(sock))
+	setup := errors.Join(sock.SetRcvhwm(o.HighWaterMark), sock.SetLinger(0), o.Curve.secure(sock))
+	if o.MaxMessageBytes > 0 {
+		setup = errors.Join(setup, sock.SetMaxmsgsize(o.MaxMessageBytes))
+	}
 	if setup == nil {
-		setup = sock.Bind(endpoint)
+		setup = sock.Bind(o.Endpoint)
 	}
 	if setup != nil {
-		return nil, fmt.Errorf("ack socket %s: %w", endpoint, errors.Join(setup, sock.Close()))
+		return nil, fmt.Errorf("ack socket %s: %w", o.Endpoint, errors.Join(setup, sock.Close()))
 	}
-	if m == nil {
-		m = NewMetrics(nil)
+	events, err := watchDisconnects(zctx, sock)
+	if err != nil {
+		return nil, fmt.Errorf("ack socket %s: %w", o.Endpoint, errors.Join(err, sock.Close()))
 	}
-	return &AckReceiver{sock: sock, q: q, sender: sender, log: log, metrics: m}, nil
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &AckReceiver{sock: sock, events: events, q: q, sender: sender, log: o.Logger, metrics: o.Metrics}, nil
 }
 
-// maxAckBurst caps the ack messages committed together.
+// watchDisconnects starts a monitor of sock's disconnections and returns
+// the socket it reports them on. A processor disconnects when it stops,
+// and when it sends a message over MaxMessageBytes: libzmq then closes
+// the connection without a word, so this is the only trace of it.
+func watchDisconnects(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://ack-monitor-%p", sock)
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	events, err := zctx.NewSocket(zmq.PAIR)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: %w", errors.Join(err, sock.Monitor("", 0)))
+	}
+	if err := events.Connect(addr); err != nil {
+		return nil, fmt.Errorf("monitor: %w", errors.Join(err, events.Close(), sock.Monitor("", 0)))
+	}
+	return events, nil
+}
+
+// close stops the monitor and closes both sockets.
+func (a *AckReceiver) close() error {
+	return errors.Join(a.sock.Monitor("", 0), a.events.Close(), a.sock.Close())
+}
+
+// maxAckBurst caps the ack messages committed together, and
+// wire.MaxAckEntries the entries: a burst closes once it holds that many,
+// so a maximal ack is settled on its own and the acks after it wait for
+// one ack's worth of work at most.
 const maxAckBurst = 512
 
 // Run receives acks until ctx ends, then closes the socket.
 func (a *AckReceiver) Run(ctx context.Context) error {
 	defer func() {
-		if err := a.sock.Close(); err != nil {
+		if err := a.close(); err != nil {
 			a.log.Warn("close ack socket", "err", err)
 		}
 	}()
 	poller := zmq.NewPoller()
 	poller.Add(a.sock, zmq.POLLIN)
-	var frames []int64
-	var keys []queue.KeyAck
-	var nacks []queue.NackInput
+	poller.Add(a.events, zmq.POLLIN)
+	var b ackBurst
 	for ctx.Err() == nil {
 		polled, err := poller.Poll(100 * time.Millisecond)
 		if err != nil {
@@ -67,45 +128,40 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("poll ack socket: %w", err)
 		}
-		if len(polled) == 0 {
+		readable := false
+		for _, p := range polled {
+			if p.Socket == a.events {
+				a.disconnects()
+			} else {
+				readable = true
+			}
+		}
+		if !readable {
 			continue
 		}
-		frames, keys, nacks = frames[:0], keys[:0], nacks[:0]
-		for i := 0; i < maxAckBurst; i++ {
-			msg, err := a.sock.RecvBytes(zmq.DONTWAIT)
-			if err != nil {
-				if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
-					a.log.Error("receive ack", "err", err)
-				}
+		b.reset()
+		for i := 0; i < maxAckBurst && b.entries < wire.MaxAckEntries; i++ {
+			ack, ok := a.receive()
+			if !ok {
 				break
 			}
-			a.metrics.acks.Inc()
-			ack, err := wire.DecodeAck(msg)
-			if err != nil {
-				a.metrics.badAcks.Inc()
-				a.log.Warn("dropped malformed ack", "err", err, "bytes", len(msg))
-				continue
-			}
-			frames = append(frames, ack.Frames...)
-			for _, k := range ack.Keys {
-				keys = append(keys, queue.KeyAck{Frame: k.Frame, Source: k.Source, Key: k.Key})
-			}
-			for _, n := range ack.Nacks {
-				nacks = append(nacks, queue.NackInput{Frame: n.Frame, Source: n.Source, Key: n.Key, Reason: n.Reason, Permanent: n.Permanent})
+			if ack != nil {
+				b.add(ack)
 			}
 		}
-		if len(frames) == 0 && len(keys) == 0 && len(nacks) == 0 {
+		if b.entries == 0 {
 			continue
 		}
 		// The ack is committed even if ctx ends meanwhile: a lost ack only
 		// causes a resend, but there is no reason to lose it.
-		res, err := a.q.Settle(context.WithoutCancel(ctx), frames, keys, nacks)
+		res, err := a.q.Settle(context.WithoutCancel(ctx), b.frames, b.keys, b.nacks)
 		if err != nil {
-			a.log.Error("commit acks", "frames", len(frames), "keys", len(keys), "nacks", len(nacks), "err", err)
+			a.log.Error("commit acks", "frames", len(b.frames), "keys", len(b.keys), "nacks", len(b.nacks), "err", err)
 			continue
 		}
 		a.metrics.framesAcked.Add(float64(len(res.Cleared)))
 		a.metrics.acksUnknown.Add(float64(res.Unknown))
+		a.metrics.acksOverridden.Add(float64(res.Overridden))
 		a.metrics.nacksRetryable.Add(float64(res.Retryable))
 		a.metrics.eventsDeadLettered.Add(float64(res.DeadLettered))
 		if res.DeadLettered > 0 {
@@ -114,4 +170,121 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 		a.sender.Acked(ctx, res.Cleared)
 	}
 	return nil
+}
+
+// receive reads one message without waiting. ok is false when there is
+// none; ack is nil when it was malformed, which is counted and logged.
+// All parts of a multi-part message are read and dropped: the protocol
+// has none, and applying some parts of one would apply an ack whose sender
+// did not send it as one.
+func (a *AckReceiver) receive() (ack *wire.Ack, ok bool) {
+	msg, err := a.sock.RecvBytes(zmq.DONTWAIT)
+	if err != nil {
+		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+			a.log.Error("receive ack", "err", err)
+		}
+		return nil, false
+	}
+	a.metrics.acks.Inc()
+	size, parts := len(msg), 1
+	for {
+		more, err := a.sock.GetRcvmore()
+		if err != nil {
+			a.log.Error("receive ack", "err", err)
+			return nil, false
+		}
+		if !more {
+			break
+		}
+		// The parts of a message arrive together, so this does not wait.
+		part, err := a.sock.RecvBytes(zmq.DONTWAIT)
+		if err != nil {
+			a.log.Error("receive ack", "err", err)
+			return nil, false
+		}
+		size += len(part)
+		parts++
+	}
+	if parts > 1 {
+		a.malformed(fmt.Errorf("a message of %d parts, not 1", parts), size)
+		return nil, true
+	}
+	if ack, err = wire.DecodeAck(msg); err != nil {
+		a.malformed(err, size)
+		return nil, true
+	}
+	return ack, true
+}
+
+// disconnects counts and logs the disconnections the monitor reported.
+func (a *AckReceiver) disconnects() {
+	for {
+		ev, addr, _, err := a.events.RecvEvent(zmq.DONTWAIT)
+		if err != nil {
+			if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+				a.log.Error("read ack socket monitor", "err", err)
+			}
+			return
+		}
+		if ev == zmq.EVENT_DISCONNECTED {
+			a.metrics.ackDisconnects.Inc()
+			a.log.Info("a processor's ack connection closed: it stopped, or sent an ack over publish.ack_max_message_bytes", "endpoint", addr)
+		}
+	}
+}
+
+// malformedLogEvery spaces the log lines about malformed acks: a flood of
+// them is counted, not logged line by line.
+const malformedLogEvery = time.Second
+
+// malformed counts a malformed ack and logs it, unless one was logged less
+// than malformedLogEvery ago.
+func (a *AckReceiver) malformed(err error, size int) {
+	a.metrics.badAcks.Inc()
+	if now := time.Now(); now.Sub(a.badLogged) >= malformedLogEvery {
+		a.log.Warn("dropped a malformed ack", "err", err, "bytes", size, "not_logged_since_last", a.badQuiet)
+		a.badLogged, a.badQuiet = now, 0
+		return
+	}
+	a.badQuiet++
+}
+
+// ackBurst gathers the acks of several messages to settle in one request.
+type ackBurst struct {
+	frames  []int64
+	keys    []queue.KeyAck
+	nacks   []queue.NackInput
+	entries int
+}
+
+func (b *ackBurst) reset() {
+	b.frames, b.keys, b.nacks, b.entries = b.frames[:0], b.keys[:0], b.nacks[:0], 0
+}
+
+// add merges ack into b. The queue lets a nack win over any ack of its
+// event settled with it; here, first, an ack overrides the retryable nacks
+// of its events that came in earlier messages, as it would had they been
+// settled apart: the ack may be for a later delivery that succeeded.
+func (b *ackBurst) add(ack *wire.Ack) {
+	if len(b.nacks) > 0 && (len(ack.Frames) > 0 || len(ack.Keys) > 0) {
+		frames := make(map[int64]bool, len(ack.Frames))
+		for _, id := range ack.Frames {
+			frames[id] = true
+		}
+		keys := make(map[queue.KeyAck]bool, len(ack.Keys))
+		for _, k := range ack.Keys {
+			keys[queue.KeyAck{Frame: k.Frame, Source: k.Source, Key: k.Key}] = true
+		}
+		b.nacks = slices.DeleteFunc(b.nacks, func(n queue.NackInput) bool {
+			return !n.Permanent && (frames[n.Frame] || keys[queue.KeyAck{Frame: n.Frame, Source: n.Source, Key: n.Key}])
+		})
+	}
+	b.frames = append(b.frames, ack.Frames...)
+	for _, k := range ack.Keys {
+		b.keys = append(b.keys, queue.KeyAck{Frame: k.Frame, Source: k.Source, Key: k.Key})
+	}
+	for _, n := range ack.Nacks {
+		b.nacks = append(b.nacks, queue.NackInput{Frame: n.Frame, Source: n.Source, Key: n.Key, Reason: n.Reason, Permanent: n.Permanent})
+	}
+	b.entries += len(ack.Frames) + len(ack.Keys) + len(ack.Nacks)
 }

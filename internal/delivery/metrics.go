@@ -17,6 +17,8 @@ type Metrics struct {
 	framesAcked  prometheus.Counter
 
 	acksUnknown        prometheus.Counter
+	acksOverridden     prometheus.Counter
+	ackDisconnects     prometheus.Counter
 	nacksRetryable     prometheus.Counter
 	eventsDeadLettered prometheus.Counter
 }
@@ -44,11 +46,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		acks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_received_total",
 			Help: "Ack messages received from processors."}),
 		badAcks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_malformed_total",
-			Help: "Ack messages that could not be decoded and were dropped."}),
+			Help: "Ack messages dropped whole as malformed (see PROTOCOL.md); oversize ones are dropped by ZeroMQ unseen."}),
 		framesAcked: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_frames_acked_total",
 			Help: "Frames cleared from the queue by acks."}),
 		acksUnknown: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_unknown_total",
 			Help: "Acked or nacked frames and events that were not pending (already acked, dead-lettered or unknown); harmless."}),
+		acksOverridden: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_overridden_total",
+			Help: "Acks of events that a nack settled with them named: the nack won (the event was dead-lettered or stays pending)."}),
+		ackDisconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_ack_disconnects_total",
+			Help: "Processor connections to the ack socket closed: a processor stopped, or sent an ack over publish.ack_max_message_bytes."}),
 		nacksRetryable: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_nacks_retryable_total",
 			Help: "Retryable nacks recorded; the event is redelivered with its frame."}),
 		eventsDeadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_events_dead_lettered_total",
@@ -57,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.framesSent, m.framesResent, m.eventsSent, m.sendBlocked, m.ackTimeouts,
 			m.deadLettered, m.inflight, m.fetchToAck, m.acks, m.badAcks, m.framesAcked,
-			m.acksUnknown, m.nacksRetryable, m.eventsDeadLettered)
+			m.acksUnknown, m.acksOverridden, m.ackDisconnects, m.nacksRetryable, m.eventsDeadLettered)
 	}
 	return m
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func openTest(t *testing.T, path string, perFrame int) *Queue {
+func openTest(t testing.TB, path string, perFrame int) *Queue {
 	t.Helper()
 	q, err := Open(Options{Path: path, EventsPerFrame: perFrame})
 	if err != nil {

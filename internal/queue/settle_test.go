@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -121,5 +122,133 @@ func TestDeadLetterFrameKeepsLastError(t *testing.T) {
 	}
 	if q.PendingEvents() != 0 || q.PendingFrames() != 0 {
 		t.Fatalf("pending = %d/%d, want 0", q.PendingEvents(), q.PendingFrames())
+	}
+}
+
+// TestNackWinsInOneSettle checks Settle's rule: a nack wins over every ack
+// of its event settled with it, in any order.
+func TestNackWinsInOneSettle(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 8, "")) // (k0 k1 k2 k3) (k4 k5 k6 k7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0, f1 := frames[0].ID, frames[1].ID
+	res, err := q.Settle(ctx, []int64{f0, f1, f0},
+		[]KeyAck{{Frame: f0, Source: "a", Key: "k1"}, {Frame: f1, Source: "a", Key: "k5"}},
+		[]NackInput{
+			{Frame: f0, Source: "a", Key: "k1", Reason: "bad", Permanent: true},
+			{Frame: f0, Source: "a", Key: "k2", Reason: "later"},
+			{Frame: f1, Source: "a", Key: "k5", Reason: "bad too", Permanent: true},
+			{Frame: f1, Source: "a", Key: "k5", Reason: "retry"}, // the permanent one wins
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// f0: k0 and k3 acked by the frame ack, k1 dead, k2 pending; f1: k5
+	// dead, the rest acked, so the frame is cleared.
+	want := Settled{Cleared: []int64{f1}, DeadLettered: 2, Unknown: 2, Overridden: 5}
+	if !slices.Equal(res.Cleared, want.Cleared) || res.DeadLettered != 2 || res.Retryable != 1 || res.Unknown != 2 || res.Overridden != 5 {
+		t.Fatalf("settled = %+v, want %+v and 1 retryable", res, want)
+	}
+	f, ok, err := q.LoadFrame(ctx, f0)
+	if err != nil || !ok || len(f.Events) != 1 || f.Events[0].Key != "k2" {
+		t.Fatalf("frame %d = %+v %v %v, want only k2 pending", f0, f, ok, err)
+	}
+	if q.PendingEvents() != 1 || q.PendingFrames() != 1 {
+		t.Fatalf("pending = %d events %d frames, want 1 and 1", q.PendingEvents(), q.PendingFrames())
+	}
+	dl, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dl) != 2 || dl[0].Key != "k1" || dl[0].Reason != "bad" || dl[1].Key != "k5" || dl[1].Reason != "bad too" {
+		t.Fatalf("dead letters = %+v %v", dl, err)
+	}
+	// A later frame ack clears k2: it may be for a later delivery.
+	res, err = q.Settle(ctx, []int64{f0}, nil, nil)
+	if err != nil || !slices.Equal(res.Cleared, []int64{f0}) || q.PendingEvents() != 0 {
+		t.Fatalf("settled = %+v %v, pending %d; want %d cleared", res, err, q.PendingEvents(), f0)
+	}
+}
+
+// BenchmarkSettleMaximalAck settles one ack of wire.MaxAckEntries (16384)
+// entries of each kind, none of which names a pending event: the work one
+// processor can make the daemon do with a single message. Frames of 100
+// events are pending, so that nacks naming them look into them.
+func BenchmarkSettleMaximalAck(b *testing.B) {
+	const entries = 16384
+	q := openTest(b, filepath.Join(b.TempDir(), "q.db"), 100)
+	ctx := b.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 1000, ""))
+	if err != nil {
+		b.Fatal(err)
+	}
+	known := frames[0].ID
+	ids := make([]int64, entries)
+	keys := make([]KeyAck, entries)
+	nacks := make([]NackInput, entries)
+	for i := range entries {
+		ids[i] = int64(1_000_000 + i)
+		keys[i] = KeyAck{Frame: known, Source: "a", Key: fmt.Sprintf("unknown-%d", i)}
+		nacks[i] = NackInput{Frame: known, Source: "a", Key: keys[i].Key, Reason: "x"}
+	}
+	perm := slices.Clone(nacks)
+	for i := range perm {
+		perm[i].Permanent = true
+	}
+	for _, bc := range []struct {
+		name   string
+		frames []int64
+		keys   []KeyAck
+		nacks  []NackInput
+	}{
+		{"frames", ids, nil, nil},
+		{"keys", nil, keys, nil},
+		{"retryable-nacks", nil, nil, nacks},
+		{"permanent-nacks", nil, nil, perm},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				res, err := q.Settle(ctx, bc.frames, bc.keys, bc.nacks)
+				if err != nil || res.Unknown != entries {
+					b.Fatalf("settled = %+v %v, want all unknown", res, err)
+				}
+			}
+		})
+	}
+}
+
+// TestSettleCountsAnEventNamedTwiceOnce names events twice in one call,
+// with other entries between: each is acked or dead-lettered once, and
+// the second entry is unknown.
+func TestSettleCountsAnEventNamedTwiceOnce(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 8, "")) // (k0 k1 k2 k3) (k4 k5 k6 k7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0, f1 := frames[0].ID, frames[1].ID
+	k := func(f int64, key string) KeyAck { return KeyAck{Frame: f, Source: "a", Key: key} }
+	nk := func(f int64, key string) NackInput {
+		return NackInput{Frame: f, Source: "a", Key: key, Reason: "bad " + key, Permanent: true}
+	}
+	res, err := q.Settle(ctx, nil, []KeyAck{k(f0, "k0"), k(f0, "k1"), k(f0, "k0")},
+		[]NackInput{nk(f1, "k4"), nk(f1, "k5"), nk(f1, "k4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeadLettered != 2 || res.Unknown != 2 || len(res.Cleared) != 0 {
+		t.Fatalf("settled = %+v, want 2 dead-lettered and 2 unknown", res)
+	}
+	if q.PendingEvents() != 4 || q.PendingFrames() != 2 {
+		t.Fatalf("pending = %d events %d frames, want 4 and 2", q.PendingEvents(), q.PendingFrames())
+	}
+	if dl, err := q.DeadLetters(ctx, 10); err != nil || len(dl) != 2 {
+		t.Fatalf("dead letters = %+v %v, want k4 and k5 once each", dl, err)
+	}
+	// The rest clears both frames: their counts were kept right.
+	res, err = q.Settle(ctx, nil, []KeyAck{k(f0, "k2"), k(f0, "k3"), k(f1, "k6"), k(f1, "k7")}, nil)
+	if err != nil || len(res.Cleared) != 2 || q.PendingEvents() != 0 || q.PendingFrames() != 0 {
+		t.Fatalf("settled = %+v %v, pending %d/%d; want both frames cleared", res, err, q.PendingEvents(), q.PendingFrames())
 	}
 }

@@ -5,8 +5,6 @@ package wire
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -114,24 +112,6 @@ type Ack struct {
 func EncodeAck(a Ack) ([]byte, error) {
 	a.V, a.Type = Version, TypeAck
 	return json.Marshal(a)
-}
-
-// DecodeAck parses an ack message.
-func DecodeAck(data []byte) (*Ack, error) {
-	var a Ack
-	if err := json.Unmarshal(data, &a); err != nil {
-		return nil, fmt.Errorf("decode ack: %w", err)
-	}
-	if a.V != Version {
-		return nil, fmt.Errorf("decode ack: unsupported version %d (want %d)", a.V, Version)
-	}
-	if a.Type != TypeAck {
-		return nil, fmt.Errorf("decode ack: unexpected type %q", a.Type)
-	}
-	if len(a.Frames) == 0 && len(a.Keys) == 0 && len(a.Nacks) == 0 {
-		return nil, errors.New("decode ack: no frames, keys or nacks")
-	}
-	return &a, nil
 }
 
 // Encoder appends frames to a reusable buffer without reflection; the daemon

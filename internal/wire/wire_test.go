@@ -299,7 +299,7 @@ func TestDecodeAckErrors(t *testing.T) {
 		{"empty ack", string(empty), "decode ack: no frames, keys or nacks"},
 		{"empty lists", `{"v":1,"type":"ack","frames":[],"keys":[]}`, "decode ack: no frames, keys or nacks"},
 		{"not JSON", `\x00\x01`, "decode ack: invalid character"},
-		{"frames not numbers", `{"v":1,"type":"ack","frames":["1"]}`, "decode ack: json: cannot unmarshal string"},
+		{"frames not numbers", `{"v":1,"type":"ack","frames":["1"]}`, "decode ack: field frames[0]: want an integer, found a string"},
 		{"newer version", `{"v":2,"type":"ack","frames":[1]}`, "decode ack: unsupported version 2 (want 1)"},
 		{"events type", `{"v":1,"type":"events","frames":[1]}`, `decode ack: unexpected type "events"`},
 	} {
@@ -385,4 +385,21 @@ func benchmarkDecode(b *testing.B, decode func([]byte) (*Frame, error)) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
+}
+
+// TestDecodeAckTruncatesReason sends a 100 kB reason: the nack applies
+// with its first MaxReasonBytes bytes, not splitting a character.
+func TestDecodeAckTruncatesReason(t *testing.T) {
+	reason := "x" + strings.Repeat("é", 50_000) // é is 2 bytes: byte 1024 is inside one
+	data, err := EncodeAck(Ack{Nacks: []Nack{{Frame: 1, Source: "s", Key: "k", Reason: reason, Permanent: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := DecodeAck(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Nacks[0].Reason; got != reason[:MaxReasonBytes-1] || !a.Nacks[0].Permanent {
+		t.Fatalf("reason of %d bytes, permanent %v; want the first %d bytes", len(got), a.Nacks[0].Permanent, MaxReasonBytes-1)
+	}
 }
