@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
@@ -28,6 +29,15 @@ type scanRequest struct {
 	after int64
 }
 
+// readyFrame is a backlog frame with its payloads, ready to send.
+type readyFrame struct {
+	queue.Frame
+	// notJSON marks the events whose bytes, read back from the raw store,
+	// are not JSON text; they are sent as payload_b64. It is nil when all
+	// of them are JSON, as they were when their source parsed them.
+	notJSON []bool
+}
+
 // prefetched is one answer to a scanRequest. The answers to a request come
 // in id order, one per frame of the page, then one with done set.
 type prefetched struct {
@@ -36,7 +46,7 @@ type prefetched struct {
 	// send: it is no longer pending, was dead-lettered, or was in flight
 	// (inFlight).
 	id       int64
-	frame    *queue.Frame
+	frame    *readyFrame
 	inFlight bool
 	// done ends the answers to the request: empty reports that no pending
 	// frame follows the request's id, err that the queue or the raw store
@@ -120,7 +130,7 @@ func (s *Sender) isInflight(id int64) bool {
 // every raw object gone). Only the loop sends frames, and only frames this
 // returned for the current epoch, so a frame not in flight when scan looked
 // stays so until the loop gets it.
-func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache map[string][]byte) (*queue.Frame, error) {
+func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache map[string][]byte) (*readyFrame, error) {
 	f, ok, err := s.q.LoadFrame(ctx, id)
 	if err != nil || !ok || len(f.Events) == 0 {
 		return nil, err
@@ -142,7 +152,31 @@ func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache map[string][
 		}
 		return nil, err
 	}
-	return &f, nil
+	r := &readyFrame{Frame: f, notJSON: s.checkJSON(&f)}
+	return r, nil
+}
+
+// checkJSON returns which of f's payloads are not JSON text (nil if all
+// are). Every source validated its records before they were queued, so
+// this finds only a raw object changed since: those bytes still go out,
+// but as payload_b64, so that the frame stays valid JSON.
+func (s *Sender) checkJSON(f *queue.Frame) []bool {
+	var notJSON []bool
+	var d jsonscan.Decoder
+	for i := range f.Events {
+		e := &f.Events[i]
+		d.Reset(e.Payload)
+		if _, _, err := d.Value(); err == nil && d.End() == nil {
+			continue
+		}
+		if notJSON == nil {
+			notJSON = make([]bool, len(f.Events))
+		}
+		notJSON[i] = true
+		s.o.Logger.Warn("raw object bytes of an event are not JSON; sending them as payload_b64",
+			"frame", f.ID, "source", e.Source, "key", e.Key, "raw_key", e.RawKey, "off", e.RawOff, "len", e.RawLen)
+	}
+	return notJSON
 }
 
 // fillOrDeadLetter reads f's payloads from the raw store. Events whose raw

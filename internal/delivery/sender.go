@@ -99,7 +99,7 @@ type Sender struct {
 	scanFailed bool
 	// held is a prefetched frame the socket refused, sent again on the
 	// next retry or ack.
-	held *queue.Frame
+	held *readyFrame
 	// settled holds frames cleared while the scan might have them in the
 	// prefetch pipeline, so they are neither sent again nor taken for
 	// frames whose ack wait ran out.
@@ -292,7 +292,7 @@ func (s *Sender) sendFresh(frames []queue.Frame) {
 			s.enterBacklog(f.ID)
 			return
 		}
-		if !s.send(f) {
+		if !s.send(f, nil) {
 			s.enterBacklog(f.ID)
 			return
 		}
@@ -309,8 +309,9 @@ func hasPayloads(f *queue.Frame) bool {
 }
 
 // send encodes and sends f without blocking; it reports false when the
-// socket would block.
-func (s *Sender) send(f *queue.Frame) bool {
+// socket would block. The events notJSON marks (it may be nil) go out as
+// payload_b64, and so does any payload that is not valid UTF-8.
+func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 	delivery := f.Deliveries + 1
 	s.enc.Begin(f.ID, delivery, s.raw.String())
 	for i := range f.Events {
@@ -319,7 +320,7 @@ func (s *Sender) send(f *queue.Frame) bool {
 			Key: e.Key, Source: e.Source, Seq: e.Seq, FetchedAt: e.FetchedAt, EventTime: e.EventTime,
 			Raw: wire.RawRef{Key: e.RawKey, Off: e.RawOff, Len: e.RawLen},
 		}
-		s.enc.Add(&ev, e.Payload, true)
+		s.enc.Add(&ev, e.Payload, notJSON == nil || !notJSON[i])
 	}
 	if _, err := s.sock.SendBytes(s.enc.End(), zmq.DONTWAIT); err != nil {
 		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
@@ -454,7 +455,7 @@ func (s *Sender) handle(p prefetched) {
 			return
 		}
 	case p.frame != nil && !s.settled[p.id]:
-		if _, busy := s.inflight[p.id]; !busy && !s.send(p.frame) {
+		if _, busy := s.inflight[p.id]; !busy && !s.send(&p.frame.Frame, p.frame.notJSON) {
 			s.held = p.frame
 			return
 		}
@@ -466,7 +467,7 @@ func (s *Sender) handle(p prefetched) {
 // sendHeld sends the frame the socket refused, if any.
 func (s *Sender) sendHeld() {
 	f := s.held
-	if f == nil || (!s.settled[f.ID] && !s.send(f)) {
+	if f == nil || (!s.settled[f.ID] && !s.send(&f.Frame, f.notJSON)) {
 		return
 	}
 	s.held = nil

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,11 +10,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
 func TestAckWaitBacksOffWithinCeiling(t *testing.T) {
@@ -77,6 +80,41 @@ func TestMissingRawObjectIsDeadLettered(t *testing.T) {
 	}
 	if q.PendingEvents() != 2 || q.PendingFrames() != 1 {
 		t.Errorf("pending = %d events %d frames, want the good frame's 2 and 1", q.PendingEvents(), q.PendingFrames())
+	}
+}
+
+// TestChangedRawObjectStillMakesValidFrames queues events whose raw object
+// no longer holds JSON at their ranges (changed behind the daemon's back):
+// ASCII that is not JSON, and bytes that are not UTF-8. The backlog frame
+// is still valid UTF-8 JSON: both travel as payload_b64 with those bytes,
+// and the JSON event next to them as payload.
+func TestChangedRawObjectStillMakesValidFrames(t *testing.T) {
+	ctx := t.Context()
+	q, raw := openStores(t)
+	body := []byte("not json|hello\xffwor\n|{\"ok\":1}")
+	if err := raw.Put(ctx, "src/changed", body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/changed", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "ascii", RawLen: 8}, {Key: "binary", RawOff: 9, RawLen: 10}, {Key: "json", RawOff: 20, RawLen: 8}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, pull := startSender(t, q, raw)
+	msg, err := pull.RecvBytes(0)
+	if err != nil {
+		t.Fatalf("no frame delivered: %v", err)
+	}
+	if !utf8.Valid(msg) || !json.Valid(msg) {
+		t.Fatalf("frame is not valid UTF-8 JSON: %q", msg)
+	}
+	f, err := wire.DecodeFrame(msg)
+	if err != nil || len(f.Events) != 3 {
+		t.Fatalf("decode frame %q: %+v, %v", msg, f, err)
+	}
+	for i, want := range []struct{ payload, b64 string }{{b64: "not json"}, {b64: "hello\xffwor\n"}, {payload: `{"ok":1}`}} {
+		if e := f.Events[i]; string(e.Payload) != want.payload || string(e.PayloadBase64) != want.b64 {
+			t.Errorf("event %s: payload %q payload_b64 %q, want %q and %q", e.Key, e.Payload, e.PayloadBase64, want.payload, want.b64)
+		}
 	}
 }
 
