@@ -221,7 +221,10 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 			continue
 		}
 		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason}
-		if err := p.redrive(ctx, w, 0); err != nil {
+		p.deps.Metrics.rawHeld.Inc()
+		err = p.redrive(ctx, w, 0)
+		p.deps.Metrics.rawHeld.Dec()
+		if err != nil {
 			return // stopping: the rest stays spilled for the next start
 		}
 		if w.deadLetter != "" {
