@@ -35,11 +35,17 @@ type rawPersisted struct {
 }
 
 // deadLetterPayload asks PersistRaw to keep a malformed payload and record
-// it in the dead-letter list.
+// it in the dead-letter list. It holds a slot of its source's window until
+// PersistRaw answers with deadLettered.
 type deadLetterPayload struct {
+	gen    uint64
 	source string
 	err    *sources.MalformedError
 }
+
+// deadLettered is PersistRaw's reply to deadLetterPayload: the payload is
+// in the raw store and listed, or PersistRaw is stopping.
+type deadLettered struct{ gen uint64 }
 
 // appendBatch asks the Publisher to commit a durable batch and send it.
 type appendBatch struct {

@@ -25,6 +25,7 @@ type Metrics struct {
 	rawStoreUp      prometheus.Gauge
 	rawSpilled      prometheus.Counter
 	rawSpillPending prometheus.Gauge
+	rawHeld         prometheus.Gauge
 	commitDuration  prometheus.Histogram
 }
 
@@ -61,13 +62,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Batches written to the local spill dir after raw_store.max_attempts failed writes."}),
 		rawSpillPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_raw_spill_pending",
 			Help: "Spilled batches not yet in the raw store."}),
+		rawHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_raw_writes_pending",
+			Help: "Payloads (batches and malformed payloads) held in memory until the raw store takes them."}),
 		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_queue_commit_duration_seconds",
 			Help: "Duration of committing one batch to the write-ahead queue.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.polls, m.pollDuration, m.events, m.duplicates, m.bytes, m.malformed, m.lastSuccess,
 			m.ages, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors,
-			m.rawStoreUp, m.rawSpilled, m.rawSpillPending, m.commitDuration)
+			m.rawStoreUp, m.rawSpilled, m.rawSpillPending, m.rawHeld, m.commitDuration)
 	}
 	return m
 }

@@ -47,8 +47,11 @@ type Deps struct {
 // rawRetry is the backoff between failed raw-store writes.
 var rawRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 30 * time.Second}
 
-// PersistRaw makes raw payloads durable. Each write runs in its own
-// goroutine, at most RawWriters at once, and is retried with backoff. After
+// PersistRaw makes raw payloads durable: batches, and malformed payloads
+// under deadletter/. Each write runs in its own goroutine, at most
+// RawWriters at once, and is retried with backoff. Both kinds hold a slot
+// of their source's window until answered, so the bodies held during an
+// outage are bounded by the windows. After
 // RawMaxAttempts failures the payload is spilled to SpillDir, so it is
 // durable locally, and the write goes on being retried from there until the
 // raw store takes it; only then is the source answered. A slow or absent
@@ -92,13 +95,19 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, rawKey: key, err: err})
 		}()
 	case *deadLetterPayload:
-		go p.deadLetter(p.ctx, m)
+		sender, root := ctx.Sender(), ctx.ActorSystem().Root
+		go func() {
+			p.deadLetter(p.ctx, m)
+			root.Send(sender, &deadLettered{gen: m.gen})
+		}()
 	}
 }
 
 // put writes w to the raw store, retrying until it succeeds or ctx ends;
 // after RawMaxAttempts failures it spills w and keeps retrying.
 func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
+	p.deps.Metrics.rawHeld.Inc()
+	defer p.deps.Metrics.rawHeld.Dec()
 	maxAttempts := p.deps.RawMaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = 10
@@ -212,7 +221,10 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 			continue
 		}
 		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason}
-		if err := p.redrive(ctx, w, 0); err != nil {
+		p.deps.Metrics.rawHeld.Inc()
+		err = p.redrive(ctx, w, 0)
+		p.deps.Metrics.rawHeld.Dec()
+		if err != nil {
 			return // stopping: the rest stays spilled for the next start
 		}
 		if w.deadLetter != "" {

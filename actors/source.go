@@ -21,7 +21,8 @@ const pauseCheck = 200 * time.Millisecond
 
 // SourceActor runs one configured feed: it fetches on a jittered schedule,
 // sends each batch to PersistRaw, then to the Publisher in fetch order, and
-// keeps at most InflightBatches batches uncommitted.
+// keeps at most InflightBatches batches uncommitted; a malformed payload
+// on its way to the dead-letter list counts as one of them.
 type SourceActor struct {
 	cfg  config.Source
 	deps *Deps
@@ -39,7 +40,7 @@ type SourceActor struct {
 	failures  int
 	permanent bool // the current failure streak is of PermanentErrors
 	nextSeq   uint64
-	inflight  int                      // fetched, not yet committed
+	inflight  int                      // batches fetched, not yet committed, and malformed payloads not yet kept
 	pending   map[uint64]*pendingBatch // fetched batches by seq, until committed
 	sendAt    uint64                   // next seq to send to the Publisher
 	chain     *queue.Chain             // orders this incarnation's commits
@@ -86,6 +87,11 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 	case *batchCommitted:
 		if m.gen == a.gen {
 			a.committed(ctx, m)
+		}
+	case *deadLettered:
+		if m.gen == a.gen {
+			a.inflight--
+			a.slotFreed(ctx)
 		}
 	case *drainRequest:
 		a.drainer = ctx.Sender()
@@ -202,7 +208,11 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "malformed").Inc()
 		a.deps.Metrics.malformed.WithLabelValues(a.cfg.Name).Inc()
 		a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body))
-		ctx.Send(a.deps.PersistRaw, &deadLetterPayload{source: a.cfg.Name, err: bad})
+		// Keeping the payload holds a window slot like a batch, so an
+		// outage of the raw store stops the polls instead of piling up
+		// malformed bodies in memory.
+		a.inflight++
+		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, err: bad})
 		a.failures = 0
 		a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
 		return
@@ -319,6 +329,12 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 	st.lastSuccess.Store(now.UnixNano())
 	a.deps.Metrics.lastSuccess.WithLabelValues(a.cfg.Name).Set(float64(now.UnixNano()) / 1e9)
 	a.commitNext(ctx)
+	a.slotFreed(ctx)
+}
+
+// slotFreed follows the release of a window slot: a committed batch or a
+// kept malformed payload.
+func (a *SourceActor) slotFreed(ctx actor.Context) {
 	if a.drainer != nil {
 		a.maybeDrained(ctx)
 		return

@@ -212,19 +212,7 @@ func (r *ackRig) sync(t testing.TB) {
 	t.Helper()
 	id := r.frame(t, fmt.Sprintf("sync-%d", r.seq))
 	r.send(t, fmt.Sprintf(`{"v":1,"type":"ack","frames":[%d]}`, id))
-	waitFor(t, "the sync ack to be applied", func() bool { return r.pendingKeys(t, id) == nil })
-}
-
-// waitFor polls cond until it holds, failing t after a generous deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the sync ack to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 }
 
 // TestNackWinsOverFrameAck sends a frame ack and a nack for one event of
@@ -470,9 +458,9 @@ func TestOversizeAckDropsTheConnection(t *testing.T) {
 		t.Fatalf("received %v, malformed %v: want the two sync acks and no malformed one", rec, bad)
 	}
 	// The daemon saw the disconnection.
-	waitFor(t, "the disconnection to be counted", func() bool { return r.counter(t, "ingestor_ack_disconnects_total") == 1 })
+	waitFor(t, "the disconnection to be counted", 20*time.Second, func() bool { return r.counter(t, "ingestor_ack_disconnects_total") == 1 })
 	r.send(t, padded(id, limit))
-	waitFor(t, "an ack of exactly the limit to be applied", func() bool { return r.pendingKeys(t, id) == nil })
+	waitFor(t, "an ack of exactly the limit to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 }
 
 // maximalAck returns an ack of wire.MaxAckEntries key acks naming unknown
@@ -503,7 +491,7 @@ func ackAfterMaximal(t testing.TB, r *ackRig, maximal string) time.Duration {
 	r.send(t, maximal)
 	start := time.Now()
 	r.send(t, fmt.Sprintf(`{"v":1,"type":"ack","frames":[%d]}`, id))
-	waitFor(t, "the ack after the maximal one to be applied", func() bool { return r.pendingKeys(t, id) == nil })
+	waitFor(t, "the ack after the maximal one to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 	return time.Since(start)
 }
 

@@ -5,20 +5,23 @@
 // from memory right after their commit; when the socket cannot take more
 // (no processor connected, or its high-water mark reached) or the in-flight
 // window is full, the Sender switches to backlog mode and streams pending
-// frames from the queue in id order, a page at a time, reading payloads back
-// from the raw store. A frame not acked in time is sent again with its
-// delivery count raised; the wait grows with each delivery (see ackWait).
-// Events that can never be delivered (max_deliveries reached, raw object
-// gone) are dead-lettered one by one. Memory stays bounded by the in-flight
-// window whatever the size of the backlog.
+// frames from the queue in id order, a page at a time. A prefetch goroutine
+// loads those frames and reads their payloads back from the raw store, and
+// hands them to the loop ready to send over a small channel, so a slow raw
+// store never holds up the loop, which also applies acks. A frame not acked
+// in time is sent again with its delivery count raised; the wait grows with
+// each delivery (see ackWait). Events that can never be delivered
+// (max_deliveries reached, raw object gone) are dead-lettered one by one.
+// Memory stays bounded by the in-flight window and the prefetch depth
+// whatever the size of the backlog.
 package delivery
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -72,17 +75,40 @@ type Sender struct {
 	// full (0 = none); the loop then scans the backlog from there.
 	missed atomic.Int64
 
+	// scanReq carries the loop's backlog requests to the prefetcher, and
+	// ready brings the frames back, in id order.
+	scanReq chan scanRequest
+	ready   chan prefetched
+	// scanEpoch is the loop's epoch, for the prefetcher to notice that its
+	// request was superseded.
+	scanEpoch atomic.Uint64
+	// inflightMu guards writes to inflight (made by the loop) against the
+	// prefetcher's reads.
+	inflightMu sync.Mutex
+
 	// loop-goroutine state
 	inflight map[int64]inflight
 	backlog  bool
 	scanFrom int64 // backlog scan resumes after this id
 	scanned  int64 // highest id the backlog scan has handled
-	enc      wire.Encoder
-	rawCache map[string][]byte
-	sent     []int64 // frames sent since the last delivery-count flush
-	// blocked pauses the backlog scan until the next tick, after the
-	// socket refused a frame or the queue could not be read.
-	blocked   bool
+	// epoch numbers backlog scans: a rewind starts a new one, and frames
+	// prefetched for an earlier one are dropped.
+	epoch uint64
+	// requested is set while a scan request of this epoch is unanswered;
+	// rescan records that frames may have been queued since it was made.
+	requested, rescan bool
+	// scanFailed pauses the backlog scan until the next tick, after the
+	// queue or the raw store failed.
+	scanFailed bool
+	// held is a prefetched frame the socket refused, sent again on the
+	// next retry or ack.
+	held *readyFrame
+	// settled holds frames cleared while the scan might have them in the
+	// prefetch pipeline, so they are neither sent again nor taken for
+	// frames whose ack wait ran out.
+	settled   map[int64]bool
+	enc       wire.Encoder
+	sent      []int64 // frames sent since the last delivery-count flush
 	retry     *time.Ticker
 	inflightN atomic.Int64
 }
@@ -119,8 +145,10 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 		sock:     sock,
 		fresh:    make(chan []queue.Frame, freshBuffer),
 		acked:    make(chan []int64, 256),
+		scanReq:  make(chan scanRequest, 1),
+		ready:    make(chan prefetched, prefetchDepth),
 		inflight: make(map[int64]inflight),
-		rawCache: make(map[string][]byte),
+		settled:  make(map[int64]bool),
 		// Pending frames from an earlier run are due now: start by scanning.
 		backlog: true,
 	}, nil
@@ -175,20 +203,33 @@ func (s *Sender) Run(ctx context.Context) error {
 			s.o.Logger.Warn("close publish socket", "err", err)
 		}
 	}()
+	pctx, stopPrefetch := context.WithCancel(ctx)
+	prefetchDone := make(chan struct{})
+	go func() {
+		defer close(prefetchDone)
+		s.prefetch(pctx)
+	}()
+	// The prefetcher uses the queue: it stops before Run returns.
+	defer func() {
+		stopPrefetch()
+		<-prefetchDone
+	}()
 	t := time.NewTicker(s.tick())
 	defer t.Stop()
 	s.retry = time.NewTicker(retryBlocked)
 	defer s.retry.Stop()
 	for {
-		// While a backlog can be sent, scan it one page at a time and
-		// look at acks and fresh frames between pages, so that neither
-		// waits for the whole backlog.
-		var more <-chan time.Time
-		if s.backlog && len(s.inflight) < s.o.MaxInflight {
-			more = closedTimer
-			if s.blocked {
-				more = s.retry.C
-			}
+		// While a backlog can be sent, the prefetcher loads it a page at
+		// a time; acks and fresh frames are handled between frames, so
+		// that neither waits for the backlog or the raw store.
+		s.requestScan()
+		var ready <-chan prefetched
+		if s.held == nil && len(s.inflight) < s.o.MaxInflight {
+			ready = s.ready
+		}
+		var retry <-chan time.Time
+		if s.held != nil {
+			retry = s.retry.C
 		}
 		select {
 		case <-ctx.Done():
@@ -197,14 +238,15 @@ func (s *Sender) Run(ctx context.Context) error {
 		case frames := <-s.fresh:
 			s.sendFresh(frames)
 		case ids := <-s.acked:
-			// Acks mean processors are taking frames: try the socket again.
-			s.blocked = false
 			s.clearAcked(ids)
-		case <-more:
-			s.blocked = false
-			s.scanPage(ctx)
+			// Acks mean processors are taking frames: try the socket again.
+			s.sendHeld()
+		case p := <-ready:
+			s.handle(p)
+		case <-retry:
+			s.sendHeld()
 		case <-t.C:
-			s.blocked = false
+			s.scanFailed = false
 			s.expire()
 			if m := s.missed.Swap(0); m != 0 {
 				s.enterBacklog(m)
@@ -215,16 +257,9 @@ func (s *Sender) Run(ctx context.Context) error {
 	}
 }
 
-// retryBlocked is how soon a backlog scan retries after the socket refused
-// a frame (its high-water mark was reached or no processor is connected).
+// retryBlocked is how soon a backlog frame is sent again after the socket
+// refused it (its high-water mark was reached or no processor is connected).
 const retryBlocked = 5 * time.Millisecond
-
-// closedTimer is always ready: selecting on it means "go on right away".
-var closedTimer = func() <-chan time.Time {
-	c := make(chan time.Time)
-	close(c)
-	return c
-}()
 
 // flushDeliveries records the deliveries made since the last flush. The
 // count is best effort: a crash before a flush leaves it one low, which
@@ -239,11 +274,13 @@ func (s *Sender) flushDeliveries(ctx context.Context) {
 	s.sent = s.sent[:0]
 }
 
+// enterBacklog has the backlog scan cover the pending frames from fromID.
 func (s *Sender) enterBacklog(fromID int64) {
 	if !s.backlog || fromID-1 < s.scanFrom {
 		s.scanFrom = fromID - 1
+		s.restartScan()
 	}
-	s.backlog = true
+	s.backlog, s.rescan = true, true
 }
 
 func (s *Sender) sendFresh(frames []queue.Frame) {
@@ -258,7 +295,7 @@ func (s *Sender) sendFresh(frames []queue.Frame) {
 			s.enterBacklog(f.ID)
 			return
 		}
-		if !s.send(f) {
+		if !s.send(f, nil) {
 			s.enterBacklog(f.ID)
 			return
 		}
@@ -275,8 +312,9 @@ func hasPayloads(f *queue.Frame) bool {
 }
 
 // send encodes and sends f without blocking; it reports false when the
-// socket would block.
-func (s *Sender) send(f *queue.Frame) bool {
+// socket would block. The events notJSON marks (it may be nil) go out as
+// payload_b64, and so does any payload that is not valid UTF-8.
+func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 	delivery := f.Deliveries + 1
 	s.enc.Begin(f.ID, delivery, s.raw.String())
 	for i := range f.Events {
@@ -285,14 +323,13 @@ func (s *Sender) send(f *queue.Frame) bool {
 			Key: e.Key, Source: e.Source, Seq: e.Seq, FetchedAt: e.FetchedAt, EventTime: e.EventTime,
 			Raw: wire.RawRef{Key: e.RawKey, Off: e.RawOff, Len: e.RawLen},
 		}
-		s.enc.Add(&ev, e.Payload, true)
+		s.enc.Add(&ev, e.Payload, notJSON == nil || !notJSON[i])
 	}
 	if _, err := s.sock.SendBytes(s.enc.End(), zmq.DONTWAIT); err != nil {
 		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
 			s.o.Logger.Error("send frame", "frame", f.ID, "err", err)
 		}
 		s.o.Metrics.sendBlocked.Inc()
-		s.blocked = true // until the next tick
 		return false
 	}
 	s.sent = append(s.sent, f.ID)
@@ -301,7 +338,9 @@ func (s *Sender) send(f *queue.Frame) bool {
 	if len(f.Events) > 0 {
 		fetched = f.Events[0].FetchedAt
 	}
+	s.inflightMu.Lock()
 	s.inflight[f.ID] = inflight{deadline: now.Add(s.ackWait(delivery)), fetchedAt: fetched, events: len(f.Events)}
+	s.inflightMu.Unlock()
 	s.inflightN.Store(int64(len(s.inflight)))
 	s.o.Metrics.framesSent.Inc()
 	s.o.Metrics.eventsSent.Add(float64(len(f.Events)))
@@ -330,11 +369,16 @@ func (s *Sender) ackWait(delivery int) time.Duration {
 func (s *Sender) clearAcked(ids []int64) {
 	now := time.Now()
 	for _, id := range ids {
+		if s.backlog && id > s.scanFrom {
+			s.settled[id] = true // the prefetcher may have passed it already
+		}
 		in, ok := s.inflight[id]
 		if !ok {
 			continue
 		}
+		s.inflightMu.Lock()
 		delete(s.inflight, id)
+		s.inflightMu.Unlock()
 		if !in.fetchedAt.IsZero() {
 			s.o.Metrics.fetchToAck.Observe(now.Sub(in.fetchedAt).Seconds())
 			if s.o.OnAck != nil {
@@ -352,7 +396,9 @@ func (s *Sender) expire() {
 	var lowest int64
 	for id, in := range s.inflight {
 		if now.After(in.deadline) {
+			s.inflightMu.Lock()
 			delete(s.inflight, id)
+			s.inflightMu.Unlock()
 			s.o.Metrics.ackTimeouts.Inc()
 			if lowest == 0 || id < lowest {
 				lowest = id
@@ -365,146 +411,69 @@ func (s *Sender) expire() {
 	}
 }
 
-// scanPage is how many frame ids one backlog query returns.
-const scanPage = 256
-
-// scanPage sends pending frames in id order from one page of the queue,
-// until the window is full or the socket would block. An empty page ends
-// the backlog.
-func (s *Sender) scanPage(ctx context.Context) {
-	defer clear(s.rawCache)
-	ids, err := s.q.FramesAfter(ctx, s.scanFrom, scanPage)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.o.Logger.Error("scan queue backlog", "err", err)
-		}
-		s.blocked = true // retry on the next tick
+// requestScan asks the prefetcher for the next page of the backlog when
+// one is due and the window has room.
+func (s *Sender) requestScan() {
+	if !s.backlog || s.requested || s.scanFailed || s.held != nil || len(s.inflight) >= s.o.MaxInflight {
 		return
 	}
-	if len(ids) == 0 {
-		s.backlog = false
+	s.requested, s.rescan = true, false
+	select {
+	case <-s.scanReq: // a superseded request the prefetcher has not taken
+	default:
+	}
+	s.scanReq <- scanRequest{epoch: s.epoch, after: s.scanFrom}
+}
+
+// restartScan starts a new scan epoch: what the prefetcher loaded for the
+// old one is dropped.
+func (s *Sender) restartScan() {
+	s.epoch++
+	s.scanEpoch.Store(s.epoch)
+	s.requested, s.held = false, nil
+	clear(s.settled)
+}
+
+// handle takes one result of the prefetcher.
+func (s *Sender) handle(p prefetched) {
+	if p.epoch != s.epoch {
+		return // loaded for a scan that was restarted since
+	}
+	switch {
+	case p.done:
+		s.requested = false
+		if p.err != nil {
+			s.scanFailed = true // retried on the next tick
+		} else if p.empty && !s.rescan {
+			s.backlog = false
+			clear(s.settled)
+		}
+		return
+	case p.inFlight:
+		if _, busy := s.inflight[p.id]; !busy && !s.settled[p.id] {
+			// Its ack wait ran out after the prefetcher passed it: scan
+			// again from it, so that it is sent again.
+			s.scanFrom = p.id - 1
+			s.restartScan()
+			return
+		}
+	case p.frame != nil && !s.settled[p.id]:
+		if _, busy := s.inflight[p.id]; !busy && !s.send(&p.frame.Frame, p.frame.notJSON) {
+			s.held = p.frame
+			return
+		}
+	}
+	delete(s.settled, p.id)
+	s.scanFrom, s.scanned = p.id, max(s.scanned, p.id)
+}
+
+// sendHeld sends the frame the socket refused, if any.
+func (s *Sender) sendHeld() {
+	f := s.held
+	if f == nil || (!s.settled[f.ID] && !s.send(&f.Frame, f.notJSON)) {
 		return
 	}
-	for _, id := range ids {
-		if len(s.inflight) >= s.o.MaxInflight {
-			return
-		}
-		if _, busy := s.inflight[id]; busy {
-			s.scanFrom = id
-			continue
-		}
-		f, ok, err := s.q.LoadFrame(ctx, id)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.o.Logger.Error("load frame", "frame", id, "err", err)
-			}
-			s.blocked = true
-			return
-		}
-		if !ok || len(f.Events) == 0 {
-			s.scanFrom, s.scanned = id, max(s.scanned, id)
-			continue
-		}
-		if s.o.MaxDeliveries > 0 && f.Deliveries >= s.o.MaxDeliveries {
-			reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
-			n, err := s.q.DeadLetterFrame(ctx, id, reason)
-			if err != nil {
-				s.o.Logger.Error("dead-letter frame", "frame", id, "err", err)
-				s.blocked = true
-				return
-			}
-			s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "events", n, "reason", reason)
-			s.o.Metrics.deadLettered.Inc()
-			s.o.Metrics.eventsDeadLettered.Add(float64(n))
-			s.scanFrom, s.scanned = id, max(s.scanned, id)
-			continue
-		}
-		if ok, err := s.fillOrDeadLetter(ctx, &f); err != nil {
-			if ctx.Err() == nil {
-				s.o.Logger.Error("read raw payloads for resend", "frame", id, "err", err)
-			}
-			s.blocked = true
-			return
-		} else if !ok {
-			s.scanFrom, s.scanned = id, max(s.scanned, id)
-			continue
-		}
-		if !s.send(&f) {
-			return
-		}
-		s.scanFrom, s.scanned = id, max(s.scanned, id)
-	}
-}
-
-// fillOrDeadLetter reads f's payloads from the raw store. Events whose raw
-// object is gone for good (fs.ErrNotExist) can never be delivered: they are
-// dead-lettered, so that they do not hold the backlog up forever, and f is
-// reloaded without them. ok is false when nothing of f is left to send.
-// Any other error is returned: the frame is retried on the next tick.
-func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame) (ok bool, err error) {
-	for {
-		err := s.fillPayloads(ctx, f)
-		var missing *missingRawError
-		if !errors.As(err, &missing) {
-			return err == nil, err
-		}
-		var seqs []int64
-		for _, e := range f.Events {
-			if e.RawKey == missing.key {
-				seqs = append(seqs, e.Seq)
-			}
-		}
-		reason := "raw object missing: " + missing.key
-		n, err := s.q.DeadLetterEvents(ctx, f.ID, seqs, reason)
-		if err != nil {
-			return false, err
-		}
-		s.o.Logger.Warn("events dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", reason)
-		s.o.Metrics.eventsDeadLettered.Add(float64(n))
-		again, pending, err := s.q.LoadFrame(ctx, f.ID)
-		if err != nil {
-			return false, err
-		}
-		if !pending || len(again.Events) == 0 {
-			return false, nil
-		}
-		*f = again
-	}
-}
-
-// missingRawError reports a raw object that no longer exists.
-type missingRawError struct {
-	key string
-	err error
-}
-
-func (e *missingRawError) Error() string { return fmt.Sprintf("raw object %s: %v", e.key, e.err) }
-func (e *missingRawError) Unwrap() error { return e.err }
-
-// maxRawCache bounds the raw objects kept while one scan runs.
-const maxRawCache = 16
-
-func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame) error {
-	for i := range f.Events {
-		e := &f.Events[i]
-		body, ok := s.rawCache[e.RawKey]
-		if !ok {
-			var err error
-			if body, err = s.raw.Get(ctx, e.RawKey); err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return &missingRawError{key: e.RawKey, err: err}
-				}
-				return fmt.Errorf("raw object %s: %w", e.RawKey, err)
-			}
-			if len(s.rawCache) >= maxRawCache {
-				clear(s.rawCache)
-			}
-			s.rawCache[e.RawKey] = body
-		}
-		if e.RawOff < 0 || e.RawOff+e.RawLen > len(body) {
-			return fmt.Errorf("raw object %s: event %d range [%d,+%d) outside %d bytes", e.RawKey, e.Seq, e.RawOff, e.RawLen, len(body))
-		}
-		e.Payload = body[e.RawOff : e.RawOff+e.RawLen]
-	}
-	return nil
+	s.held = nil
+	delete(s.settled, f.ID)
+	s.scanFrom, s.scanned = f.ID, max(s.scanned, f.ID)
 }

@@ -2,16 +2,21 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
 func TestAckWaitBacksOffWithinCeiling(t *testing.T) {
@@ -42,20 +47,7 @@ func TestAckWaitBacksOffWithinCeiling(t *testing.T) {
 // frame's events and goes on to deliver the second.
 func TestMissingRawObjectIsDeadLettered(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	q, err := queue.Open(queue.Options{Path: filepath.Join(dir, "q.db"), EventsPerFrame: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := q.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	raw, err := rawstore.Open(ctx, rawstore.Options{URL: "file://" + filepath.Join(dir, "raw")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, raw := openStores(t)
 	body := []byte(`[{"id":"g0"},{"id":"g1"}]`)
 	if err := raw.Put(ctx, "src/good", body); err != nil {
 		t.Fatal(err)
@@ -68,41 +60,7 @@ func TestMissingRawObjectIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := fmt.Sprintf("inproc://sender-%d", time.Now().UnixNano())
-	s, err := NewSender(zctx, q, raw, SenderOptions{Endpoint: endpoint, HighWaterMark: 100, AckTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pull, err := zctx.NewSocket(zmq.PULL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pull.Connect(endpoint); err != nil {
-		t.Fatal(err)
-	}
-	if err := pull.SetRcvtimeo(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		if err := pull.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := zctx.Term(); err != nil {
-			t.Error(err)
-		}
-	})
+	_, pull := startSender(t, q, raw)
 
 	msg, err := pull.RecvBytes(0)
 	if err != nil {
@@ -122,5 +80,231 @@ func TestMissingRawObjectIsDeadLettered(t *testing.T) {
 	}
 	if q.PendingEvents() != 2 || q.PendingFrames() != 1 {
 		t.Errorf("pending = %d events %d frames, want the good frame's 2 and 1", q.PendingEvents(), q.PendingFrames())
+	}
+}
+
+// TestChangedRawObjectStillMakesValidFrames queues events whose raw object
+// no longer holds JSON at their ranges (changed behind the daemon's back):
+// ASCII that is not JSON, and bytes that are not UTF-8. The backlog frame
+// is still valid UTF-8 JSON: both travel as payload_b64 with those bytes,
+// and the JSON event next to them as payload.
+func TestChangedRawObjectStillMakesValidFrames(t *testing.T) {
+	ctx := t.Context()
+	q, raw := openStores(t)
+	body := []byte("not json|hello\xffwor\n|{\"ok\":1}")
+	if err := raw.Put(ctx, "src/changed", body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/changed", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "ascii", RawLen: 8}, {Key: "binary", RawOff: 9, RawLen: 10}, {Key: "json", RawOff: 20, RawLen: 8}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, pull := startSender(t, q, raw)
+	msg, err := pull.RecvBytes(0)
+	if err != nil {
+		t.Fatalf("no frame delivered: %v", err)
+	}
+	if !utf8.Valid(msg) || !json.Valid(msg) {
+		t.Fatalf("frame is not valid UTF-8 JSON: %q", msg)
+	}
+	f, err := wire.DecodeFrame(msg)
+	if err != nil || len(f.Events) != 3 {
+		t.Fatalf("decode frame %q: %+v, %v", msg, f, err)
+	}
+	for i, want := range []struct{ payload, b64 string }{{b64: "not json"}, {b64: "hello\xffwor\n"}, {payload: `{"ok":1}`}} {
+		if e := f.Events[i]; string(e.Payload) != want.payload || string(e.PayloadBase64) != want.b64 {
+			t.Errorf("event %s: payload %q payload_b64 %q, want %q and %q", e.Key, e.Payload, e.PayloadBase64, want.payload, want.b64)
+		}
+	}
+}
+
+// TestSlowRawStoreDoesNotBlockAcks stalls the raw store (a file store whose
+// Get waits for the test) while the Sender reads a backlog frame from it.
+// Acks must keep being applied meanwhile: the frame in flight is cleared,
+// and Acked, which the ack receiver calls for every burst, never waits for
+// the stalled read. Once the store answers, the backlog frame is sent.
+func TestSlowRawStoreDoesNotBlockAcks(t *testing.T) {
+	ctx := t.Context()
+	q, file := openStores(t)
+	raw := &gatedStore{Store: file, release: make(chan struct{}), waiting: make(chan struct{}, 1)}
+	t.Cleanup(raw.open)
+	for _, key := range []string{"src/a", "src/b"} {
+		if err := raw.Put(ctx, key, []byte(`[{"id":"x"}]`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/a", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "a", RawOff: 1, RawLen: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	s, pull := startSender(t, q, raw)
+	if msg, err := pull.RecvBytes(0); err != nil || !strings.Contains(string(msg), `"key":"a"`) {
+		t.Fatalf("first frame = %s (%v), want the one holding a", msg, err)
+	}
+
+	raw.stall()
+	frames, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/b", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "b", RawOff: 1, RawLen: 10}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range frames {
+		for j := range frames[i].Events {
+			frames[i].Events[j].Payload = nil // read back from the raw store, as for a replay
+		}
+	}
+	s.Submit(frames)
+	select {
+	case <-raw.waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Sender never read the second frame's raw object")
+	}
+
+	cleared, err := q.Ack(ctx, []int64{1}, nil)
+	if err != nil || len(cleared) != 1 {
+		t.Fatalf("ack frame 1: cleared %v, %v", cleared, err)
+	}
+	// More bursts than the Sender buffers: each must be taken promptly.
+	const bound = 5 * time.Second
+	for i := range 2 * cap(s.acked) {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		s.Acked(actx, cleared)
+		blocked := actx.Err() != nil
+		cancel()
+		if blocked {
+			t.Fatalf("Acked call %d waited %v while the raw store was stalled", i+1, bound)
+		}
+	}
+	waitFor(t, "the acked frame cleared from the window during the stall", 10*time.Second, func() bool { return s.Inflight() == 0 })
+
+	raw.open()
+	msg, err := pull.RecvBytes(0)
+	if err != nil || !strings.Contains(string(msg), `"key":"b"`) {
+		t.Fatalf("frame after the stall = %s (%v), want the one holding b", msg, err)
+	}
+}
+
+// gatedStore is a raw store whose Get waits, once stall was called, until
+// open is called or its context ends.
+type gatedStore struct {
+	rawstore.Store
+	stalled atomic.Bool
+	once    sync.Once
+	release chan struct{}
+	// waiting receives a value when a Get starts waiting.
+	waiting chan struct{}
+}
+
+func (g *gatedStore) stall() { g.stalled.Store(true) }
+
+func (g *gatedStore) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gatedStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if g.stalled.Load() {
+		select {
+		case g.waiting <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Store.Get(ctx, key)
+}
+
+// openStores opens a queue and a file raw store in a temp dir.
+func openStores(t *testing.T) (*queue.Queue, rawstore.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	q, err := queue.Open(queue.Options{Path: filepath.Join(dir, "q.db"), EventsPerFrame: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := q.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	raw, err := rawstore.Open(t.Context(), rawstore.Options{URL: "file://" + filepath.Join(dir, "raw")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, raw
+}
+
+// startSender runs a Sender on q and raw until the test ends, with a PULL
+// socket connected to it that waits up to 10s for a frame.
+func startSender(t *testing.T, q *queue.Queue, raw rawstore.Store) (*Sender, *zmq.Socket) {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("inproc://sender-%d", time.Now().UnixNano())
+	s, err := NewSender(zctx, q, raw, SenderOptions{Endpoint: endpoint, HighWaterMark: 100, AckTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pull.Connect(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if err := pull.SetRcvtimeo(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		if err := pull.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := zctx.Term(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, pull
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFramePassedInFlightThenExpiredIsScannedAgain covers a frame the
+// prefetcher found in flight whose ack wait ran out before the loop took
+// that answer: the scan restarts from it, so it is sent again, while a
+// frame acked meanwhile is just skipped.
+func TestFramePassedInFlightThenExpiredIsScannedAgain(t *testing.T) {
+	s := &Sender{o: SenderOptions{MaxInflight: 10}, inflight: map[int64]inflight{}, settled: map[int64]bool{},
+		backlog: true, scanFrom: 4, epoch: 1, requested: true}
+	s.clearAcked([]int64{6}) // acked while in flight, after the prefetcher passed it
+	s.handle(prefetched{epoch: 1, id: 6, inFlight: true})
+	if s.epoch != 1 || s.scanFrom != 6 {
+		t.Fatalf("acked frame 6: epoch %d scanFrom %d, want the scan to go on past it (1, 6)", s.epoch, s.scanFrom)
+	}
+	s.handle(prefetched{epoch: 1, id: 7, inFlight: true}) // 7's ack wait ran out: not in flight, not acked
+	if s.epoch != 2 || s.scanFrom != 6 || s.requested {
+		t.Fatalf("expired frame 7: epoch %d scanFrom %d requested %v, want a new scan from 7 (2, 6, false)", s.epoch, s.scanFrom, s.requested)
+	}
+	s.handle(prefetched{epoch: 1, id: 8, inFlight: true})
+	if s.scanFrom != 6 {
+		t.Errorf("an answer of the old scan moved scanFrom to %d", s.scanFrom)
 	}
 }

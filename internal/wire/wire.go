@@ -134,7 +134,9 @@ func (e *Encoder) Begin(id int64, delivery int, rawStore string) {
 }
 
 // Add appends one event. payloadIsJSON says whether payload is a JSON value
-// to embed as is; otherwise it is sent base64-encoded.
+// to embed as is; otherwise, and also when payload is not valid UTF-8, it is
+// sent base64-encoded as payload_b64, so that a frame is always valid UTF-8
+// JSON (PROTOCOL.md, Events frame).
 func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 	b := e.buf
 	if b[len(b)-1] != '[' {
@@ -161,7 +163,7 @@ func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 	b = append(b, `,"len":`...)
 	b = strconv.AppendInt(b, int64(ev.Raw.Len), 10)
 	b = append(b, '}')
-	if payloadIsJSON {
+	if payloadIsJSON && utf8.Valid(payload) {
 		b = append(b, `,"payload":`...)
 		b = append(b, payload...)
 	} else {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // awkwardStrings are keys and sources that need escaping or replacement.
@@ -214,6 +215,34 @@ func TestEncoderEmptyFrame(t *testing.T) {
 	}
 	if f.ID != 5 || len(f.Events) != 0 {
 		t.Errorf("decoded %+v, want frame 5 with no events", f)
+	}
+}
+
+// TestEncoderSendsInvalidUTF8AsBase64 checks the rule of PROTOCOL.md's
+// Events frame: a JSON payload holding bytes that are not valid UTF-8 (a
+// raw 0xFF inside a string, as an upstream may send) travels as
+// payload_b64 with exactly its bytes, so the frame stays valid UTF-8, while
+// a valid payload next to it is still embedded verbatim.
+func TestEncoderSendsInvalidUTF8AsBase64(t *testing.T) {
+	good := []byte(`{"id":"g","s":"caf\u00e9 é"}`)
+	bad := []byte("{\"id\":\"b\",\"s\":\"caf\xe9 \xff\"}")
+	var enc Encoder
+	enc.Begin(9, 1, "file:///raw")
+	enc.Add(&Event{Key: "g", Source: "s"}, good, true)
+	enc.Add(&Event{Key: "b", Source: "s"}, bad, true)
+	data := enc.End()
+	if !utf8.Valid(data) || !json.Valid(data) {
+		t.Fatalf("frame is not valid UTF-8 JSON:\n%q", data)
+	}
+	f, err := DecodeFrame(data)
+	if err != nil {
+		t.Fatalf("DecodeFrame: %v\n%s", err, data)
+	}
+	if g := f.Events[0]; !bytes.Equal(g.Payload, good) || g.PayloadBase64 != nil {
+		t.Errorf("valid payload = %s / b64 %q, want it embedded verbatim", g.Payload, g.PayloadBase64)
+	}
+	if b := f.Events[1]; b.Payload != nil || !bytes.Equal(b.PayloadBase64, bad) {
+		t.Errorf("invalid UTF-8 payload = %s / b64 %q, want payload_b64 holding %q", b.Payload, b.PayloadBase64, bad)
 	}
 }
 

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+// TestMalformedPagesDuringOutageStayInWindow takes the file raw store away
+// (its directory replaced by a plain file, so every write fails) while an
+// upstream serves nothing but malformed 1 MiB pages. Each malformed payload
+// waiting to be dead-lettered holds its body, so they must stay within the
+// source's inflight_batches window like batches do: the payloads held
+// (ingestor_raw_writes_pending) never exceed it, the source stops fetching
+// once it is full, and the heap stays small. Once the store is back, every
+// malformed payload served is stored under deadletter/ and listed, and the
+// good records served afterwards arrive.
+func TestMalformedPagesDuringOutageStayInWindow(t *testing.T) {
+	const window = 2
+	malformed := bytes.Repeat([]byte("not json "), (1<<20)/9)
+	var mode atomic.Int32 // 0: empty pages, 1: malformed, 2: good records
+	var served atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch mode.Load() {
+		case 1:
+			served.Add(1)
+			if _, err := w.Write(malformed); err != nil {
+				t.Logf("upstream: write malformed page: %v", err)
+			}
+		case 2:
+			fmt.Fprint(w, `[{"id":"g-1","seq":1},{"id":"g-2","seq":2}]`)
+		default:
+			fmt.Fprint(w, `[]`)
+		}
+	}))
+	t.Cleanup(up.Close)
+	h := startDaemon(t, "", "", fmt.Sprintf(`
+[source.bad]
+kind = "http_poll"
+poll_url = %q
+interval = "10ms"
+jitter = "0%%"
+timeout = "5s"
+inflight_batches = %d
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+`, up.URL, window))
+	seen := newSeenSet()
+	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Key)
+		return nil
+	})
+	reg := h.d.Registry()
+	waitFor(t, "the source polling", 10*time.Second, func() bool {
+		return metric(t, reg, "ingestor_source_polls_total", "source", "bad", "result", "ok") > 0
+	})
+
+	rawDir := filepath.Join(h.dir, "raw")
+	away := rawDir + ".away"
+	if err := os.Rename(rawDir, away); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rawDir, []byte("the raw store is down"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	mode.Store(1)
+
+	// Each payload held is retried with backoff; wait for several failed
+	// writes per window slot, sampling what is held meanwhile.
+	var held float64
+	waitFor(t, "failed raw writes during the outage", 30*time.Second, func() bool {
+		held = max(held, metric(t, reg, "ingestor_raw_writes_pending"))
+		return metric(t, reg, "ingestor_raw_put_errors_total") >= 4*window
+	})
+	held = max(held, metric(t, reg, "ingestor_raw_writes_pending"))
+	runtime.GC()
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	growth := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("outage: %d malformed pages fetched, at most %v payloads held, heap grew %d KiB", served.Load(), held, growth>>10)
+	if held > window {
+		t.Errorf("%v payloads held during the outage, want at most the window of %d", held, window)
+	}
+	if n := served.Load(); n > window {
+		t.Errorf("%d malformed pages fetched during the outage, want at most the window of %d", n, window)
+	}
+	if growth > 48<<20 {
+		t.Errorf("heap grew by %d MiB during the outage, want a few MiB", growth>>20)
+	}
+
+	mode.Store(2)
+	if err := os.Remove(rawDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(away, rawDir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "good records delivered", 60*time.Second, func() bool { return seen.count("g-1") > 0 && seen.count("g-2") > 0 })
+	waitFor(t, "every malformed page dead-lettered", 60*time.Second, func() bool {
+		dl, err := h.d.Queue().DeadLetters(t.Context(), 1000)
+		return err == nil && int64(len(dl)) == served.Load()
+	})
+	dl, err := h.d.Queue().DeadLetters(t.Context(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dl {
+		if !strings.HasPrefix(d.RawKey, "deadletter/bad/") {
+			t.Errorf("dead letter %+v not stored under deadletter/", d)
+		}
+		body, err := h.d.raw.Get(t.Context(), d.RawKey)
+		if err != nil || !bytes.Equal(body, malformed) {
+			t.Errorf("dead letter %s: %d bytes stored (%v), want the %d bytes served", d.RawKey, len(body), err, len(malformed))
+		}
+	}
+	waitFor(t, "nothing held", 10*time.Second, func() bool { return metric(t, reg, "ingestor_raw_writes_pending") == 0 })
+}

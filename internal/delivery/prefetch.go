@@ -1,0 +1,252 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
+	"github.com/ingestorhq/ingestor/internal/queue"
+)
+
+// scanPage is how many frame ids one backlog query returns.
+const scanPage = 256
+
+// prefetchDepth is how many loaded frames may wait for the loop. With the
+// frame the prefetcher holds and the raw objects it caches (maxRawCache),
+// it bounds the memory the backlog scan uses beyond the in-flight window.
+const prefetchDepth = 4
+
+// maxRawCache bounds the raw objects the prefetcher keeps while it serves
+// one request.
+const maxRawCache = 16
+
+// scanRequest asks the prefetcher for the pending frames after the id after,
+// one page of them.
+type scanRequest struct {
+	epoch uint64
+	after int64
+}
+
+// readyFrame is a backlog frame with its payloads, ready to send.
+type readyFrame struct {
+	queue.Frame
+	// notJSON marks the events whose bytes, read back from the raw store,
+	// are not JSON text; they are sent as payload_b64. It is nil when all
+	// of them are JSON, as they were when their source parsed them.
+	notJSON []bool
+}
+
+// prefetched is one answer to a scanRequest. The answers to a request come
+// in id order, one per frame of the page, then one with done set.
+type prefetched struct {
+	epoch uint64
+	// id is the frame handled; frame is nil when there is nothing of it to
+	// send: it is no longer pending, was dead-lettered, or was in flight
+	// (inFlight).
+	id       int64
+	frame    *readyFrame
+	inFlight bool
+	// done ends the answers to the request: empty reports that no pending
+	// frame follows the request's id, err that the queue or the raw store
+	// failed (the loop retries on its next tick).
+	done  bool
+	empty bool
+	err   error
+}
+
+// prefetch serves the loop's scan requests until ctx ends. It runs on its
+// own goroutine and never touches the socket: it reads the queue and the
+// raw store and dead-letters what can never be sent.
+func (s *Sender) prefetch(ctx context.Context) {
+	cache := make(map[string][]byte)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.scanReq:
+			s.scan(ctx, r, cache)
+			clear(cache)
+		}
+	}
+}
+
+// scan answers r, giving up when the loop starts a new epoch.
+func (s *Sender) scan(ctx context.Context, r scanRequest, cache map[string][]byte) {
+	answer := func(p prefetched) bool {
+		p.epoch = r.epoch
+		select {
+		case s.ready <- p:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			s.o.Logger.Error("scan queue backlog", "err", err)
+		}
+		answer(prefetched{done: true, err: err})
+	}
+	ids, err := s.q.FramesAfter(ctx, r.after, scanPage)
+	if err != nil {
+		fail(err)
+		return
+	}
+	for _, id := range ids {
+		if s.scanEpoch.Load() != r.epoch {
+			return // superseded: the loop drops what this epoch sends
+		}
+		if s.isInflight(id) {
+			if !answer(prefetched{id: id, inFlight: true}) {
+				return
+			}
+			continue
+		}
+		f, err := s.prefetchFrame(ctx, id, cache)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if !answer(prefetched{id: id, frame: f}) {
+			return
+		}
+	}
+	answer(prefetched{done: true, empty: len(ids) == 0})
+}
+
+// isInflight reports whether frame id is sent and waiting for its ack.
+func (s *Sender) isInflight(id int64) bool {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	_, ok := s.inflight[id]
+	return ok
+}
+
+// prefetchFrame loads pending frame id, which is not in flight, with its
+// payloads. It returns nil when there is nothing to send: the frame is no
+// longer pending, or was dead-lettered here (max_deliveries reached, or
+// every raw object gone). Only the loop sends frames, and only frames this
+// returned for the current epoch, so a frame not in flight when scan looked
+// stays so until the loop gets it.
+func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache map[string][]byte) (*readyFrame, error) {
+	f, ok, err := s.q.LoadFrame(ctx, id)
+	if err != nil || !ok || len(f.Events) == 0 {
+		return nil, err
+	}
+	if s.o.MaxDeliveries > 0 && f.Deliveries >= s.o.MaxDeliveries {
+		reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
+		n, err := s.q.DeadLetterFrame(ctx, id, reason)
+		if err != nil {
+			return nil, err
+		}
+		s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "events", n, "reason", reason)
+		s.o.Metrics.deadLettered.Inc()
+		s.o.Metrics.eventsDeadLettered.Add(float64(n))
+		return nil, nil
+	}
+	if ok, err := s.fillOrDeadLetter(ctx, &f, cache); err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("read raw payloads of frame %d for resend: %w", id, err)
+		}
+		return nil, err
+	}
+	r := &readyFrame{Frame: f, notJSON: s.checkJSON(&f)}
+	return r, nil
+}
+
+// checkJSON returns which of f's payloads are not JSON text (nil if all
+// are). Every source validated its records before they were queued, so
+// this finds only a raw object changed since: those bytes still go out,
+// but as payload_b64, so that the frame stays valid JSON.
+func (s *Sender) checkJSON(f *queue.Frame) []bool {
+	var notJSON []bool
+	var d jsonscan.Decoder
+	for i := range f.Events {
+		e := &f.Events[i]
+		d.Reset(e.Payload)
+		if _, _, err := d.Value(); err == nil && d.End() == nil {
+			continue
+		}
+		if notJSON == nil {
+			notJSON = make([]bool, len(f.Events))
+		}
+		notJSON[i] = true
+		s.o.Logger.Warn("raw object bytes of an event are not JSON; sending them as payload_b64",
+			"frame", f.ID, "source", e.Source, "key", e.Key, "raw_key", e.RawKey, "off", e.RawOff, "len", e.RawLen)
+	}
+	return notJSON
+}
+
+// fillOrDeadLetter reads f's payloads from the raw store. Events whose raw
+// object is gone for good (fs.ErrNotExist) can never be delivered: they are
+// dead-lettered, so that they do not hold the backlog up forever, and f is
+// reloaded without them. ok is false when nothing of f is left to send.
+// Any other error is returned: the frame is retried on the next tick.
+func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame, cache map[string][]byte) (ok bool, err error) {
+	for {
+		err := s.fillPayloads(ctx, f, cache)
+		var missing *missingRawError
+		if !errors.As(err, &missing) {
+			return err == nil, err
+		}
+		var seqs []int64
+		for _, e := range f.Events {
+			if e.RawKey == missing.key {
+				seqs = append(seqs, e.Seq)
+			}
+		}
+		reason := "raw object missing: " + missing.key
+		n, err := s.q.DeadLetterEvents(ctx, f.ID, seqs, reason)
+		if err != nil {
+			return false, err
+		}
+		s.o.Logger.Warn("events dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", reason)
+		s.o.Metrics.eventsDeadLettered.Add(float64(n))
+		again, pending, err := s.q.LoadFrame(ctx, f.ID)
+		if err != nil {
+			return false, err
+		}
+		if !pending || len(again.Events) == 0 {
+			return false, nil
+		}
+		*f = again
+	}
+}
+
+// missingRawError reports a raw object that no longer exists.
+type missingRawError struct {
+	key string
+	err error
+}
+
+func (e *missingRawError) Error() string { return fmt.Sprintf("raw object %s: %v", e.key, e.err) }
+func (e *missingRawError) Unwrap() error { return e.err }
+
+// fillPayloads sets the payloads of f's events from their raw objects,
+// through cache.
+func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache map[string][]byte) error {
+	for i := range f.Events {
+		e := &f.Events[i]
+		body, ok := cache[e.RawKey]
+		if !ok {
+			var err error
+			if body, err = s.raw.Get(ctx, e.RawKey); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return &missingRawError{key: e.RawKey, err: err}
+				}
+				return fmt.Errorf("raw object %s: %w", e.RawKey, err)
+			}
+			if len(cache) >= maxRawCache {
+				clear(cache)
+			}
+			cache[e.RawKey] = body
+		}
+		if e.RawOff < 0 || e.RawOff+e.RawLen > len(body) {
+			return fmt.Errorf("raw object %s: event %d range [%d,+%d) outside %d bytes", e.RawKey, e.Seq, e.RawOff, e.RawLen, len(body))
+		}
+		e.Payload = body[e.RawOff : e.RawOff+e.RawLen]
+	}
+	return nil
+}
