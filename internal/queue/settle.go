@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
 // KeyAck acknowledges one event of a frame.
@@ -129,14 +132,31 @@ const pendingEvents = `SELECT e.id, e.frame_id, e.source, e.key, j.key FROM json
 	JOIN frames f ON f.id = e.frame_id WHERE e.acked = 0`
 
 // refsJSON encodes the entries named by ref(i), i < n, as a JSON array of
-// [source, key, frame] arrays for pendingEvents.
-func refsJSON(n int, ref func(i int) eventRef) ([]byte, error) {
-	rows := make([][3]any, n)
-	for i := range rows {
+// [source, key, frame] arrays for pendingEvents. It appends rather than
+// marshals: a maximal ack names 16384 entries, and json.Marshal of them
+// through interfaces took a fifth of the time settling it takes.
+func refsJSON(n int, ref func(i int) eventRef) []byte {
+	size := 2
+	for i := range n {
 		r := ref(i)
-		rows[i] = [3]any{r.source, r.key, r.frame}
+		size += len(r.source) + len(r.key) + 30 // quotes, commas, brackets, the frame id
 	}
-	return json.Marshal(rows)
+	b := make([]byte, 0, size)
+	b = append(b, '[')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		r := ref(i)
+		b = append(b, '[')
+		b = wire.AppendString(b, r.source)
+		b = append(b, ',')
+		b = wire.AppendString(b, r.key)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, r.frame, 10)
+		b = append(b, ']')
+	}
+	return append(b, ']')
 }
 
 // found is a pending event that an entry named.
@@ -152,11 +172,7 @@ func (st *settler) findPending(n int, ref func(i int) eventRef) ([]found, error)
 	if n == 0 {
 		return nil, nil
 	}
-	arg, err := refsJSON(n, ref)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := st.tx.Query(pendingEvents, arg)
+	rows, err := st.tx.Query(pendingEvents, refsJSON(n, ref))
 	if err != nil {
 		return nil, err
 	}

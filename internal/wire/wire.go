@@ -128,7 +128,7 @@ func (e *Encoder) Begin(id int64, delivery int, rawStore string) {
 	b = append(b, `,"delivery":`...)
 	b = strconv.AppendInt(b, int64(delivery), 10)
 	b = append(b, `,"raw_store":`...)
-	b = appendString(b, rawStore)
+	b = AppendString(b, rawStore)
 	b = append(b, `,"events":[`...)
 	e.buf = b
 }
@@ -143,9 +143,9 @@ func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 		b = append(b, ',')
 	}
 	b = append(b, `{"key":`...)
-	b = appendString(b, ev.Key)
+	b = AppendString(b, ev.Key)
 	b = append(b, `,"source":`...)
-	b = appendString(b, ev.Source)
+	b = AppendString(b, ev.Source)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, ev.Seq, 10)
 	b = append(b, `,"fetched_at":"`...)
@@ -157,7 +157,7 @@ func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 		b = append(b, '"')
 	}
 	b = append(b, `,"raw":{"key":`...)
-	b = appendString(b, ev.Raw.Key)
+	b = AppendString(b, ev.Raw.Key)
 	b = append(b, `,"off":`...)
 	b = strconv.AppendInt(b, int64(ev.Raw.Off), 10)
 	b = append(b, `,"len":`...)
@@ -183,7 +183,7 @@ func (e *Encoder) End() []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// safeSet marks the ASCII bytes that appendString copies unescaped: exactly
+// safeSet marks the ASCII bytes that AppendString copies unescaped: exactly
 // those encoding/json leaves alone with its default HTML escaping, so every
 // control byte, '"', '\\', '<', '>' and '&' are escaped.
 var safeSet = func() (t [utf8.RuneSelf]bool) {
@@ -197,10 +197,10 @@ var safeSet = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// appendString appends s as a JSON string, byte for byte as json.Marshal
+// AppendString appends s to b as a JSON string, byte for byte as json.Marshal
 // writes it: invalid UTF-8 becomes U+FFFD, and '<', '>', '&', U+2028 and
 // U+2029 are escaped as \u sequences.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -48,9 +48,9 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatalf("marshal %q: %v", s, err)
 		}
-		got := appendString([]byte("prefix"), s)
+		got := AppendString([]byte("prefix"), s)
 		if !bytes.Equal(got, append([]byte("prefix"), want...)) {
-			t.Errorf("appendString(%q)\n got %s\nwant prefix%s", s, got, want)
+			t.Errorf("AppendString(%q)\n got %s\nwant prefix%s", s, got, want)
 		}
 	}
 }
