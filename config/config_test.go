@@ -79,7 +79,7 @@ func TestGoodFiles(t *testing.T) {
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full",
-					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 8 << 20},
+					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -522,9 +522,9 @@ func TestDefaultAckMaxMessageBytes(t *testing.T) {
 		frames, events int
 		want           int64
 	}{
-		{1024, 100, 8 << 20}, // the defaults: the entry cap counts
-		{64, 500, 8 << 20},
-		{40, 100, 2000 << 10},
+		{1024, 100, 4 << 20}, // the defaults: the entry cap counts
+		{64, 500, 4 << 20},
+		{80, 100, 2000 << 10},
 		{10, 10, 1 << 20}, // the floor
 		{1, 1, 1 << 20},
 	} {

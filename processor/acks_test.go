@@ -102,7 +102,7 @@ func TestLargestAckFitsTheDaemonsLimits(t *testing.T) {
 		perFrame, reason int
 		limit            int
 	}{
-		{10000, 10, 8 << 20},
+		{10000, 10, 4 << 20},
 		{100, maxReasonBytes, 1 << 20},
 	} {
 		var b ackBatch

@@ -374,7 +374,7 @@ func TestMalformedAcks(t *testing.T) {
 		{"unknown frames", []string{`{"v":1,"type":"ack","frames":[%[1]d,9223372036854775807]}`}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newAckRig(t, "tcp://127.0.0.1:*", 8<<20)
+			r := newAckRig(t, "tcp://127.0.0.1:*", defaultAckLimit)
 			r.start()
 			id := r.frame(t, "k0", "k1")
 			parts := make([]string, len(tc.parts))
@@ -463,25 +463,36 @@ func TestOversizeAckDropsTheConnection(t *testing.T) {
 	waitFor(t, "an ack of exactly the limit to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 }
 
-// maximalAck returns an ack of wire.MaxAckEntries key acks naming unknown
-// events of pending frame id, each key keyBytes long, and padded with an
-// unknown field to about size bytes. Long keys make the slowest ack to
-// settle: each key is looked up.
-func maximalAck(id int64, keyBytes, size int) string {
+// maximalAck returns an ack of as many key acks naming unknown events of
+// pending frame id as fit in size bytes, at most wire.MaxAckEntries, each
+// key keyBytes long, padded with an unknown field to size bytes, and the
+// number of key acks. Long keys make the slowest ack to settle: each key
+// is decoded and looked up.
+func maximalAck(id int64, keyBytes, size int) (string, int) {
 	var b strings.Builder
 	b.WriteString(`{"v":1,"type":"ack","keys":[`)
+	const tail = `],"pad":""}`
 	pad := strings.Repeat("p", keyBytes-len("unknown-00000-"))
-	for i := range wire.MaxAckEntries {
-		if i > 0 {
+	n := 0
+	for ; n < wire.MaxAckEntries; n++ {
+		entry := fmt.Sprintf(`{"frame":%d,"source":"src","key":"unknown-%05d-%s"}`, id, n, pad)
+		if b.Len()+1+len(entry)+len(tail) > size {
+			break
+		}
+		if n > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, `{"frame":%d,"source":"src","key":"unknown-%05d-%s"}`, id, i, pad)
+		b.WriteString(entry)
 	}
 	b.WriteString(`],"pad":"`)
 	b.WriteString(strings.Repeat("p", max(size-b.Len()-2, 0)))
 	b.WriteString(`"}`)
-	return b.String()
+	return b.String(), n
 }
+
+// defaultAckLimit is publish.ack_max_message_bytes with the default
+// settings (config.DefaultAckMaxMessageBytes(1024, 100)).
+const defaultAckLimit = 4 << 20
 
 // ackAfterMaximal sends a maximal ack, then right after it a valid ack of
 // a frame of its own, and returns how long the valid one took to be
@@ -496,42 +507,42 @@ func ackAfterMaximal(t testing.TB, r *ackRig, maximal string) time.Duration {
 }
 
 // TestMaximalAckDoesNotStarveOthers measures how long a valid ack sent
-// right after a maximal one waits: the maximal one (the default 8 MiB
-// limit, the most entries, keys of 470 bytes) is decoded and settled on its own,
-// as a burst closes at wire.MaxAckEntries entries, with one lookup
+// right after a maximal one waits: the maximal one (the default limit,
+// filled with key acks of 200 bytes, which makes about the most entries,
+// wire.MaxAckEntries, with the longest keys) is decoded and settled on its
+// own, as a burst closes at wire.MaxAckEntries entries, with one lookup
 // statement per kind of entry. BenchmarkAckAfterMaximal measures it
-// without the race detector. The bound here is loose, for -race on busy
-// machines; before the limits, such an ack held the others up for
-// seconds, and a bigger one for minutes.
+// without the race detector (make bench). The bound here is loose, for
+// -race on busy machines; before the limits, such an ack held the others
+// up for seconds, and a bigger one for minutes.
 func TestMaximalAckDoesNotStarveOthers(t *testing.T) {
-	const limit = 8 << 20
-	r := newAckRig(t, "tcp://127.0.0.1:*", limit)
+	r := newAckRig(t, "tcp://127.0.0.1:*", defaultAckLimit)
 	r.start()
-	maximal := maximalAck(r.frame(t, "p0", "p1"), 470, limit)
-	if len(maximal) != limit {
-		t.Fatalf("the maximal ack is %d bytes, want %d", len(maximal), limit)
+	maximal, entries := maximalAck(r.frame(t, "p0", "p1"), 200, defaultAckLimit)
+	if len(maximal) != defaultAckLimit || entries < wire.MaxAckEntries*9/10 {
+		t.Fatalf("the maximal ack is %d bytes with %d entries, want %d bytes and about %d", len(maximal), entries, defaultAckLimit, wire.MaxAckEntries)
 	}
 	took := ackAfterMaximal(t, r, maximal)
-	t.Logf("a valid ack sent right after a maximal one (%d entries, %d bytes) was applied %v later", wire.MaxAckEntries, len(maximal), took)
+	t.Logf("a valid ack sent right after a maximal one (%d entries, %d bytes) was applied %v later", entries, len(maximal), took)
 	if took > 10*time.Second {
 		t.Errorf("the valid ack waited %v", took)
 	}
-	if got := r.counter(t, "ingestor_acks_unknown_total"); got != wire.MaxAckEntries {
-		t.Errorf("unknown acks = %v, want %d", got, wire.MaxAckEntries)
+	if got := r.counter(t, "ingestor_acks_unknown_total"); got != float64(entries) {
+		t.Errorf("unknown acks = %v, want %d", got, entries)
 	}
 }
 
 // BenchmarkAckAfterMaximal reports, per op, how long a valid ack sent
 // right after a maximal ack of the default size limit takes to be
-// applied, for keys of 20 bytes (the rest of the ack is an unknown field)
-// and of 470 bytes.
+// applied, for keys of 20 bytes (16384 entries, the rest of the ack an
+// unknown field), 200 bytes (about the most entries with the longest
+// keys) and 470 bytes (fewer, longer keys).
 func BenchmarkAckAfterMaximal(b *testing.B) {
-	const limit = 8 << 20
-	for _, keyBytes := range []int{20, 470} {
+	for _, keyBytes := range []int{20, 200, 470} {
 		b.Run(fmt.Sprintf("key-bytes=%d", keyBytes), func(b *testing.B) {
-			r := newAckRig(b, "tcp://127.0.0.1:*", limit)
+			r := newAckRig(b, "tcp://127.0.0.1:*", defaultAckLimit)
 			r.start()
-			maximal := maximalAck(r.frame(b, "p0", "p1"), keyBytes, limit)
+			maximal, _ := maximalAck(r.frame(b, "p0", "p1"), keyBytes, defaultAckLimit)
 			for b.Loop() {
 				ackAfterMaximal(b, r, maximal)
 			}
