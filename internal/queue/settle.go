@@ -212,11 +212,12 @@ func (st *settler) take(counts map[int64]int) error {
 	return nil
 }
 
-// nackPermanent dead-letters the events that permanent nacks name.
-func (st *settler) nackPermanent(all []NackInput) error {
+// findNacks returns the nacks of all that are permanent (or not), and the
+// pending events they name; the others count as unknown.
+func (st *settler) findNacks(all []NackInput, permanent bool) ([]NackInput, []found, error) {
 	var nacks []NackInput
 	for _, nk := range all {
-		if nk.Permanent {
+		if nk.Permanent == permanent {
 			nacks = append(nacks, nk)
 		}
 	}
@@ -224,11 +225,17 @@ func (st *settler) nackPermanent(all []NackInput) error {
 		return eventRef{nacks[i].Frame, nacks[i].Source, nacks[i].Key}
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	st.out.Unknown += len(nacks) - len(hits)
-	if len(hits) == 0 {
-		return nil
+	return nacks, hits, nil
+}
+
+// nackPermanent dead-letters the events that permanent nacks name.
+func (st *settler) nackPermanent(all []NackInput) error {
+	nacks, hits, err := st.findNacks(all, true)
+	if err != nil || len(hits) == 0 {
+		return err
 	}
 	bury, err := st.tx.Prepare(`UPDATE events SET dead = 1, acked = 1 WHERE id = ?
 		RETURNING (SELECT coalesce(r.key, '') FROM raw_objects r WHERE r.id = events.raw_id),
@@ -236,8 +243,7 @@ func (st *settler) nackPermanent(all []NackInput) error {
 	if err != nil {
 		return err
 	}
-	insert, err := st.tx.Prepare(`INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key, deliveries, history)
-		VALUES (?,?,?,?,?,?,?,?,?)`)
+	insert, err := st.tx.Prepare(insertEventDeadLetter)
 	if err != nil {
 		return errors.Join(err, bury.Close())
 	}
@@ -271,21 +277,9 @@ func (st *settler) nackPermanent(all []NackInput) error {
 // nackRetryable records the reasons of retryable nacks as their events'
 // last errors.
 func (st *settler) nackRetryable(all []NackInput) error {
-	var nacks []NackInput
-	for _, nk := range all {
-		if !nk.Permanent {
-			nacks = append(nacks, nk)
-		}
-	}
-	hits, err := st.findPending(len(nacks), func(i int) eventRef {
-		return eventRef{nacks[i].Frame, nacks[i].Source, nacks[i].Key}
-	})
-	if err != nil {
+	nacks, hits, err := st.findNacks(all, false)
+	if err != nil || len(hits) == 0 {
 		return err
-	}
-	st.out.Unknown += len(nacks) - len(hits)
-	if len(hits) == 0 {
-		return nil
 	}
 	record, err := st.tx.Prepare(`UPDATE events SET last_error = ? WHERE id = ?`)
 	if err != nil {
@@ -537,8 +531,7 @@ func deadLetterWhere(tx *sql.Tx, id int64, now time.Time, match func(seq int64, 
 		if _, err := tx.Exec(`UPDATE events SET dead = 1, acked = 1 WHERE id = ?`, v.seq); err != nil {
 			return 0, false, err
 		}
-		if _, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key, deliveries, history)
-			VALUES (?,?,?,?,?,?,?,?,?)`, v.source, why, v.raw, id, now.UnixNano(), v.seq, v.key, deliveries,
+		if _, err := tx.Exec(insertEventDeadLetter, v.source, why, v.raw, id, now.UnixNano(), v.seq, v.key, deliveries,
 			historyLine(now, "dead-lettered", why)); err != nil {
 			return 0, false, err
 		}
@@ -549,6 +542,11 @@ func deadLetterWhere(tx *sql.Tx, id int64, now time.Time, match func(seq int64, 
 	}
 	return len(vs), cleared, nil
 }
+
+// insertEventDeadLetter lists one event as a dead letter: source, reason,
+// raw key, frame id, time, seq, key, deliveries and history.
+const insertEventDeadLetter = `INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key, deliveries, history)
+	VALUES (?,?,?,?,?,?,?,?,?)`
 
 // HistoryEntry is one thing that happened to a dead letter.
 type HistoryEntry struct {
