@@ -63,8 +63,20 @@ run: build
 	trap 'exit 130' INT TERM HUP; \
 	$(BIN)/ingestor run -c ingestor.example.toml
 
+# test runs every test verbosely into $(BIN)/test.log, prints the package
+# results and the number of skipped tests (0 on a machine test-deps set up:
+# no test skips for a missing dependency), and on failure the whole log.
 test: test-deps
-	VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) $(GO) test -race -count=1 -timeout 30m ./...
+	@mkdir -p $(BIN)
+	@echo "go test -race -count=1 -v ./... (full output in $(BIN)/test.log)"
+	@VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
+	status=$$?; \
+	if [ $$status -ne 0 ]; then cat $(BIN)/test.log; fi; \
+	grep -E '^(ok|FAIL|\?) ' $(BIN)/test.log; \
+	skipped=$$(grep -c -- '--- SKIP' $(BIN)/test.log); \
+	grep -- '--- SKIP' $(BIN)/test.log; \
+	echo "make test: $$(grep -c -- '--- PASS' $(BIN)/test.log) passed, $$(grep -c -- '--- FAIL' $(BIN)/test.log) failed, $$skipped skipped"; \
+	exit $$status
 
 # bench runs the Go micro-benchmarks of the hot-path encoders, then the
 # whole-pipeline bench: throughput with defaults, and the drain of a backlog
