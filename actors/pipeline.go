@@ -263,51 +263,6 @@ func (p *PersistRaw) recordDeadLetter(ctx context.Context, w rawWrite) {
 	}
 }
 
-// Publisher commits durable batches to the write-ahead queue (events and
-// cursor in one transaction) and hands the new frames to the ZeroMQ sender.
-type Publisher struct {
-	deps *Deps
-}
-
-// Receive implements actor.Actor.
-func (p *Publisher) Receive(ctx actor.Context) {
-	m, ok := ctx.Message().(*appendBatch)
-	if !ok {
-		return
-	}
-	b := queue.Batch{
-		Source:    m.source,
-		FetchedAt: m.batch.FetchedAt,
-		RawKey:    m.rawKey,
-		Events:    make([]queue.NewEvent, len(m.batch.Records)),
-		Cursor:    m.batch.Cursor,
-		SetCursor: m.batch.Cursor != "",
-	}
-	for i, r := range m.batch.Records {
-		b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: r.Off, RawLen: r.Len,
-			Payload: m.batch.Body[r.Off : r.Off+r.Len]}
-	}
-	sender, root, start := ctx.Sender(), ctx.ActorSystem().Root, time.Now()
-	// Enqueueing keeps the order in which this actor received the
-	// batches, which is each source's fetch order; the commit itself
-	// happens on the queue's writer, which calls back. Enqueueing only
-	// waits when the writer is far behind, which is backpressure.
-	err := p.deps.Queue.AppendAsync(context.Background(), b, m.chain, func(frames []queue.Frame, err error) {
-		p.deps.Metrics.commitDuration.Observe(time.Since(start).Seconds())
-		n := 0
-		if err == nil {
-			p.deps.Sender.Submit(frames)
-			for _, f := range frames {
-				n += len(f.Events)
-			}
-		}
-		root.Send(sender, &batchCommitted{gen: m.gen, seq: m.seq, newEvents: n, err: err})
-	})
-	if err != nil {
-		ctx.Send(sender, &batchCommitted{gen: m.gen, seq: m.seq, err: err})
-	}
-}
-
 // OffsetStore serves the durable cursors. Cursors are written by the
 // Publisher in the same transaction as the batch they follow, so a cursor
 // can never get ahead of the events it covers.
