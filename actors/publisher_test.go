@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/queue/queuetest"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -45,33 +44,7 @@ func TestPublisherNeverBlocksOnABusyWriter(t *testing.T) {
 	}
 	deps := &Deps{Queue: q, Sender: sender, Metrics: NewMetrics(nil), Logger: slog.New(slog.DiscardHandler)}
 
-	// The writer begins its transactions with BEGIN IMMEDIATE and a busy
-	// timeout of 10 s: while this transaction is open, it waits.
-	blocker, err := sql.Open("sqlite3", "file:"+path+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := blocker.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	// Not t.Context(): its end would roll the transaction back before the
-	// cleanups run.
-	lock, err := blocker.BeginTx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			if err := lock.Rollback(); err != nil {
-				t.Errorf("release the write lock: %v", err)
-			}
-		}
-	}
-	t.Cleanup(release)
+	release := queuetest.HoldWriteLock(t, path)
 
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.DiscardHandler)

@@ -1,14 +1,14 @@
 package queue
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/queue/queuetest"
 )
 
 func openTest(t testing.TB, path string, perFrame int) *Queue {
@@ -218,19 +218,7 @@ func TestIDsNeverReused(t *testing.T) {
 func TestTryAppendAsyncReportsFullAndCallsBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
 	q := openTest(t, path, 4)
-	blocker, err := sql.Open("sqlite3", "file:"+path+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := blocker.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	lock, err := blocker.BeginTx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := queuetest.HoldWriteLock(t, path)
 	room := make(chan struct{}, 1)
 	committed := make(chan error, 1024)
 	n := 0
@@ -252,9 +240,7 @@ func TestTryAppendAsyncReportsFullAndCallsBack(t *testing.T) {
 		t.Fatal("room was called while the writer was blocked")
 	default:
 	}
-	if err := lock.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	select {
 	case <-room:
 	case <-time.After(10 * time.Second):
