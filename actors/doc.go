@@ -1,15 +1,22 @@
-// Package actors wires the daemon's pipeline as protoactor-go actors.
+// Package actors wires the daemon's ingestion pipeline as protoactor-go
+// actors.
 //
-// The Supervisor spawns the shared actors (PersistRaw, Publisher,
-// OffsetStore, AckManager) and one SourceActor per enabled [source.NAME]
-// block, and restarts a crashed child after a capped exponential backoff
-// with full jitter, without touching its siblings.
+// The Supervisor spawns the shared actors, PersistRaw and Publisher, and
+// one SourceActor per enabled [source.NAME] block, and restarts a crashed
+// child after a capped exponential backoff with full jitter, without
+// touching its siblings.
 //
-// A fetched batch flows SourceActor -> PersistRaw (raw payload durable) ->
-// SourceActor -> Publisher (events and cursor committed to the write-ahead
-// queue in one transaction, then handed to the ZeroMQ sender) ->
-// SourceActor. Every Receive stays quick: HTTP, raw-store and SQLite work
-// runs in goroutines whose results come back as messages.
+// A SourceActor reads its durable cursor from the queue when it starts.
+// A fetched batch then flows SourceActor -> PersistRaw (raw payload
+// durable) -> SourceActor -> Publisher (events and cursor committed to the
+// write-ahead queue in one transaction, then handed to the ZeroMQ sender)
+// -> SourceActor. Every Receive stays quick: HTTP, raw-store and SQLite
+// work runs in goroutines whose results come back as messages, and the
+// Publisher parks a batch rather than wait for a busy queue writer.
+//
+// Delivery is not made of actors: the ZeroMQ sender and ack receiver
+// (internal/delivery) each own their socket on one goroutine, which the
+// daemon runs beside the pipeline.
 //
 // Backpressure is an in-flight window, not a full mailbox: a source holds at
 // most inflight_batches fetched batches that are not yet committed and

@@ -66,11 +66,10 @@ type batchCommitted struct {
 	err       error
 }
 
-// getCursor asks the OffsetStore for a source's durable cursor.
-type getCursor struct{ source string }
-
-// cursorReply answers getCursor.
-type cursorReply struct {
+// cursorRead carries a SourceActor's durable cursor, read from the queue
+// when it starts, back to it.
+type cursorRead struct {
+	gen    uint64
 	cursor string
 	err    error
 }

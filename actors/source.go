@@ -19,8 +19,9 @@ import (
 // pauseCheck is how often a source paused by a full queue looks again.
 const pauseCheck = 200 * time.Millisecond
 
-// SourceActor runs one configured feed: it fetches on a jittered schedule,
-// sends each batch to PersistRaw, then to the Publisher in fetch order, and
+// SourceActor runs one configured feed: it reads its durable cursor, fetches
+// on a jittered schedule (honouring the upstream's Retry-After), sends each
+// batch to PersistRaw, then to the Publisher in fetch order, and
 // keeps at most InflightBatches batches uncommitted; a malformed payload
 // on its way to the dead-letter list counts as one of them.
 type SourceActor struct {
@@ -70,8 +71,10 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 		a.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
 		a.stop()
-	case *cursorReply:
-		a.cursorLoaded(ctx, m)
+	case *cursorRead:
+		if m.gen == a.gen {
+			a.cursorLoaded(ctx, m)
+		}
 	case *pollTick:
 		if m.gen == a.gen {
 			a.poll(ctx)
@@ -119,7 +122,16 @@ func (a *SourceActor) start(ctx actor.Context) {
 		f := m.MissingIDs
 		a.deps.Metrics.ages.state(a.cfg.Name).missingIDs.Store(&f)
 	}
-	ctx.Request(a.deps.OffsetStore, &getCursor{source: a.cfg.Name})
+	// The durable cursor is written by the Publisher in the same
+	// transaction as the batch it follows; it is read once, here, off the
+	// mailbox.
+	self, root, gen, runCtx, q, name := ctx.Self(), ctx.ActorSystem().Root, a.gen, a.runCtx, a.deps.Queue, a.cfg.Name
+	go func() {
+		qctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
+		defer cancel()
+		c, _, err := q.Cursor(qctx, name)
+		root.Send(self, &cursorRead{gen: gen, cursor: c, err: err})
+	}()
 }
 
 func (a *SourceActor) stop() {
@@ -152,7 +164,7 @@ func (a *SourceActor) schedule(ctx actor.Context, d time.Duration) {
 	a.timer = time.AfterFunc(d, func() { root.Send(self, &pollTick{gen: gen}) })
 }
 
-func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorReply) {
+func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorRead) {
 	if m.err != nil {
 		panic(fmt.Errorf("source %q: read cursor: %w", a.cfg.Name, m.err))
 	}

@@ -9,15 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/durable"
 )
 
 // spillMetaSuffix ends the name of a spilled batch's sidecar; a raw key
 // never ends with it.
 const spillMetaSuffix = ".spill.json"
-
-// spillTmpMarker is in the name of a spill file being written; such a file
-// left by a crash is incomplete and is removed.
-const spillTmpMarker = ".tmp-"
 
 // spillInfo is the sidecar of a spilled batch: why it is on local disk
 // rather than in the raw store.
@@ -49,18 +47,18 @@ func (s *spillDir) path(key string) string {
 	return filepath.Join(s.dir, filepath.FromSlash(key))
 }
 
-// write makes body durable under key (temp file, fsync, rename, fsync of
-// the directory), then its sidecar.
+// write makes body durable under key with durable.WriteFile, then its
+// sidecar.
 func (s *spillDir) write(key string, body []byte, info spillInfo) error {
 	meta, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return fmt.Errorf("spill %s: %w", key, err)
 	}
 	p := s.path(key)
-	if err := writeFileSync(p, body); err != nil {
+	if err := durable.WriteFile(p, body); err != nil {
 		return fmt.Errorf("spill %s: %w", key, err)
 	}
-	if err := writeFileSync(p+spillMetaSuffix, append(meta, '\n')); err != nil {
+	if err := durable.WriteFile(p+spillMetaSuffix, append(meta, '\n')); err != nil {
 		return fmt.Errorf("spill %s: sidecar: %w", key, err)
 	}
 	return nil
@@ -106,7 +104,7 @@ func (s *spillDir) load() ([]spilled, error) {
 		switch {
 		case e.IsDir():
 			return nil
-		case strings.Contains(name, spillTmpMarker):
+		case durable.IsTemp(name): // left incomplete by a crash
 			return os.Remove(p)
 		case strings.HasSuffix(name, spillMetaSuffix):
 			if _, err := os.Stat(strings.TrimSuffix(p, spillMetaSuffix)); errors.Is(err, fs.ErrNotExist) {
@@ -131,39 +129,4 @@ func (s *spillDir) load() ([]spilled, error) {
 		return out, fmt.Errorf("read spill dir %s: %w", s.dir, err)
 	}
 	return out, nil
-}
-
-// writeFileSync writes data to path atomically and durably: a temp file in
-// the same directory, fsynced, renamed over path, and the directory fsynced.
-func writeFileSync(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, filepath.Base(path)+spillTmpMarker+"*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, os.Remove(f.Name()))
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return errors.Join(err, f.Close())
-	}
-	if err := f.Sync(); err != nil {
-		return errors.Join(err, f.Close())
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }

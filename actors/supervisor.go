@@ -115,14 +115,6 @@ func (s *supervisorActor) Receive(ctx actor.Context) {
 		s.report(err)
 		return
 	}
-	if d.OffsetStore, err = spawn("offset-store", func() actor.Actor { return &OffsetStore{deps: d} }); err != nil {
-		s.report(err)
-		return
-	}
-	if _, err = spawn("ack-manager", func() actor.Actor { return &AckManager{deps: d} }); err != nil {
-		s.report(err)
-		return
-	}
 	s.p.mu.Lock()
 	defer s.p.mu.Unlock()
 	for _, src := range s.srcs {

@@ -56,6 +56,8 @@ type Daemon struct {
 
 	stopSender context.CancelFunc
 	senderDone chan struct{}
+	stopAcks   context.CancelFunc
+	acksDone   chan struct{}
 	pruneDone  chan struct{}
 	stopPrune  context.CancelFunc
 	unlock     func() error // releases the data dir lock
@@ -158,6 +160,22 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 			log.Error("sender stopped", "err", err)
 		}
 	}()
+	acks, err := delivery.NewAckReceiver(d.zctx, delivery.AckOptions{Endpoint: pub.AckEndpoint, HighWaterMark: pub.HighWaterMark,
+		MaxMessageBytes: pub.AckMaxMessageBytes, Curve: d.curve, Logger: log, Metrics: dm}, d.queue, d.sender)
+	if err != nil {
+		return nil, err
+	}
+	acksCtx, stopAcks := context.WithCancel(context.Background())
+	d.stopAcks, d.acksDone = stopAcks, make(chan struct{})
+	acksDone := d.acksDone
+	go func() {
+		defer close(acksDone)
+		// Run fails only when libzmq's poll does, which a new socket on the
+		// same context would not cure; like the sender's, it is logged.
+		if err := acks.Run(acksCtx); err != nil {
+			log.Error("ack receiver stopped; acks are no longer received", "err", err)
+		}
+	}()
 
 	limits := defaultOpsLimits
 	if o.opsLimits != nil {
@@ -173,10 +191,6 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	deps := &actors.Deps{
 		Limiters: cfg.Limiters(),
 		Queue:    d.queue, Raw: d.raw, Sender: d.sender,
-		NewAckReceiver: func() (*delivery.AckReceiver, error) {
-			return delivery.NewAckReceiver(d.zctx, delivery.AckOptions{Endpoint: pub.AckEndpoint, HighWaterMark: pub.HighWaterMark,
-				MaxMessageBytes: pub.AckMaxMessageBytes, Curve: d.curve, Logger: log, Metrics: dm}, d.queue, d.sender)
-		},
 		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
@@ -333,6 +347,10 @@ func (d *Daemon) close() error {
 	}
 	if d.pipeline != nil {
 		errs = append(errs, d.pipeline.Stop())
+	}
+	if d.stopAcks != nil {
+		d.stopAcks()
+		<-d.acksDone
 	}
 	if d.stopSender != nil {
 		d.stopSender()

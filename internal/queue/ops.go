@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -69,8 +70,9 @@ func (q *Queue) Append(ctx context.Context, b Batch) ([]Frame, error) {
 	done := make(chan struct{})
 	var frames []Frame
 	var err error
-	if serr := q.AppendAsync(ctx, b, nil, func(f []Frame, e error) { frames, err = f, e; close(done) }); serr != nil {
-		return nil, serr
+	r := q.appendRequest(b, nil, func(f []Frame, e error) { frames, err = f, e; close(done) })
+	if err := q.enqueue(ctx, r); err != nil {
+		return nil, fmt.Errorf("append batch of %q: %w", b.Source, err)
 	}
 	<-done
 	return frames, err
@@ -80,35 +82,71 @@ func (q *Queue) Append(ctx context.Context, b Batch) ([]Frame, error) {
 // fails without being applied if an earlier batch on the same chain failed:
 // its cursor must never be committed past events that were not.
 type Chain struct {
-	failed error // written by the writer goroutine only
+	mu     sync.Mutex
+	failed error
 }
 
-// AppendAsync hands b to the writer and returns once it is enqueued; done
-// is called on the writer goroutine after the group commit, with the frames
-// of the new events or the error. Batches enqueued one after another are
-// committed in that order, so a source can have several batches in flight
-// and its cursor still only moves forward. chain may be nil.
-func (q *Queue) AppendAsync(ctx context.Context, b Batch, chain *Chain, done func([]Frame, error)) error {
+// Fail marks the chain failed, so that no later batch on it is applied;
+// call it for a batch of the chain that will never be appended.
+func (c *Chain) Fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed == nil {
+		c.failed = err
+	}
+}
+
+// err returns the chain's first failure, or nil.
+func (c *Chain) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// ErrFull is returned by TryAppendAsync when the writer has no room for
+// another request.
+var ErrFull = errors.New("queue writer is full")
+
+// TryAppendAsync hands b to the writer without waiting: it returns nil
+// once b is enqueued, and done is called on the writer goroutine after the
+// group commit, with the frames of the new events or the error. When the
+// writer has no room, nothing is enqueued, TryAppendAsync returns ErrFull
+// and room is called once, on the writer goroutine, when the writer next
+// takes work, so the caller can try again. Batches enqueued one after
+// another are committed in that order, so a source can have several
+// batches in flight and its cursor still only moves forward. chain may be
+// nil.
+func (q *Queue) TryAppendAsync(b Batch, chain *Chain, done func([]Frame, error), room func()) error {
+	if err := q.tryEnqueue(q.appendRequest(b, chain, done), room); err != nil {
+		return fmt.Errorf("append batch of %q: %w", b.Source, err)
+	}
+	return nil
+}
+
+// appendRequest is the writer's work for appending b on chain.
+func (q *Queue) appendRequest(b Batch, chain *Chain, done func([]Frame, error)) *request {
 	var frames []Frame
 	var added, dups int64
 	r := &request{
 		apply: func(tx *sql.Tx) error {
-			if chain != nil && chain.failed != nil {
-				return fmt.Errorf("an earlier batch on this chain failed: %w", chain.failed)
+			if chain != nil {
+				if err := chain.err(); err != nil {
+					return fmt.Errorf("an earlier batch on this chain failed: %w", err)
+				}
 			}
 			var err error
 			dups = 0
 			frames, added, err = q.applyAppend(tx, &b, &dups)
 			if err != nil && chain != nil {
-				chain.failed = err // later batches in this same group must not apply
+				chain.Fail(err) // later batches in this same group must not apply
 			}
 			return err
 		},
 	}
 	r.finished = func(err error) {
 		if err != nil {
-			if chain != nil && chain.failed == nil {
-				chain.failed = err
+			if chain != nil {
+				chain.Fail(err)
 			}
 			done(nil, fmt.Errorf("append batch of %q: %w", b.Source, err))
 			return
@@ -118,10 +156,7 @@ func (q *Queue) AppendAsync(ctx context.Context, b Batch, chain *Chain, done fun
 		q.duplicates.Add(dups)
 		done(frames, nil)
 	}
-	if err := q.enqueue(ctx, r); err != nil {
-		return fmt.Errorf("append batch of %q: %w", b.Source, err)
-	}
-	return nil
+	return r
 }
 
 const eventCols = 7

@@ -57,6 +57,11 @@ type Queue struct {
 	closeMu sync.RWMutex
 	closed  bool
 
+	// roomMu guards roomWaiters: the callbacks of TryAppendAsync calls that
+	// found reqs full, called once the writer takes work.
+	roomMu      sync.Mutex
+	roomWaiters []func()
+
 	pendingEvents atomic.Int64
 	pendingFrames atomic.Int64
 	duplicates    atomic.Int64
@@ -211,6 +216,39 @@ func (q *Queue) enqueue(ctx context.Context, r *request) error {
 	}
 }
 
+// tryEnqueue hands r to the writer if it has room; otherwise it returns
+// ErrFull and calls room once the writer takes work. The check and the
+// registration happen under roomMu, which the writer takes after emptying
+// reqs, so a room callback is never missed.
+func (q *Queue) tryEnqueue(r *request, room func()) error {
+	q.closeMu.RLock()
+	defer q.closeMu.RUnlock()
+	if q.closed {
+		return ErrClosed
+	}
+	q.roomMu.Lock()
+	defer q.roomMu.Unlock()
+	select {
+	case q.reqs <- r:
+		return nil
+	default:
+		q.roomWaiters = append(q.roomWaiters, room)
+		return ErrFull
+	}
+}
+
+// callRoomWaiters calls, on the writer goroutine, the callbacks of the
+// TryAppendAsync calls that found reqs full.
+func (q *Queue) callRoomWaiters() {
+	q.roomMu.Lock()
+	waiters := q.roomWaiters
+	q.roomWaiters = nil
+	q.roomMu.Unlock()
+	for _, room := range waiters {
+		room()
+	}
+}
+
 // submit hands r to the writer and waits for its commit. Once enqueued, the
 // request is committed or failed even if ctx ends: submit waits for the
 // outcome so the caller knows what happened. committed, if set, runs on the
@@ -234,6 +272,8 @@ const maxGroup = 128
 
 func (q *Queue) writer() {
 	defer close(q.done)
+	// Waiters left when reqs closes try again and get ErrClosed.
+	defer q.callRoomWaiters()
 	group := make([]*request, 0, maxGroup)
 	errs := make([]error, 0, maxGroup)
 	for r := range q.reqs {
@@ -250,6 +290,7 @@ func (q *Queue) writer() {
 				break fill
 			}
 		}
+		q.callRoomWaiters()
 		errs = errs[:0]
 		err := q.commitGroup(group, &errs)
 		for i, r := range group {

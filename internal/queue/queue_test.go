@@ -1,10 +1,14 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/queue/queuetest"
 )
 
 func openTest(t testing.TB, path string, perFrame int) *Queue {
@@ -204,5 +208,74 @@ func TestIDsNeverReused(t *testing.T) {
 	if again[0].ID <= last.ID || again[0].Events[0].Seq <= last.Events[len(last.Events)-1].Seq {
 		t.Fatalf("after prune and reopen: frame %d seq %d, not above frame %d seq %d",
 			again[0].ID, again[0].Events[0].Seq, last.ID, last.Events[len(last.Events)-1].Seq)
+	}
+}
+
+// TestTryAppendAsyncReportsFullAndCallsBack holds the write lock from a
+// second connection so that the writer blocks for real: TryAppendAsync
+// then fills the writer and reports ErrFull without waiting, and the room
+// callback comes once the lock is released and the writer takes work.
+func TestTryAppendAsyncReportsFullAndCallsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	q := openTest(t, path, 4)
+	release := queuetest.HoldWriteLock(t, path)
+	room := make(chan struct{}, 1)
+	committed := make(chan error, 1024)
+	n := 0
+	for ; ; n++ {
+		if n == 1000 {
+			t.Fatal("1000 batches were enqueued while the writer was blocked: TryAppendAsync never reported ErrFull")
+		}
+		err := q.TryAppendAsync(batch("a", n, 1, fmt.Sprint(n)), nil, func(_ []Frame, err error) { committed <- err },
+			func() { room <- struct{}{} })
+		if errors.Is(err, ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-room:
+		t.Fatal("room was called while the writer was blocked")
+	default:
+	}
+	release()
+	select {
+	case <-room:
+	case <-time.After(10 * time.Second):
+		t.Fatal("room was not called after the writer resumed")
+	}
+	for i := range n {
+		if err := <-committed; err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if c, _, err := q.Cursor(t.Context(), "a"); err != nil || c != fmt.Sprint(n-1) {
+		t.Fatalf("cursor = %q (%v), want %d", c, err, n-1)
+	}
+}
+
+// TestFailedChainAppliesNothing fails a chain the way the Publisher does
+// for a batch it could not hand over: later batches on it are not applied.
+func TestFailedChainAppliesNothing(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	chain := &Chain{}
+	chain.Fail(errors.New("batch 1 was never queued"))
+	done := make(chan error, 1)
+	if err := q.TryAppendAsync(batch("a", 0, 3, "3"), chain, func(_ []Frame, err error) { done <- err }, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "never queued") {
+		t.Fatalf("append on a failed chain: %v, want the chain's error", err)
+	}
+	if _, ok, _ := q.Cursor(t.Context(), "a"); ok || q.PendingEvents() != 0 {
+		t.Fatalf("a batch on a failed chain was applied: pending %d", q.PendingEvents())
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.TryAppendAsync(batch("a", 0, 1, ""), nil, func([]Frame, error) {}, func() {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryAppendAsync after Close: %v, want ErrClosed", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/ingestorhq/ingestor/internal/durable"
 )
 
 // fileStore keeps each payload in its own file under dir. Keys map to
@@ -31,7 +33,7 @@ func openFile(dir string) (*fileStore, error) {
 		return nil, fmt.Errorf("raw store file://%s: %w", dir, err)
 	}
 	s := &fileStore{dir: abs}
-	if err := mkdirAllSync(abs); err != nil {
+	if err := durable.MkdirAll(abs); err != nil {
 		return nil, fmt.Errorf("raw store %s: create directory: %w", s, err)
 	}
 	return s, nil
@@ -49,9 +51,10 @@ func (s *fileStore) path(key string) (string, error) {
 	return filepath.Join(s.dir, filepath.FromSlash(key)), nil
 }
 
-// Put writes body to a temporary file next to the final one, syncs it,
-// renames it into place and syncs the directory, so after Put returns the
-// file is either absent or complete, across crashes too.
+// Put writes body with durable.WriteFile: a temporary file next to the
+// final one, synced, renamed into place, and the directory synced, so after
+// Put returns the file is complete, and across a crash it is either absent
+// or complete.
 func (s *fileStore) Put(ctx context.Context, key string, body []byte) error {
 	if err := s.put(ctx, key, body); err != nil {
 		return fmt.Errorf("raw store %s: put %q: %w", s, key, err)
@@ -67,33 +70,7 @@ func (s *fileStore) put(ctx context.Context, key string, body []byte) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(final)
-	if err := mkdirAllSync(dir); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(final)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	if err := writeSync(f, body); err != nil {
-		return errors.Join(err, os.Remove(tmp))
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return errors.Join(err, os.Remove(tmp))
-	}
-	return syncDir(dir)
-}
-
-// writeSync writes body to f, syncs and closes it.
-func writeSync(f *os.File, body []byte) error {
-	if _, err := f.Write(body); err != nil {
-		return errors.Join(err, f.Close())
-	}
-	if err := f.Sync(); err != nil {
-		return errors.Join(err, f.Close())
-	}
-	return f.Close()
+	return durable.WriteFile(final, body)
 }
 
 // Get reads the file that holds key.
@@ -162,7 +139,7 @@ func (s *fileStore) walk(ctx context.Context, rel, prefix string, fn func(key st
 		switch {
 		case e.IsDir():
 			list = append(list, entry{key: key + "/", dir: true})
-		case e.Type().IsRegular() && !isTempFile(e.Name()):
+		case e.Type().IsRegular() && !durable.IsTemp(e.Name()):
 			list = append(list, entry{key: key})
 		}
 	}
@@ -187,49 +164,4 @@ func (s *fileStore) walk(ctx context.Context, rel, prefix string, fn func(key st
 		}
 	}
 	return nil
-}
-
-// isTempFile reports whether name is a temporary file of Put:
-// "." + final name + "." + random + ".tmp".
-func isTempFile(name string) bool {
-	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp")
-}
-
-// mkdirAllSync creates dir and any missing parents, syncing the parent of
-// every directory it creates so that the new entries survive a crash.
-func mkdirAllSync(dir string) error {
-	fi, err := os.Stat(dir)
-	if err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("%s: not a directory", dir)
-		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := mkdirAllSync(parent); err != nil {
-			return err
-		}
-	}
-	// A concurrent Put may create dir first; syncing the parent anyway
-	// keeps this Put from returning before the entry is durable.
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	return syncDir(parent)
-}
-
-// syncDir fsyncs a directory, making renames and creations in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("sync %s: %w", dir, err), d.Close())
-	}
-	return d.Close()
 }
