@@ -23,8 +23,10 @@ type Config struct {
 type Daemon struct {
 	// DataDir holds the SQLite queue and, by default, the raw store. Default "./data".
 	DataDir string
-	// HTTPAddr serves /metrics, /healthz and /readyz, and the admin
-	// endpoints (/dlq) unless AdminAddr is set. Default "127.0.0.1:9464".
+	// HTTPAddr serves GET /metrics, /healthz and /readyz without
+	// authentication and, unless AdminAddr is set, the admin endpoints
+	// (GET /dlq, GET /dlq/{id}, POST /dlq/replay, POST /dlq/drop), which
+	// require AdminToken when it is set. Default "127.0.0.1:9464".
 	HTTPAddr string
 	// AdminAddr, when set, serves the admin endpoints instead of HTTPAddr:
 	// host:port, or unix:PATH for a Unix socket of mode 0600. Default "".

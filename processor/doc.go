@@ -9,7 +9,7 @@
 // The daemon keeps every event in its write-ahead queue until a processor
 // acknowledges it. Events travel in frames; a frame that is not acknowledged
 // within the daemon's ack_timeout is sent again, to any connected processor,
-// with Frame.Delivery one higher. An event can therefore reach a Handler more
+// with its delivery number one higher. An event can therefore reach a Handler more
 // than once: after a Handler error, after a processor stops or crashes
 // before its acks left, or when an ack is lost. Events are never dropped
 // silently, but duplicates are normal.

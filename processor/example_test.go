@@ -138,3 +138,19 @@ func ExampleReadCurveKey() {
 	fmt.Println(key)
 	// Output: GVUlV?l*1.p)>yIHv=mf>7wK%g*TjJ3uj)$}0L<f
 }
+
+// ExampleEvent_Data reads an event's bytes whichever field carried them:
+// Payload for a JSON payload, PayloadBase64 (decoded from the frame's
+// payload_b64) for any other.
+func ExampleEvent_Data() {
+	events := []processor.Event{
+		{Source: "github", Key: "evt-1", Payload: []byte(`{"id":"evt-1"}`)},
+		{Source: "sensors", Key: "r-7", PayloadBase64: []byte("temp=21.5")},
+	}
+	for _, ev := range events {
+		fmt.Printf("%s/%s: %s\n", ev.Source, ev.Key, ev.Data())
+	}
+	// Output:
+	// github/evt-1: {"id":"evt-1"}
+	// sensors/r-7: temp=21.5
+}

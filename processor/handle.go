@@ -12,15 +12,15 @@ import (
 
 // handleFrame runs h on f's events in order, skipping those dd knows were
 // processed, and reports which to ack and which to nack.
-func (c *Client) handleFrame(ctx context.Context, f *wire.Frame, h Handler, dd *dedupeStore) frameResult {
-	done := make([]bool, len(f.Events))
+func (c *Client) handleFrame(ctx context.Context, f *frame, h Handler, dd *dedupeStore) frameResult {
+	done := make([]bool, len(f.events))
 	var fresh []*Event // processed now, to record in dd
 	var nacks []wire.Nack
-	for i := range f.Events {
+	for i := range f.events {
 		if ctx.Err() != nil {
 			break // stop between events; the rest are redelivered
 		}
-		ev := &f.Events[i]
+		ev := &f.events[i]
 		c.events.Add(1)
 		if dd != nil {
 			seen, err := dd.seen(ctx, ev.Source, ev.Key)
@@ -46,15 +46,15 @@ func (c *Client) handleFrame(ctx context.Context, f *wire.Frame, h Handler, dd *
 		// The effects happened: ack them even when the record fails, as a
 		// processor without DedupeDB would.
 		if err := dd.record(context.WithoutCancel(ctx), fresh); err != nil {
-			c.log.Warn("processed keys not recorded; a redelivery will repeat them", "frame", f.ID, "events", len(fresh), "err", err)
+			c.log.Warn("processed keys not recorded; a redelivery will repeat them", "frame", f.id, "events", len(fresh), "err", err)
 		}
 	}
 	return result(f, done, nacks)
 }
 
 // result builds a frameResult from the events done and the nacks.
-func result(f *wire.Frame, done []bool, nacks []wire.Nack) frameResult {
-	r := frameResult{id: f.ID, n: len(f.Events), whole: true, nacks: nacks}
+func result(f *frame, done []bool, nacks []wire.Nack) frameResult {
+	r := frameResult{id: f.id, n: len(f.events), whole: true, nacks: nacks}
 	for _, d := range done {
 		r.whole = r.whole && d
 	}
@@ -63,25 +63,25 @@ func result(f *wire.Frame, done []bool, nacks []wire.Nack) frameResult {
 	}
 	for i, d := range done {
 		if d {
-			r.keys = append(r.keys, wire.KeyAck{Frame: f.ID, Source: f.Events[i].Source, Key: f.Events[i].Key})
+			r.keys = append(r.keys, wire.KeyAck{Frame: f.id, Source: f.events[i].Source, Key: f.events[i].Key})
 		}
 	}
 	return r
 }
 
 // nack counts and logs a failure of ev and returns its nack.
-func (c *Client) nack(f *wire.Frame, ev *Event, err error) wire.Nack {
+func (c *Client) nack(f *frame, ev *Event, err error) wire.Nack {
 	c.failed.Add(1)
 	permanent := IsPermanent(err)
 	if permanent {
 		c.permanent.Add(1)
 		c.log.Warn("handler failed permanently; nacked, the daemon dead-letters the event",
-			"source", ev.Source, "key", ev.Key, "seq", ev.Seq, "frame", f.ID, "delivery", f.Delivery, "err", err)
+			"source", ev.Source, "key", ev.Key, "seq", ev.Seq, "frame", f.id, "delivery", f.delivery, "err", err)
 	} else {
 		c.log.Warn("handler failed; nacked, the event will be redelivered",
-			"source", ev.Source, "key", ev.Key, "seq", ev.Seq, "frame", f.ID, "delivery", f.Delivery, "err", err)
+			"source", ev.Source, "key", ev.Key, "seq", ev.Seq, "frame", f.id, "delivery", f.delivery, "err", err)
 	}
-	return wire.Nack{Frame: f.ID, Source: ev.Source, Key: ev.Key, Reason: reason(err), Permanent: permanent}
+	return wire.Nack{Frame: f.id, Source: ev.Source, Key: ev.Key, Reason: reason(err), Permanent: permanent}
 }
 
 // reason returns err's text for a nack, cut to maxReasonBytes.

@@ -16,10 +16,6 @@ import (
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
-// Event is one event as the daemon delivers it. (Source, Key) identifies
-// it; Data returns its bytes.
-type Event = wire.Event
-
 // Handler processes one event. Returning nil acknowledges the event. An
 // error nacks it: an error made by Permanent (or wrapping one) is a
 // permanent nack, which moves the event to the daemon's dead-letter list at
@@ -258,7 +254,7 @@ func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 			}
 		}()
 	}
-	return c.serve(ctx, func(ctx context.Context, f *wire.Frame) frameResult {
+	return c.serve(ctx, func(ctx context.Context, f *frame) frameResult {
 		return c.handleFrame(ctx, f, h, dd)
 	})
 }
@@ -277,7 +273,7 @@ type frameResult struct {
 }
 
 // frameFunc processes one frame, stopping between events once ctx is done.
-type frameFunc func(ctx context.Context, f *wire.Frame) frameResult
+type frameFunc func(ctx context.Context, f *frame) frameResult
 
 // serve runs the socket loop and the workers until ctx is done, then stops
 // them in order: stop receiving, let the workers finish their frames,
@@ -295,7 +291,7 @@ func (c *Client) serve(ctx context.Context, process frameFunc) (err error) {
 	c.log.Info("processor started", "endpoint", c.opts.Endpoint, "ack_endpoint", c.opts.AckEndpoint, "workers", c.opts.Workers,
 		"curve", c.curve != nil)
 
-	work := make(chan *wire.Frame)
+	work := make(chan *frame)
 	results := make(chan frameResult, c.opts.Workers)
 	var wg sync.WaitGroup
 	for range c.opts.Workers {
@@ -338,8 +334,9 @@ func (c *Client) serve(ctx context.Context, process frameFunc) (err error) {
 // results into acks, until ctx is done. It alone uses the sockets. It
 // returns only socket errors, or nil. A frame received but not yet handed
 // to a worker when it stops is redelivered by the daemon.
-func (c *Client) loop(ctx context.Context, s *session, work chan<- *wire.Frame, results <-chan frameResult, acks *ackBatch) error {
-	var pending *wire.Frame // received, waiting for a free worker
+func (c *Client) loop(ctx context.Context, s *session, work chan<- *frame, results <-chan frameResult, acks *ackBatch) error {
+	var pending *frame // received, waiting for a free worker
+	var wf wire.Frame  // each message is decoded into it, then converted
 	inflight := 0
 	flushIfDue := func() error {
 		if acks.full() || acks.due(time.Now(), c.opts.AckFlushInterval) {
@@ -381,7 +378,7 @@ func (c *Client) loop(ctx context.Context, s *session, work chan<- *wire.Frame, 
 		}
 		msg, err := s.in.RecvMessageBytes(zmq.DONTWAIT)
 		if err == nil {
-			pending = c.decode(msg)
+			pending = c.decode(&wf, msg)
 			continue
 		}
 		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
@@ -407,25 +404,24 @@ func (c *Client) loop(ctx context.Context, s *session, work chan<- *wire.Frame, 
 	return nil
 }
 
-// decode decodes one message into a frame, or returns nil for a malformed
-// one.
-func (c *Client) decode(msg [][]byte) *wire.Frame {
+// decode decodes one message, using wf for room, into a frame, or returns
+// nil for a malformed one.
+func (c *Client) decode(wf *wire.Frame, msg [][]byte) *frame {
 	if len(msg) != 1 {
 		c.malformed.Add(1)
 		c.log.Warn("dropped a malformed frame: want a single-part message", "endpoint", c.opts.Endpoint, "parts", len(msg))
 		return nil
 	}
-	f, err := wire.DecodeFrame(msg[0])
-	if err != nil {
+	if err := wire.DecodeFrameInto(wf, msg[0]); err != nil {
 		c.malformed.Add(1)
 		c.log.Warn("dropped a malformed frame", "endpoint", c.opts.Endpoint, "bytes", len(msg[0]), "err", err)
 		return nil
 	}
 	c.frames.Add(1)
-	if f.Delivery > 1 {
+	if wf.Delivery > 1 {
 		c.redeliveries.Add(1)
 	}
-	return f
+	return newFrame(wf)
 }
 
 // flush sends the batched acks, if any, waiting while the ack socket is

@@ -55,17 +55,17 @@ func (c *Client) RunTx(ctx context.Context, db *sql.DB, h TxHandler) error {
 		return fmt.Errorf("processor: create table processed: %w", err)
 	}
 	cache := newKeyCache(c.opts.DedupeCacheSize)
-	return c.serve(ctx, func(ctx context.Context, f *wire.Frame) frameResult {
+	return c.serve(ctx, func(ctx context.Context, f *frame) frameResult {
 		return c.txFrame(ctx, f, db, h, cache)
 	})
 }
 
 // txFrame applies f's events in one transaction of db.
-func (c *Client) txFrame(ctx context.Context, f *wire.Frame, db *sql.DB, h TxHandler, cache *keyCache) frameResult {
-	done := make([]bool, len(f.Events))
+func (c *Client) txFrame(ctx context.Context, f *frame, db *sql.DB, h TxHandler, cache *keyCache) frameResult {
+	done := make([]bool, len(f.events))
 	var todo []int
-	for i := range f.Events {
-		ev := &f.Events[i]
+	for i := range f.events {
+		ev := &f.events[i]
 		if cache.has(ev.Source, ev.Key) {
 			c.events.Add(1)
 			c.duplicates.Add(1)
@@ -80,7 +80,7 @@ func (c *Client) txFrame(ctx context.Context, f *wire.Frame, db *sql.DB, h TxHan
 	nacks, fresh := c.applyTx(ctx, f, db, h, todo, done)
 	for _, i := range fresh {
 		done[i] = true
-		cache.add(f.Events[i].Source, f.Events[i].Key)
+		cache.add(f.events[i].Source, f.events[i].Key)
 	}
 	return result(f, done, nacks)
 }
@@ -88,12 +88,12 @@ func (c *Client) txFrame(ctx context.Context, f *wire.Frame, db *sql.DB, h TxHan
 // applyTx runs the events todo of f in one transaction, marking duplicates
 // found in processed in done. It returns the nacks and the events
 // committed now.
-func (c *Client) applyTx(ctx context.Context, f *wire.Frame, db *sql.DB, h TxHandler, todo []int, done []bool) (nacks []wire.Nack, fresh []int) {
+func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler, todo []int, done []bool) (nacks []wire.Nack, fresh []int) {
 	// The transaction outlives a stop: what was applied still commits.
 	bg := context.WithoutCancel(ctx)
 	failAll := func(err error) {
 		for _, i := range fresh {
-			nacks = append(nacks, c.nack(f, &f.Events[i], err))
+			nacks = append(nacks, c.nack(f, &f.events[i], err))
 		}
 		fresh = nil
 	}
@@ -102,7 +102,7 @@ func (c *Client) applyTx(ctx context.Context, f *wire.Frame, db *sql.DB, h TxHan
 		err = fmt.Errorf("begin transaction: %w", err)
 		for _, i := range todo {
 			c.events.Add(1)
-			nacks = append(nacks, c.nack(f, &f.Events[i], err))
+			nacks = append(nacks, c.nack(f, &f.events[i], err))
 		}
 		return nacks, nil
 	}
@@ -110,7 +110,7 @@ func (c *Client) applyTx(ctx context.Context, f *wire.Frame, db *sql.DB, h TxHan
 		if ctx.Err() != nil {
 			break // stop between events; the rest are redelivered
 		}
-		ev := &f.Events[i]
+		ev := &f.events[i]
 		c.events.Add(1)
 		var one int
 		switch err := tx.QueryRowContext(bg, selectProcessed, ev.Source, ev.Key).Scan(&one); {

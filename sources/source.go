@@ -1,6 +1,20 @@
-// Package sources holds the source kinds: each kind is one file with its
-// config struct (the keys of a [source.NAME] block beyond the common ones),
-// defaults, validation, constructor and fetch logic.
+// Package sources holds the source kinds. A kind is a group of files
+// named after it. KIND.go holds its Spec (the keys of a [source.NAME] block
+// beyond the common ones, with their defaults), Validate and Open; a small
+// kind keeps its fetch logic there too (demo.go), a larger one splits it
+// into KIND_PART.go files beside it. http_poll is httppoll.go with
+// httppoll_fetch.go (requests and responses), httppoll_pages.go
+// (pagination and the cursor), httppoll_records.go (finding records) and
+// httppoll_limits.go (rate limits and Retry-After); websocket is
+// websocket.go (Spec, Open, Fetch) with websocket_conn.go (the connection,
+// reads and keepalive) and websocket_parse.go (messages into records).
+// Their tests are the KIND*_test.go files. A new kind adds its files and
+// one line to the kinds map in source.go.
+//
+// This file holds what every kind shares: Source, Spec, Env, Batch,
+// Record and the errors a Fetch returns. cursor.go, ratelimit.go and
+// tls.go hold what several kinds use: cursor comparison, named rate
+// limiters and client TLS settings.
 package sources
 
 import (

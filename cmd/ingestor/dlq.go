@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
-	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -44,10 +44,10 @@ itself (holding the data dir lock) and replayed events go out on the next start.
 type dlqBackend interface {
 	// List returns a page of the dead letters f selects and how many it
 	// selects in all.
-	List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, int, error)
-	Show(ctx context.Context, id int64) (daemon.DLQEntry, error)
-	Replay(ctx context.Context, r daemon.DLQRequest) (int, error)
-	Drop(ctx context.Context, r daemon.DLQRequest) (int, error)
+	List(ctx context.Context, f queue.DLQFilter) ([]queue.DLQEntry, int, error)
+	Show(ctx context.Context, id int64) (queue.DLQEntry, error)
+	Replay(ctx context.Context, r queue.DLQRequest) (int, error)
+	Drop(ctx context.Context, r queue.DLQRequest) (int, error)
 }
 
 func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -93,7 +93,7 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		ids = append(ids, id)
 	}
-	req := daemon.DLQRequest{IDs: ids, Source: *source, Reason: *reason, All: *all}
+	req := queue.DLQRequest{IDs: ids, Source: *source, Reason: *reason, All: *all}
 	for _, t := range []struct {
 		name, val string
 		dst       *time.Time
@@ -209,8 +209,8 @@ func openDLQ(ctx context.Context, cfg *config.Config) (dlqBackend, func() error,
 	if _, err := os.Stat(qpath); err != nil {
 		return nil, nil, fmt.Errorf("no queue in data dir %s: %w", dir, err)
 	}
-	unlock, err := daemon.LockDataDir(dir)
-	var inUse *daemon.DataDirInUseError
+	unlock, err := datadir.Lock(dir)
+	var inUse *datadir.InUseError
 	if errors.As(err, &inUse) {
 		addr := cfg.Daemon.AdminListenAddr()
 		if addr == "" {
@@ -230,7 +230,7 @@ func openDLQ(ctx context.Context, cfg *config.Config) (dlqBackend, func() error,
 	if err != nil {
 		return nil, nil, errors.Join(err, unlock())
 	}
-	return daemon.NewDLQ(q, raw, nil), func() error { return errors.Join(q.Close(), unlock()) }, nil
+	return queue.NewDLQ(q, raw, nil), func() error { return errors.Join(q.Close(), unlock()) }, nil
 }
 
 // adminURL is the base URL of the ops endpoints listening on addr
@@ -269,7 +269,7 @@ func newHTTPDLQ(addr, token, file string) *httpDLQ {
 	return h
 }
 
-func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntry, int, error) {
+func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]queue.DLQEntry, int, error) {
 	v := url.Values{}
 	for _, id := range f.IDs {
 		v.Add("id", strconv.FormatInt(id, 10))
@@ -296,25 +296,25 @@ func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]daemon.DLQEntr
 	if f.IncludeReplayed {
 		v.Set("replayed", "1")
 	}
-	var out []daemon.DLQEntry
+	var out []queue.DLQEntry
 	resp, err := h.do(ctx, http.MethodGet, "/dlq?"+v.Encode(), nil, &out)
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := strconv.Atoi(resp.Get(daemon.TotalCountHeader))
+	total, err := strconv.Atoi(resp.Get(queue.TotalCountHeader))
 	if err != nil {
-		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", daemon.TotalCountHeader, err)
+		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", queue.TotalCountHeader, err)
 	}
 	return out, total, nil
 }
 
-func (h *httpDLQ) Show(ctx context.Context, id int64) (daemon.DLQEntry, error) {
-	var e daemon.DLQEntry
+func (h *httpDLQ) Show(ctx context.Context, id int64) (queue.DLQEntry, error) {
+	var e queue.DLQEntry
 	_, err := h.do(ctx, http.MethodGet, "/dlq/"+strconv.FormatInt(id, 10), nil, &e)
 	return e, err
 }
 
-func (h *httpDLQ) Replay(ctx context.Context, r daemon.DLQRequest) (int, error) {
+func (h *httpDLQ) Replay(ctx context.Context, r queue.DLQRequest) (int, error) {
 	var out struct {
 		Replayed int `json:"replayed"`
 	}
@@ -322,7 +322,7 @@ func (h *httpDLQ) Replay(ctx context.Context, r daemon.DLQRequest) (int, error) 
 	return out.Replayed, err
 }
 
-func (h *httpDLQ) Drop(ctx context.Context, r daemon.DLQRequest) (int, error) {
+func (h *httpDLQ) Drop(ctx context.Context, r queue.DLQRequest) (int, error) {
 	var out struct {
 		Dropped int `json:"dropped"`
 	}
@@ -388,7 +388,7 @@ func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) (h
 
 // printDLQTable prints a page of dead letters, saying how many there are
 // in all when the page holds fewer.
-func printDLQTable(w io.Writer, list []daemon.DLQEntry, total int) {
+func printDLQTable(w io.Writer, list []queue.DLQEntry, total int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSOURCE\tSEQ/KEY\tREASON\tDELIVERIES\tCREATED")
 	for _, e := range list {
@@ -412,7 +412,7 @@ func printDLQTable(w io.Writer, list []daemon.DLQEntry, total int) {
 	fmt.Fprintf(w, "%d dead letter(s)\n", len(list))
 }
 
-func printDLQEntry(w io.Writer, e daemon.DLQEntry) {
+func printDLQEntry(w io.Writer, e queue.DLQEntry) {
 	fmt.Fprintf(w, "id:          %d\nkind:        %s\nsource:      %s\nreason:      %s\nraw object:  %s\n", e.ID, e.Kind, e.Source, e.Reason, e.RawKey)
 	if e.Kind == "event" {
 		fmt.Fprintf(w, "key:         %s\nseq:         %d\nframe:       %d\nraw range:   [%d,+%d)\n", e.Key, e.Seq, e.Frame, e.RawOff, e.RawLen)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -147,7 +148,7 @@ func TestDLQCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "1 dead letter(s) dropped") {
 		t.Fatalf("dlq drop offline = %d:\n%s", code, out)
 	}
-	if _, err := daemon.LockDataDir(filepath.Join(dir, "data")); err != nil {
+	if _, err := datadir.Lock(filepath.Join(dir, "data")); err != nil {
 		t.Fatalf("dlq left the data dir locked: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
 
@@ -99,7 +99,7 @@ func TestReplayCommand(t *testing.T) {
 	}
 
 	// While a daemon holds the data dir, replay refuses and says why.
-	unlock, err := daemon.LockDataDir(filepath.Join(dir, "data"))
+	unlock, err := datadir.Lock(filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -357,7 +357,7 @@ func TestDoubleApplicationIsCountedAsABug(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	ev := &wire.Event{Key: "k", Source: "s", Seq: 1, Payload: []byte(`{}`)}
+	ev := &processor.Event{Key: "k", Source: "s", Seq: 1, Payload: []byte(`{}`)}
 	for i := range 2 {
 		tx, err := store.db.BeginTx(t.Context(), nil)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -60,7 +61,7 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	mu.Unlock()
 
 	base := "http://" + h.d.HTTPAddr()
-	var list []DLQEntry
+	var list []queue.DLQEntry
 	getJSON(t, base+"/dlq?source=api", http.StatusOK, &list)
 	if len(list) != 2 || list[0].Key != rejected || list[1].Key != poison {
 		t.Fatalf("GET /dlq = %+v", list)
@@ -75,7 +76,7 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	if len(list) != 1 {
 		t.Errorf("GET /dlq?reason=schema = %d entries, want 1", len(list))
 	}
-	var show DLQEntry
+	var show queue.DLQEntry
 	getJSON(t, base+"/dlq/"+strconv.FormatInt(list[0].ID, 10), http.StatusOK, &show)
 	if len(show.History) != 1 || show.History[0].Action != "dead-lettered" || !strings.Contains(show.Payload, `"`+rejected+`"`) {
 		t.Errorf("GET /dlq/%d = %+v; want history and the event's payload", list[0].ID, show)

@@ -22,6 +22,7 @@ import (
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
@@ -98,7 +99,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if err := os.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	if d.unlock, err = LockDataDir(cfg.Daemon.DataDir); err != nil {
+	if d.unlock, err = datadir.Lock(cfg.Daemon.DataDir); err != nil {
 		return nil, err
 	}
 	if d.raw, err = rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,37 +10,8 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 )
-
-func TestLockDataDir(t *testing.T) {
-	dir := t.TempDir()
-	unlock, err := LockDataDir(dir)
-	if err != nil {
-		t.Fatalf("first lock: %v", err)
-	}
-	// flock locks belong to an open file, so a second lock in the same
-	// process conflicts just as another process's would.
-	_, err = LockDataDir(dir)
-	want := fmt.Sprintf("data dir %s is in use by another ingestor (pid %d)", dir, os.Getpid())
-	if err == nil || err.Error() != want {
-		t.Fatalf("second lock: %v, want %q", err, want)
-	}
-	var inUse *DataDirInUseError
-	if !errors.As(err, &inUse) || inUse.PID != os.Getpid() {
-		t.Fatalf("second lock: %#v, want a *DataDirInUseError with this pid", err)
-	}
-	if err := unlock(); err != nil {
-		t.Fatalf("unlock: %v", err)
-	}
-	// The LOCK file stays; the lock itself is gone.
-	unlock, err = LockDataDir(dir)
-	if err != nil {
-		t.Fatalf("lock after unlock: %v", err)
-	}
-	if err := unlock(); err != nil {
-		t.Fatalf("unlock: %v", err)
-	}
-}
 
 // TestStartLocksDataDir checks that a running daemon holds its data dir
 // and that Shutdown lets go of it.
@@ -68,7 +38,7 @@ interval = "1h"
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	_, err = LockDataDir(dir)
+	_, err = datadir.Lock(dir)
 	if want := fmt.Sprintf("data dir %s is in use by another ingestor (pid %d)", dir, os.Getpid()); err == nil || err.Error() != want {
 		t.Errorf("lock while the daemon runs: %v, want %q", err, want)
 	}
@@ -87,7 +57,7 @@ interval = "1h"
 	if err := d.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	unlock, err := LockDataDir(dir)
+	unlock, err := datadir.Lock(dir)
 	if err != nil {
 		t.Fatalf("lock after shutdown: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
-	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/sources"
@@ -140,8 +140,8 @@ func lock(dir string) (func() error, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("replay: data dir: %w", err)
 	}
-	unlock, err := daemon.LockDataDir(dir)
-	if inUse := (*daemon.DataDirInUseError)(nil); errors.As(err, &inUse) {
+	unlock, err := datadir.Lock(dir)
+	if inUse := (*datadir.InUseError)(nil); errors.As(err, &inUse) {
 		return nil, fmt.Errorf("replay: %w: stop the daemon first, replay runs with the daemon stopped "+
 			"(the daemon sends what the replay queued when it starts again)", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
-	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/replay"
@@ -325,7 +325,7 @@ func TestReplayRefusesWhileDaemonRuns(t *testing.T) {
 	if err := os.MkdirAll(f.dataDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := daemon.LockDataDir(f.dataDir) // what a running daemon holds
+	unlock, err := datadir.Lock(f.dataDir) // what a running daemon holds
 	if err != nil {
 		t.Fatal(err)
 	}

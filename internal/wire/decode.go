@@ -39,23 +39,35 @@ import (
 // client receives every message into a buffer of its own, so this holds
 // there.
 func DecodeFrame(data []byte) (*Frame, error) {
-	d := frameDecoder{f: new(Frame), size: len(data)}
+	f := new(Frame)
+	if err := DecodeFrameInto(f, data); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// DecodeFrameInto is DecodeFrame decoding into f, whatever f held before,
+// reusing the room of f.Events: a receiver that converts each frame's
+// events into types of its own decodes every frame into one Frame. On
+// error f holds part of the message.
+func DecodeFrameInto(f *Frame, data []byte) error {
+	d := frameDecoder{f: f, size: len(data), room: f.Events[:0]}
+	*f = Frame{}
 	d.dec.Reset(data)
 	err := d.dec.Object(d.frameField)
 	if err == nil {
 		err = d.dec.End()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("decode frame: %w", err)
+		return fmt.Errorf("decode frame: %w", err)
 	}
-	f := d.f
 	if f.V != Version {
-		return nil, fmt.Errorf("decode frame: unsupported version %d (want %d)", f.V, Version)
+		return fmt.Errorf("decode frame: unsupported version %d (want %d)", f.V, Version)
 	}
 	if f.Type != TypeEvents {
-		return nil, fmt.Errorf("decode frame: unexpected type %q", f.Type)
+		return fmt.Errorf("decode frame: unexpected type %q", f.Type)
 	}
-	return f, nil
+	return nil
 }
 
 // frameDecoder holds DecodeFrame's state: the JSON decoder, which reads
@@ -69,6 +81,7 @@ type frameDecoder struct {
 	f    *Frame
 	ev   *Event // the event being decoded, f.Events[n]
 	n    int
+	room []Event // the events slice of the Frame decoded into, reused
 
 	source, rawKey lastString
 }
@@ -101,7 +114,10 @@ func (d *frameDecoder) frameField(key []byte, plain bool) error {
 		case jsonscan.Null:
 			f.Events = nil
 		case jsonscan.Array:
-			f.Events = nil
+			if f.Events == nil {
+				f.Events = d.room
+			}
+			f.Events = f.Events[:0]
 			if err := d.dec.Array(d.event); err != nil {
 				return err
 			}

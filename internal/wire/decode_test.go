@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -149,5 +150,53 @@ func TestDecodeFrameAllocations(t *testing.T) {
 	// adds one.
 	if want := float64(len(evs) + 8); allocs > want {
 		t.Errorf("DecodeFrame of %d events made %v allocations, want at most %v", len(evs), allocs, want)
+	}
+}
+
+// TestDecodeFrameIntoReuses decodes frames of different shapes into one
+// Frame: each comes out as DecodeFrame decodes it, with nothing left of
+// the frame before, and a frame no larger than the last needs no new
+// events slice.
+func TestDecodeFrameIntoReuses(t *testing.T) {
+	evs, payloads := benchFrame()
+	var enc Encoder
+	enc.Begin(42, 3, "s3://ingest-raw/prod")
+	for i := range evs {
+		enc.Add(&evs[i], payloads[i], true)
+	}
+	big := enc.End()
+	messages := [][]byte{
+		big,
+		[]byte(`{"v":1,"type":"events","frame":7,"events":[{"key":"a","source":"s","payload_b64":"AP8="}]}`),
+		[]byte(`{"v":1,"type":"events","frame":8,"events":[]}`),
+		[]byte(`{"v":1,"type":"events","frame":9}`),
+		[]byte(`{"v":1,"type":"events","frame":10,"events":[{"key":"x"}],"events":[{"key":"y"},{"key":"z"}]}`),
+		big,
+	}
+	var f Frame
+	for i, data := range messages {
+		want, err := DecodeFrame(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := DecodeFrameInto(&f, data); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(&f, want) {
+			t.Errorf("message %d: DecodeFrameInto gave %+v, DecodeFrame %+v", i, f, *want)
+		}
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := DecodeFrameInto(&f, big); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// A key per event, the raw store, one source and one raw key; the
+	// race detector adds one.
+	if want := float64(len(evs) + 4); allocs > want {
+		t.Errorf("DecodeFrameInto of %d events into a used Frame made %v allocations, want at most %v", len(evs), allocs, want)
+	}
+	if err := DecodeFrameInto(&f, []byte(`{"v":2,"type":"events"}`)); err == nil || !strings.Contains(err.Error(), "unsupported version 2") {
+		t.Errorf("version 2: err = %v, want unsupported version", err)
 	}
 }

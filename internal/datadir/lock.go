@@ -1,4 +1,4 @@
-package daemon
+package datadir
 
 import (
 	"bytes"
@@ -10,9 +10,9 @@ import (
 	"syscall"
 )
 
-// DataDirInUseError reports that another process holds a data dir's lock:
-// a running daemon, or a replay.
-type DataDirInUseError struct {
+// InUseError reports that another process holds a data dir's lock: a
+// running daemon, a replay or an offline dlq command.
+type InUseError struct {
 	// Dir is the data dir.
 	Dir string
 	// PID is the holder's process id as it wrote it in the lock file, or 0
@@ -20,7 +20,7 @@ type DataDirInUseError struct {
 	PID int
 }
 
-func (e *DataDirInUseError) Error() string {
+func (e *InUseError) Error() string {
 	pid := "unknown"
 	if e.PID > 0 {
 		pid = strconv.Itoa(e.PID)
@@ -28,12 +28,12 @@ func (e *DataDirInUseError) Error() string {
 	return fmt.Sprintf("data dir %s is in use by another ingestor (pid %s)", e.Dir, pid)
 }
 
-// LockDataDir takes the exclusive lock on dir (which must exist): a flock
-// on dir/LOCK, which holds the holder's pid. It fails at once with a
-// *DataDirInUseError when another process holds it. The kernel drops the
+// Lock takes the exclusive lock on dir (which must exist): a flock on
+// dir/LOCK, which holds the holder's pid. It fails at once with an
+// *InUseError when another process holds it. The kernel drops the
 // lock when the process exits, even on kill -9, so a stale LOCK file never
 // blocks a start. unlock releases it.
-func LockDataDir(dir string) (unlock func() error, err error) {
+func Lock(dir string) (unlock func() error, err error) {
 	p := filepath.Join(dir, "LOCK")
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -41,7 +41,7 @@ func LockDataDir(dir string) (unlock func() error, err error) {
 	}
 	if err := flock(f); err != nil {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, errors.Join(&DataDirInUseError{Dir: dir, PID: readPID(f)}, f.Close())
+			return nil, errors.Join(&InUseError{Dir: dir, PID: readPID(f)}, f.Close())
 		}
 		return nil, fmt.Errorf("lock data dir %s: %w", dir, errors.Join(err, f.Close()))
 	}

@@ -1,0 +1,5 @@
+// Package datadir guards a data dir against two processes using it at
+// once: the daemon holds the lock while it runs, and the offline tools
+// (`ingestor replay`, `ingestor dlq` with the daemon stopped) take it
+// before they open the queue.
+package datadir

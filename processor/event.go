@@ -1,0 +1,82 @@
+package processor
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/wire"
+)
+
+// Event is one event as the daemon delivers it. (Source, Key) identifies
+// it; Data returns its bytes. Its JSON encoding is the event's form in
+// the frame (PROTOCOL.md).
+type Event struct {
+	// Key is the idempotency key: stable across re-fetches and
+	// redeliveries, unique within Source.
+	Key string `json:"key"`
+	// Source is the name of the [source.NAME] block the event came from.
+	Source string `json:"source"`
+	// Seq is the daemon's sequence number for the event: unique,
+	// increasing in commit order, stable across redeliveries of a queued
+	// event, but not an identity (see the package documentation).
+	Seq int64 `json:"seq"`
+	// FetchedAt is when the daemon received the payload holding the event.
+	FetchedAt time.Time `json:"fetched_at"`
+	// EventTime is the event's own timestamp when the source knows it,
+	// otherwise zero.
+	EventTime time.Time `json:"event_time,omitzero"`
+	// Raw locates the event's bytes in the daemon's raw store.
+	Raw RawRef `json:"raw"`
+	// Payload is the event's bytes exactly as the upstream sent them, when
+	// they are JSON.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// PayloadBase64 carries a payload that is not JSON, sent in base64
+	// as payload_b64 and decoded here.
+	PayloadBase64 []byte `json:"payload_b64,omitempty"`
+}
+
+// RawRef locates an event's bytes in the daemon's raw store.
+type RawRef struct {
+	// Key is the raw object's key in the daemon's raw store.
+	Key string `json:"key"`
+	// Off and Len are the event's byte range inside the raw object.
+	Off int `json:"off"`
+	Len int `json:"len"`
+}
+
+// Data returns the event's bytes, whichever field carried them.
+func (e *Event) Data() []byte {
+	if e.Payload != nil {
+		return e.Payload
+	}
+	return e.PayloadBase64
+}
+
+// frame is a decoded events frame, its events of the package's own type.
+type frame struct {
+	id       int64
+	delivery int
+	events   []Event
+}
+
+// newFrame converts wf into a frame. The events share their strings and
+// payload bytes with wf's, which are not copied; wf's events are then
+// cleared so that wf, decoded into again, keeps nothing of this frame.
+func newFrame(wf *wire.Frame) *frame {
+	f := &frame{id: wf.ID, delivery: wf.Delivery, events: make([]Event, len(wf.Events))}
+	for i := range wf.Events {
+		w := &wf.Events[i]
+		f.events[i] = Event{
+			Key:           w.Key,
+			Source:        w.Source,
+			Seq:           w.Seq,
+			FetchedAt:     w.FetchedAt,
+			EventTime:     w.EventTime,
+			Raw:           RawRef{Key: w.Raw.Key, Off: w.Raw.Off, Len: w.Raw.Len},
+			Payload:       w.Payload,
+			PayloadBase64: w.PayloadBase64,
+		}
+	}
+	clear(wf.Events)
+	return f
+}
