@@ -327,27 +327,6 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 	return frames, added, nil
 }
 
-func insertReturning(st *sql.Stmt, args []any, ids map[string]int64) error {
-	rows, err := st.Query(args...)
-	if err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	for rows.Next() {
-		var id int64
-		var key string
-		if err := rows.Scan(&id, &key); err != nil {
-			return fmt.Errorf("insert events: %w", errors.Join(err, rows.Close()))
-		}
-		if _, dup := ids[key]; !dup {
-			ids[key] = id
-		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	return nil
-}
-
 // Cursor returns the stored cursor of source; ok is false when none is stored.
 func (q *Queue) Cursor(ctx context.Context, source string) (cursor string, ok bool, err error) {
 	err = q.rdb.QueryRowContext(ctx, `SELECT cursor FROM offsets WHERE source = ?`, source).Scan(&cursor)

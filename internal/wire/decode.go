@@ -324,8 +324,8 @@ func decodeTime(dec *jsonscan.Decoder, dst *time.Time, field string) error {
 	case jsonscan.Null:
 		return nil
 	case jsonscan.String:
-		t, err := parseTime(val)
-		if err != nil {
+		var t time.Time
+		if err := t.UnmarshalText(val); err != nil {
 			return &fieldError{Field: field, Msg: err.Error()}
 		}
 		*dst = t
