@@ -398,8 +398,9 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 // CountDeliveries records one more delivery of each frame.
 func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
 	r := &request{apply: func(tx *sql.Tx) error {
+		count := tx.Stmt(q.settle.countDelivery)
 		for _, id := range ids {
-			if _, err := tx.Exec(`UPDATE frames SET deliveries = deliveries + 1 WHERE id = ?`, id); err != nil {
+			if _, err := count.Exec(id); err != nil {
 				return fmt.Errorf("count delivery of frame %d: %w", id, err)
 			}
 		}

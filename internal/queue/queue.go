@@ -64,6 +64,7 @@ type Queue struct {
 	// writer-goroutine state
 	nextFrame int64
 	stmts     map[int]*sql.Stmt
+	settle    settleStmts
 }
 
 // Open opens (creating if needed) the queue at o.Path, applies migrations and
@@ -109,7 +110,7 @@ func Open(o Options) (*Queue, error) {
 		done:  make(chan struct{}),
 		stmts: make(map[int]*sql.Stmt),
 	}
-	if err := errors.Join(q.load(), q.prepareInserts()); err != nil {
+	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareSettle()); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
@@ -181,7 +182,7 @@ func (q *Queue) Close() error {
 	for _, st := range q.stmts {
 		errs = append(errs, st.Close())
 	}
-	errs = append(errs, q.rdb.Close(), q.wdb.Close())
+	errs = append(errs, q.settle.close(), q.rdb.Close(), q.wdb.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close queue %s: %w", q.opts.Path, err)
 	}
