@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,8 +84,7 @@ func Open(o Options) (*Queue, error) {
 	if o.Synchronous == "normal" {
 		sync = "NORMAL"
 	}
-	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0", o.Path, sync)
-	wdb, err := sql.Open("sqlite3", dsn)
+	wdb, err := sql.Open("sqlite3", fileURI(o.Path, "_journal_mode=WAL&_synchronous="+sync+"&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0"))
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, err)
 	}
@@ -97,7 +97,7 @@ func Open(o Options) (*Queue, error) {
 	if err := checkPragmas(wdb); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
-	rdb, err := sql.Open("sqlite3", fmt.Sprintf("file:%s?_journal_mode=WAL&_busy_timeout=10000&_query_only=1", o.Path))
+	rdb, err := sql.Open("sqlite3", fileURI(o.Path, "_journal_mode=WAL&_busy_timeout=10000&_query_only=1"))
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
@@ -115,6 +115,12 @@ func Open(o Options) (*Queue, error) {
 	}
 	go q.writer()
 	return q, nil
+}
+
+// fileURI is the SQLite URI of the database file at path with query: the
+// path is escaped, so that a '?', '#' or '%' in it is part of the name.
+func fileURI(path, query string) string {
+	return (&url.URL{Scheme: "file", Path: path, RawQuery: query}).String()
 }
 
 // checkPragmas asserts what the DSN asked for: a database opened by an
