@@ -123,7 +123,7 @@ func (d *ackDecoder) ackField(key []byte, plain bool) error {
 		if err := once(&d.seen, seenType, name); err != nil {
 			return err
 		}
-		return ackString(&d.dec, &a.Type, name, nil)
+		return decodeString(&d.dec, &a.Type, name, nullFails)
 	case "frames":
 		if err := once(&d.seen, seenFrames, name); err != nil {
 			return err
@@ -216,12 +216,12 @@ func (d *ackDecoder) keyField(key []byte, plain bool) error {
 		if err := once(&d.entrySeen, seenSource, name); err != nil {
 			return err
 		}
-		return ackString(&d.dec, &n.Source, name, &d.source)
+		return d.source.decode(&d.dec, &n.Source, name, nullFails)
 	case "key":
 		if err := once(&d.entrySeen, seenKey, name); err != nil {
 			return err
 		}
-		return ackString(&d.dec, &n.Key, name, nil)
+		return decodeString(&d.dec, &n.Key, name, nullFails)
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ func (d *ackDecoder) nackField(key []byte, plain bool) error {
 		if err := once(&d.entrySeen, seenReason, name); err != nil {
 			return err
 		}
-		if err := ackString(&d.dec, &n.Reason, name, nil); err != nil {
+		if err := decodeString(&d.dec, &n.Reason, name, nullFails); err != nil {
 			return err
 		}
 		n.Reason = truncateUTF8(n.Reason, MaxReasonBytes)
@@ -259,28 +259,13 @@ func (d *ackDecoder) nackField(key []byte, plain bool) error {
 // ackInt reads a JSON integer of at least least into *dst; null, a
 // fraction or an exponent are errors.
 func ackInt[T integer](dec *jsonscan.Decoder, dst *T, field string, least int64) error {
-	if kind := dec.Peek(); kind != jsonscan.Number {
-		return typeError(field, "an integer", kind)
-	}
-	if err := decodeInt(dec, dst, field); err != nil {
+	if err := decodeInt(dec, dst, field, nullFails); err != nil {
 		return err
 	}
 	if int64(*dst) < least {
 		return &fieldError{Field: field, Msg: fmt.Sprintf("%d is below %d", *dst, least)}
 	}
 	return nil
-}
-
-// ackString reads a JSON string into *dst, through last when it is set;
-// null is an error.
-func ackString(dec *jsonscan.Decoder, dst *string, field string, last *lastString) error {
-	if kind := dec.Peek(); kind != jsonscan.String {
-		return typeError(field, "a string", kind)
-	}
-	if last != nil {
-		return last.decode(dec, dst, field)
-	}
-	return decodeString(dec, dst, field)
 }
 
 // truncateUTF8 returns the longest prefix of s of at most n bytes that
