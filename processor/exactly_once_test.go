@@ -16,6 +16,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/wire"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -260,7 +261,7 @@ func TestRunTxRedeliveryAfterCrashBeforeAckIsSkipped(t *testing.T) {
 	var calls1 atomic.Int64
 	c1, stop1 := startTx(t, d1, processor.Options{DropAcks: 1}, db1, insertEffect(&calls1))
 	d1.sendFrame(t, 1, 1, evs...)
-	waitFor(t, "the first processor's ack to be dropped", func() bool { return c1.Stats().AcksDropped == 1 })
+	testsync.WaitFor(t, "the first processor's ack to be dropped", waitTimeout, func() bool { return c1.Stats().AcksDropped == 1 })
 	if err := stop1(); err != nil {
 		t.Fatalf("RunTx: %v", err)
 	}
@@ -348,7 +349,7 @@ func TestStopFinishesInFlightFramesAndFlushes(t *testing.T) {
 	})
 	d.sendFrame(t, 1, 1, event("s", "slow", 1))
 	d.sendFrame(t, 2, 1, event("s", "fast", 2))
-	waitFor(t, "frame 2 to be handled", func() bool { return handled.Load() == 1 })
+	testsync.WaitFor(t, "frame 2 to be handled", waitTimeout, func() bool { return handled.Load() == 1 })
 
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
