@@ -133,15 +133,8 @@ func TestDecoderObjectErrors(t *testing.T) {
 		{`{"a":1} {}`, 8, "unexpected data after the value"},
 	}
 	for _, tt := range tests {
-		got, err := collectMembers(tt.obj)
-		var se *SyntaxError
-		if !errors.As(err, &se) {
-			t.Errorf("objectEach(%q) = %v, %v; want a *SyntaxError", tt.obj, got, err)
-			continue
-		}
-		if se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-			t.Errorf("objectEach(%q) error %q at %d, want %q at %d", tt.obj, se.Reason, se.Offset, tt.reason, tt.offset)
-		}
+		_, err := collectMembers(tt.obj)
+		wantSyntaxError(t, fmt.Sprintf("objectEach(%q)", tt.obj), err, tt.reason, tt.offset)
 		if json.Valid([]byte(tt.obj)) && strings.HasPrefix(strings.TrimSpace(tt.obj), "{") {
 			t.Errorf("test case %q is a valid object", tt.obj)
 		}
@@ -193,10 +186,7 @@ func TestDecoderArrayErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		err := arrayEach([]byte(tt.arr), func([]byte, Kind) error { return nil })
-		var se *SyntaxError
-		if !errors.As(err, &se) || se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-			t.Errorf("arrayEach(%q) = %v, want %q at offset %d", tt.arr, err, tt.reason, tt.offset)
-		}
+		wantSyntaxError(t, fmt.Sprintf("arrayEach(%q)", tt.arr), err, tt.reason, tt.offset)
 	}
 }
 
@@ -333,11 +323,7 @@ func TestDecoderErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var d Decoder
 			d.Reset([]byte(tt.in))
-			err := tt.walk(&d)
-			var se *SyntaxError
-			if !errors.As(err, &se) || se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-				t.Errorf("walk of %q = %v, want %q at offset %d", tt.in, err, tt.reason, tt.offset)
-			}
+			wantSyntaxError(t, fmt.Sprintf("walk of %q", tt.in), tt.walk(&d), tt.reason, tt.offset)
 		})
 	}
 }
