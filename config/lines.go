@@ -208,47 +208,37 @@ func (s *lineScanner) value(path []string) {
 	case s.peek() == '"' || s.peek() == '\'':
 		s.quoted()
 	case s.peek() == '[':
-		s.pos++
-		for {
-			s.skipBlank(true)
-			switch {
-			case s.eof():
-				return
-			case s.peek() == ']':
-				s.pos++
-				return
-			case s.peek() == ',':
-				s.pos++
-			default:
-				start := s.pos
-				s.value(path)
-				if s.pos == start {
-					s.advance()
-				}
-			}
-		}
+		s.container(']', func() { s.value(path) })
 	case s.peek() == '{':
-		s.pos++
-		for {
-			s.skipBlank(true)
-			switch {
-			case s.eof():
-				return
-			case s.peek() == '}':
-				s.pos++
-				return
-			case s.peek() == ',':
-				s.pos++
-			default:
-				start := s.pos
-				s.keyval(path)
-				if s.pos == start {
-					s.advance()
-				}
-			}
-		}
+		s.container('}', func() { s.keyval(path) })
 	default:
 		s.scalar()
+	}
+}
+
+// container scans an array or inline table from its opening bracket to
+// closing, calling item for each element or key/value pair; an item that
+// consumes nothing is skipped a character at a time, so a malformed
+// container still ends.
+func (s *lineScanner) container(closing byte, item func()) {
+	s.pos++
+	for {
+		s.skipBlank(true)
+		switch {
+		case s.eof():
+			return
+		case s.peek() == closing:
+			s.pos++
+			return
+		case s.peek() == ',':
+			s.pos++
+		default:
+			start := s.pos
+			item()
+			if s.pos == start {
+				s.advance()
+			}
+		}
 	}
 }
 

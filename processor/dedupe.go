@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	// The dedupe store and the exactly-once path use SQLite.
@@ -37,7 +38,9 @@ type dedupeStore struct {
 
 // openDedupe opens (creating if needed) the dedupe database at path.
 func openDedupe(ctx context.Context, path string, cacheSize int) (*dedupeStore, error) {
-	dsn := "file:" + path + "?_journal_mode=WAL&_synchronous=NORMAL&_busy_timeout=10000&_txlock=immediate"
+	// The path is escaped, so that a '?', '#' or '%' in it is part of the
+	// name.
+	dsn := (&url.URL{Scheme: "file", Path: path, RawQuery: "_journal_mode=WAL&_synchronous=NORMAL&_busy_timeout=10000&_txlock=immediate"}).String()
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("processor: open dedupe database %s: %w", path, err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -15,6 +16,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/wire"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -99,6 +101,37 @@ func TestDedupeDBSkipsARedeliveredFrameAndAcksItAgain(t *testing.T) {
 		t.Errorf("handler called %d times, want 4 (k1, k2, k3 twice)", n)
 	}
 	waitStats(t, c, processor.Stats{Frames: 2, Events: 6, Acked: 4, Failed: 2, Duplicates: 2, Redeliveries: 1})
+}
+
+// TestDedupeDBInDirWithURICharacters keeps the dedupe database in a
+// directory whose name holds the characters a SQLite URI gives a meaning
+// to: it must be created at the path given, and a redelivered event must
+// be skipped.
+func TestDedupeDBInDirWithURICharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data?x=1#frag%41 dir")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "dedupe.db")
+	d := newFakeDaemon(t)
+	var calls atomic.Int64
+	c, _ := startProcessor(t, d, processor.Options{DedupeDB: path}, func(context.Context, *processor.Event) error {
+		calls.Add(1)
+		return nil
+	})
+	d.sendFrame(t, 1, 1, event("a", "k1", 1))
+	d.acksUntil(t, "frame 1's ack", func(acks []wire.Ack) bool { return len(acks) > 0 })
+	d.sendFrame(t, 1, 2, event("a", "k1", 1))
+	waitStats(t, c, processor.Stats{Frames: 2, Events: 2, Acked: 2, Duplicates: 1, Redeliveries: 1})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times, want 1", n)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the dedupe database is not at the path given: %v", err)
+	}
+	if stray, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "data*")); len(stray) != 1 {
+		t.Errorf("files next to the data dir: %q, want only the data dir", stray)
+	}
 }
 
 // openTestDB opens a SQLite file in dir with the DSN RunTx documents and
@@ -228,7 +261,7 @@ func TestRunTxRedeliveryAfterCrashBeforeAckIsSkipped(t *testing.T) {
 	var calls1 atomic.Int64
 	c1, stop1 := startTx(t, d1, processor.Options{DropAcks: 1}, db1, insertEffect(&calls1))
 	d1.sendFrame(t, 1, 1, evs...)
-	waitFor(t, "the first processor's ack to be dropped", func() bool { return c1.Stats().AcksDropped == 1 })
+	testsync.WaitFor(t, "the first processor's ack to be dropped", waitTimeout, func() bool { return c1.Stats().AcksDropped == 1 })
 	if err := stop1(); err != nil {
 		t.Fatalf("RunTx: %v", err)
 	}
@@ -316,7 +349,7 @@ func TestStopFinishesInFlightFramesAndFlushes(t *testing.T) {
 	})
 	d.sendFrame(t, 1, 1, event("s", "slow", 1))
 	d.sendFrame(t, 2, 1, event("s", "fast", 2))
-	waitFor(t, "frame 2 to be handled", func() bool { return handled.Load() == 1 })
+	testsync.WaitFor(t, "frame 2 to be handled", waitTimeout, func() bool { return handled.Load() == 1 })
 
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)

@@ -4,12 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
+	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
+	"path/filepath"
 
 	_ "github.com/mattn/go-sqlite3"
 
@@ -17,11 +18,16 @@ import (
 )
 
 // ExampleRun is a whole processor program: it prints the id of each new
-// event until it is interrupted. It needs a running daemon, so it is only
-// compiled.
+// event until its context ends. A real program runs until it is
+// interrupted, with
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//
+// here a stand-in daemon sends one frame and ends ctx once it is settled.
 func ExampleRun() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	d := startExampleDaemon()
+	defer d.close()
+	ctx := d.serve(`{"id":"a1"}`, `"not a record"`, `{"id":"a3"}`)
 
 	// seen stands in for a durable store with a unique index on
 	// (source, key), the event's idempotency key: a redelivered event is
@@ -46,26 +52,34 @@ func ExampleRun() {
 	}
 
 	err := processor.Run(ctx, processor.Options{
-		Endpoint:    "tcp://127.0.0.1:5557",
-		AckEndpoint: "tcp://127.0.0.1:5558",
+		Endpoint:    d.Endpoint,    // the daemon's publish.endpoint, "tcp://127.0.0.1:5557" by default
+		AckEndpoint: d.AckEndpoint, // its publish.ack_endpoint, "tcp://127.0.0.1:5558" by default
 	}, handle)
 	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println(d.Settled())
+	// Output:
+	// github evt-1 a1
+	// github evt-3 a3
+	// daemon: 2 acked, 1 dead-lettered
 }
 
 // ExampleNew keeps the Client to read its counters when Run returns.
 func ExampleNew() {
+	d := startExampleDaemon()
+	defer d.close()
 	c, err := processor.New(processor.Options{
-		Endpoint:    "tcp://127.0.0.1:5557",
-		AckEndpoint: "tcp://127.0.0.1:5558",
+		Endpoint:    d.Endpoint,
+		AckEndpoint: d.AckEndpoint,
 		Logger:      slog.New(slog.NewJSONHandler(os.Stderr, nil)),
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// A real program runs until it is interrupted (see ExampleRun); the
+	// stand-in daemon ends ctx once its frame is settled.
+	ctx := d.serve(`{"id":1}`, `{"id":2}`, `{"id":3}`)
 	err = c.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
 		return nil // acknowledge everything
 	})
@@ -75,17 +89,30 @@ func ExampleNew() {
 	st := c.Stats()
 	fmt.Printf("%d events in %d frames, %d acked, %d failed, %d frames redelivered\n",
 		st.Events, st.Frames, st.Acked, st.Failed, st.Redeliveries)
+	fmt.Println(d.Settled())
+	// Output:
+	// 3 events in 1 frames, 3 acked, 0 failed, 0 frames redelivered
+	// daemon: 3 acked, 0 dead-lettered
 }
 
 // ExampleClient_RunTx stores every event exactly once in a SQLite
 // database: each row commits with the event's processed key, and the ack
-// leaves after the commit, so a redelivered event is skipped. It needs a
-// running daemon, so it is only compiled.
+// leaves after the commit, so a redelivered event is skipped.
 func ExampleClient_RunTx() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	d := startExampleDaemon()
+	defer d.close()
+	// A real program runs until it is interrupted (see ExampleRun); the
+	// stand-in daemon ends ctx once its frame is settled.
+	ctx := d.serve(`{"id":1}`, `{"id":2}`, `{"id":3}`)
 
-	db, err := sql.Open("sqlite3", "file:events.db?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
+	dir, err := os.MkdirTemp("", "events")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	dsn := (&url.URL{Scheme: "file", Path: filepath.Join(dir, "events.db"),
+		RawQuery: "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"}).String()
+	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -94,12 +121,12 @@ func ExampleClient_RunTx() {
 			log.Print(err)
 		}
 	}()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS events (source TEXT, key TEXT, payload BLOB, PRIMARY KEY (source, key))`); err != nil {
+	if _, err := db.ExecContext(context.Background(), `CREATE TABLE IF NOT EXISTS events (source TEXT, key TEXT, payload BLOB, PRIMARY KEY (source, key))`); err != nil {
 		log.Fatal(err)
 	}
 	c, err := processor.New(processor.Options{
-		Endpoint:    "tcp://127.0.0.1:5557",
-		AckEndpoint: "tcp://127.0.0.1:5558",
+		Endpoint:    d.Endpoint,
+		AckEndpoint: d.AckEndpoint,
 		Workers:     4,
 	})
 	if err != nil {
@@ -116,6 +143,27 @@ func ExampleClient_RunTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println(d.Settled())
+
+	rows, err := db.QueryContext(context.Background(), `SELECT source, key, payload FROM events ORDER BY key`)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for rows.Next() {
+		var source, key, payload string
+		if err := rows.Scan(&source, &key, &payload); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(source, key, payload)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// daemon: 3 acked, 0 dead-lettered
+	// github evt-1 {"id":1}
+	// github evt-2 {"id":2}
+	// github evt-3 {"id":3}
 }
 
 // ExampleReadCurveKey reads a key file as `ingestor curve-keygen` writes

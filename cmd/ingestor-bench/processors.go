@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 
@@ -42,7 +43,7 @@ func (p *processors) start(n int) error {
 		return nil
 	}
 	if p.sinkDB != "" && p.db == nil {
-		db, err := sql.Open("sqlite3", "file:"+p.sinkDB+"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
+		db, err := sql.Open("sqlite3", (&url.URL{Scheme: "file", Path: p.sinkDB, RawQuery: "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"}).String())
 		if err != nil {
 			return fmt.Errorf("open sink: %w", err)
 		}

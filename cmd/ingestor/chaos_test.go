@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
 
@@ -40,7 +41,7 @@ func TestChaosExactlyOnce(t *testing.T) {
 		t.Fatalf("go build processor: %v\n%s", err, out)
 	}
 	feed := testupstream.New(t, total, 20)
-	httpAddr, pub, ack := freePort(t), "tcp://"+freePort(t), "tcp://"+freePort(t)
+	httpAddr, pub, ack := testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
 	cfg := fmt.Sprintf(`
 [daemon]
@@ -69,7 +70,7 @@ cursor_param = "since"
 		t.Fatal(err)
 	}
 	sink := filepath.Join(dir, "sink.db")
-	var daemonLogs, procLogs lockedBuffer
+	var daemonLogs, procLogs testsync.LockedBuffer
 	startDaemon := func() *exec.Cmd {
 		cmd := exec.Command(ingestor, "run", "-c", cfgPath)
 		cmd.Stderr = &daemonLogs
@@ -136,7 +137,7 @@ cursor_param = "since"
 	for _, c := range []struct {
 		name string
 		cmd  *exec.Cmd
-		logs *lockedBuffer
+		logs *testsync.LockedBuffer
 	}{{"processor", p, &procLogs}, {"daemon", d, &daemonLogs}} {
 		if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -232,7 +233,7 @@ func sinkCount(t *testing.T, path string) int {
 }
 
 // waitForLog waits until the logs match pattern.
-func waitForLog(t *testing.T, logs *lockedBuffer, pattern string) {
+func waitForLog(t *testing.T, logs *testsync.LockedBuffer, pattern string) {
 	t.Helper()
 	re := regexp.MustCompile(pattern)
 	deadline := time.Now().Add(60 * time.Second)

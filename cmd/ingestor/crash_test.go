@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -33,19 +33,6 @@ func buildBinary(t *testing.T, dir string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 type delivered struct {
@@ -91,7 +78,7 @@ max_pages = 20`)
 func crashCycles(t *testing.T, bin string, total int, pollURL, sourceExtra string) {
 	const cycles = 25
 	dir := t.TempDir()
-	httpAddr, pub, ack := freePort(t), "tcp://"+freePort(t), "tcp://"+freePort(t)
+	httpAddr, pub, ack := testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
 	cfg := fmt.Sprintf(`
 [daemon]
@@ -151,7 +138,7 @@ cursor_param = "since"
 		return len(seen)
 	}
 
-	var logs lockedBuffer
+	var logs testsync.LockedBuffer
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "run", "-c", cfgPath)
 		cmd.Stderr = &logs
@@ -278,22 +265,4 @@ func tail(s string) string {
 		return "..." + s[len(s)-4000:]
 	}
 	return s
-}
-
-// lockedBuffer is a bytes.Buffer safe for the exec copier and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 func runDLQ(t *testing.T, stdin string, args ...string) (string, int) {
@@ -45,7 +46,7 @@ url = %q
 [publish]
 endpoint = "tcp://%s"
 ack_endpoint = "tcp://%s"
-`, filepath.Join(dir, "data"), freePort(t), daemonExtra, "file://"+filepath.Join(dir, "raw"), freePort(t), freePort(t)) + replayFeedTOML
+`, filepath.Join(dir, "data"), testsync.FreePort(t), daemonExtra, "file://"+filepath.Join(dir, "raw"), testsync.FreePort(t), testsync.FreePort(t)) + replayFeedTOML
 	cfgPath := filepath.Join(dir, "ingestor.toml")
 	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

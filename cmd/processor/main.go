@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -249,7 +250,7 @@ type eventStore struct {
 }
 
 func openEventStore(ctx context.Context, path string, log *slog.Logger) (*eventStore, error) {
-	dsn := "file:" + path + "?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"
+	dsn := (&url.URL{Scheme: "file", Path: path, RawQuery: "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"}).String()
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/wire"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -42,24 +41,6 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("error %v does not contain %q", err, want)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestRunCountsAcksAndSummarises runs the command against a daemon played
@@ -102,7 +83,7 @@ func TestRunCountsAcksAndSummarises(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs testsync.LockedBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint, "-log-every", "10ms", "-log-format", "json"}, &logs)
@@ -225,7 +206,7 @@ func TestRunWithCurve(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs testsync.LockedBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint,
@@ -271,7 +252,7 @@ func TestSQLiteModeWritesEachEventOnce(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "events.db")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs testsync.LockedBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint, "-log-format", "json",
@@ -347,7 +328,7 @@ func TestSQLiteModeWritesEachEventOnce(t *testing.T) {
 }
 
 func TestDoubleApplicationIsCountedAsABug(t *testing.T) {
-	var logs syncBuffer
+	var logs testsync.LockedBuffer
 	store, err := openEventStore(t.Context(), filepath.Join(t.TempDir(), "events.db"), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

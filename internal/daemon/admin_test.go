@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -44,8 +45,8 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 		seen.add(ev.Key)
 		return nil
 	})
-	waitFor(t, "the other 18 events delivered", 30*time.Second, func() bool { return seen.len() == 18 })
-	waitFor(t, "two dead letters", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "the other 18 events delivered", 30*time.Second, func() bool { return seen.len() == 18 })
+	testsync.WaitFor(t, "two dead letters", 30*time.Second, func() bool {
 		dl, err := h.d.Queue().DeadLetters(t.Context(), 10)
 		return err == nil && len(dl) == 2
 	})
@@ -91,8 +92,8 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	if replayed.Replayed != 1 {
 		t.Fatalf("replayed %d, want 1", replayed.Replayed)
 	}
-	waitFor(t, "the replayed event delivered", 10*time.Second, func() bool { return seen.count(poison) == 1 })
-	waitFor(t, "queue empty", 10*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	testsync.WaitFor(t, "the replayed event delivered", 10*time.Second, func() bool { return seen.count(poison) == 1 })
+	testsync.WaitFor(t, "queue empty", 10*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
 	getJSON(t, base+"/dlq", http.StatusOK, &list)
 	if len(list) != 1 || list[0].Key != rejected {
 		t.Fatalf("active dead letters after replay = %+v", list)

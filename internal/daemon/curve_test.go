@@ -12,6 +12,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -44,7 +45,7 @@ func startCurveDaemon(t *testing.T, publishExtra string) *harness {
 	t.Helper()
 	feed := testupstream.New(t, curveEvents, curveEvents)
 	h := startDaemon(t, "", "events_per_frame = 10\n"+publishExtra, httpSource("api", feed.URL))
-	waitFor(t, "the events queued", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == curveEvents })
+	testsync.WaitFor(t, "the events queued", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == curveEvents })
 	return h
 }
 
@@ -133,7 +134,7 @@ func TestPlaintextDaemonAcceptsForgedAcks(t *testing.T) {
 	if !forgeAck(t, h.ack, "", curvePair{}) {
 		t.Fatal("a plaintext client's handshake failed on a plaintext daemon")
 	}
-	waitFor(t, "the forged ack to clear the frames", 30*time.Second, func() bool { return q.PendingEvents() == 0 })
+	testsync.WaitFor(t, "the forged ack to clear the frames", 30*time.Second, func() bool { return q.PendingEvents() == 0 })
 }
 
 // TestCurveAdmitsOnlyAuthorizedProcessors runs a CURVE daemon with one
@@ -175,7 +176,7 @@ func TestCurveAdmitsOnlyAuthorizedProcessors(t *testing.T) {
 	// The rogue processors' handshakes are refused before the authorized
 	// one starts, so both are trying all along the delivery.
 	refused := h.d.curve.Refused()
-	waitFor(t, "the unauthorized processor's handshakes refused", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "the unauthorized processor's handshakes refused", 30*time.Second, func() bool {
 		return h.d.curve.Refused() >= refused+2
 	})
 	seen := newSeenSet()
@@ -184,13 +185,13 @@ func TestCurveAdmitsOnlyAuthorizedProcessors(t *testing.T) {
 			seen.add(ev.Key)
 			return nil
 		})
-	waitFor(t, "every event at the authorized processor", 30*time.Second, func() bool { return seen.len() == curveEvents })
+	testsync.WaitFor(t, "every event at the authorized processor", 30*time.Second, func() bool { return seen.len() == curveEvents })
 	for n := 1; n <= curveEvents; n++ {
 		if seen.count(testupstream.ID(n)) == 0 {
 			t.Fatalf("event %s never reached the authorized processor", testupstream.ID(n))
 		}
 	}
-	waitFor(t, "its acks to clear the queue", 30*time.Second, func() bool { return q.PendingEvents() == 0 })
+	testsync.WaitFor(t, "its acks to clear the queue", 30*time.Second, func() bool { return q.PendingEvents() == 0 })
 	for i, c := range rogues {
 		if st := c.Stats(); st.Frames != 0 || st.Malformed != 0 {
 			t.Errorf("rogue processor %d received %+v", i, st)

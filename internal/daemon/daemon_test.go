@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ingestorhq/ingestor/internal/s3test"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -53,8 +54,8 @@ func TestEndToEndHTTPPollS3(t *testing.T) {
 		seen.add(ev.Key)
 		return nil
 	})
-	waitFor(t, "every event delivered", 60*time.Second, func() bool { return seen.len() == total })
-	waitFor(t, "queue empty after acks", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	testsync.WaitFor(t, "every event delivered", 60*time.Second, func() bool { return seen.len() == total })
+	testsync.WaitFor(t, "queue empty after acks", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
 	for n := 1; n <= total; n++ {
 		if seen.count(testupstream.ID(n)) == 0 {
 			t.Fatalf("event %s never reached the processor", testupstream.ID(n))
@@ -112,8 +113,8 @@ interval = "5ms"
 events_per_tick = 250
 `)
 	q := h.d.Queue()
-	waitFor(t, "queue to reach its limit", 30*time.Second, func() bool { return q.PendingEvents() >= limit })
-	waitFor(t, "source to pause", 10*time.Second, func() bool {
+	testsync.WaitFor(t, "queue to reach its limit", 30*time.Second, func() bool { return q.PendingEvents() >= limit })
+	testsync.WaitFor(t, "source to pause", 10*time.Second, func() bool {
 		return metric(t, h.d.Registry(), "ingestor_source_paused", "source", "gen") == 1
 	})
 	// Paused: the queue stops growing. One poll may have been in flight
@@ -131,13 +132,13 @@ events_per_tick = 250
 		return nil
 	})
 	// Every event queued while the processor was away arrives: ids gen-1..gen-atLimit.
-	waitFor(t, "backlog delivered", 60*time.Second, func() bool { return seen.len() >= int(atLimit) })
+	testsync.WaitFor(t, "backlog delivered", 60*time.Second, func() bool { return seen.len() >= int(atLimit) })
 	for n := 1; n <= int(atLimit); n++ {
 		if seen.count(fmt.Sprintf("gen-%d", n)) == 0 {
 			t.Fatalf("event gen-%d queued while the processor was down never arrived", n)
 		}
 	}
-	waitFor(t, "source to resume", 10*time.Second, func() bool {
+	testsync.WaitFor(t, "source to resume", 10*time.Second, func() bool {
 		return metric(t, h.d.Registry(), "ingestor_source_paused", "source", "gen") == 0
 	})
 }
@@ -161,12 +162,12 @@ func TestUnackedFrameIsResent(t *testing.T) {
 		redelivered[ev.Key] = true
 		return nil
 	})
-	waitFor(t, "every event redelivered and acked", 60*time.Second, func() bool {
+	testsync.WaitFor(t, "every event redelivered and acked", 60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(redelivered) == 300
 	})
-	waitFor(t, "queue empty", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	testsync.WaitFor(t, "queue empty", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
 	if n := metric(t, h.d.Registry(), "ingestor_publish_frames_resent_total"); n == 0 {
 		t.Error("no frame counted as resent")
 	}
@@ -188,8 +189,8 @@ func TestMalformedUpstreamIsDeadLettered(t *testing.T) {
 		seen.add(ev.Key)
 		return nil
 	})
-	waitFor(t, "good records delivered", 30*time.Second, func() bool { return seen.len() == 50 })
-	waitFor(t, "three dead letters", 10*time.Second, func() bool {
+	testsync.WaitFor(t, "good records delivered", 30*time.Second, func() bool { return seen.len() == 50 })
+	testsync.WaitFor(t, "three dead letters", 10*time.Second, func() bool {
 		dl, err := h.d.Queue().DeadLetters(t.Context(), 10)
 		return err == nil && len(dl) == 3
 	})

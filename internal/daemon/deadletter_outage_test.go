@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -63,7 +64,7 @@ cursor_param = "since"
 		return nil
 	})
 	reg := h.d.Registry()
-	waitFor(t, "the source polling", 10*time.Second, func() bool {
+	testsync.WaitFor(t, "the source polling", 10*time.Second, func() bool {
 		return metric(t, reg, "ingestor_source_polls_total", "source", "bad", "result", "ok") > 0
 	})
 
@@ -83,7 +84,7 @@ cursor_param = "since"
 	// Each payload held is retried with backoff; wait for several failed
 	// writes per window slot, sampling what is held meanwhile.
 	var held float64
-	waitFor(t, "failed raw writes during the outage", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "failed raw writes during the outage", 30*time.Second, func() bool {
 		held = max(held, metric(t, reg, "ingestor_raw_writes_pending"))
 		return metric(t, reg, "ingestor_raw_put_errors_total") >= 4*window
 	})
@@ -110,8 +111,8 @@ cursor_param = "since"
 	if err := os.Rename(away, rawDir); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "good records delivered", 60*time.Second, func() bool { return seen.count("g-1") > 0 && seen.count("g-2") > 0 })
-	waitFor(t, "every malformed page dead-lettered", 60*time.Second, func() bool {
+	testsync.WaitFor(t, "good records delivered", 60*time.Second, func() bool { return seen.count("g-1") > 0 && seen.count("g-2") > 0 })
+	testsync.WaitFor(t, "every malformed page dead-lettered", 60*time.Second, func() bool {
 		dl, err := h.d.Queue().DeadLetters(t.Context(), 1000)
 		return err == nil && int64(len(dl)) == served.Load()
 	})
@@ -128,5 +129,5 @@ cursor_param = "since"
 			t.Errorf("dead letter %s: %d bytes stored (%v), want the %d bytes served", d.RawKey, len(body), err, len(malformed))
 		}
 	}
-	waitFor(t, "nothing held", 10*time.Second, func() bool { return metric(t, reg, "ingestor_raw_writes_pending") == 0 })
+	testsync.WaitFor(t, "nothing held", 10*time.Second, func() bool { return metric(t, reg, "ingestor_raw_writes_pending") == 0 })
 }

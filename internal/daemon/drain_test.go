@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -21,7 +22,7 @@ import (
 // reached the processor.
 func TestShutdownDrains(t *testing.T) {
 	dir := t.TempDir()
-	h := &harness{t: t, dir: dir, pub: freeTCP(t), ack: freeTCP(t), logs: &syncBuffer{}}
+	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), logs: &testsync.LockedBuffer{}}
 	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
 [daemon]
 data_dir = %q
@@ -47,7 +48,7 @@ events_per_tick = 200
 		seen.add(ev.Key)
 		return nil
 	})
-	waitFor(t, "events flowing", 30*time.Second, func() bool { return seen.len() >= 5000 })
+	testsync.WaitFor(t, "events flowing", 30*time.Second, func() bool { return seen.len() >= 5000 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := d.Shutdown(ctx); err != nil {

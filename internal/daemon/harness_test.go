@@ -1,11 +1,9 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -13,48 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
-
-// freeTCP returns a tcp:// endpoint on a loopback port that was free a
-// moment ago.
-func freeTCP(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return "tcp://" + addr
-}
-
-// syncBuffer collects logs from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type harness struct {
 	t        *testing.T
 	dir      string
 	pub, ack string
 	d        *Daemon
-	logs     *syncBuffer
+	logs     *testsync.LockedBuffer
 }
 
 // startDaemon starts a daemon whose config is the given source blocks and
@@ -67,7 +33,7 @@ func startDaemon(t *testing.T, rawStore, publishExtra, sourcesTOML string) *harn
 // startDaemonWith is startDaemon with more [daemon] keys and options.
 func startDaemonWith(t *testing.T, daemonExtra, rawStore, publishExtra, sourcesTOML string, o Options) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: t.TempDir(), pub: freeTCP(t), ack: freeTCP(t), logs: &syncBuffer{}}
+	h := &harness{t: t, dir: t.TempDir(), pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), logs: &testsync.LockedBuffer{}}
 	if rawStore == "" {
 		rawStore = fmt.Sprintf("url = %q", "file://"+h.dir+"/raw")
 	}
@@ -139,18 +105,6 @@ func (h *harness) startProcessorWith(o processor.Options, handler processor.Hand
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	h.t.Cleanup(stop)
 	return c, stop
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // metric returns the value of the metric name with the given label values

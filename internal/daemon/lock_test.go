@@ -11,6 +11,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 // TestStartLocksDataDir checks that a running daemon holds its data dir
@@ -29,11 +30,11 @@ ack_endpoint = %q
 [source.demo]
 kind = "demo"
 interval = "1h"
-`, dir, freeTCP(t), freeTCP(t)))
+`, dir, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	log := slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
+	log := slog.New(slog.NewTextHandler(&testsync.LockedBuffer{}, nil))
 	d, err := Start(t.Context(), cfg, Options{Logger: log})
 	if err != nil {
 		t.Fatalf("start: %v", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
@@ -235,7 +236,7 @@ func TestAdminAddr(t *testing.T) {
 func TestPublicAdminWithoutTokenRefusesToStart(t *testing.T) {
 	dir := t.TempDir()
 	text := fmt.Sprintf("[daemon]\ndata_dir = %q\nhttp_addr = \"0.0.0.0:0\"\n[publish]\nendpoint = %q\nack_endpoint = %q\n",
-		dir, freeTCP(t), freeTCP(t))
+		dir, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))
 	_, err := config.Parse("public.toml", []byte(text))
 	if err == nil || !strings.Contains(err.Error(), "public.toml:3: daemon.http_addr: serves the admin endpoints") {
 		t.Fatalf("config with a public tokenless admin listener: %v", err)
@@ -358,7 +359,7 @@ func TestStartFailsCleanlyWhenHTTPAddrIsTaken(t *testing.T) {
 		}
 	}()
 	text := fmt.Sprintf("[daemon]\ndata_dir = %q\nhttp_addr = %q\n[publish]\nendpoint = %q\nack_endpoint = %q\n",
-		t.TempDir(), taken.Addr().String(), freeTCP(t), freeTCP(t))
+		t.TempDir(), taken.Addr().String(), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))
 	cfg, err := config.Parse("taken.toml", []byte(text))
 	if err != nil {
 		t.Fatal(err)

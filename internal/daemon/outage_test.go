@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/s3test"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -44,10 +45,10 @@ func TestRawStoreOutageLosesNothing(t *testing.T) {
 	srv.Stop()
 	outage := time.NewTimer(rawStoreOutage)
 
-	waitFor(t, "the outage to show in the metrics", 20*time.Second, func() bool {
+	testsync.WaitFor(t, "the outage to show in the metrics", 20*time.Second, func() bool {
 		return metric(t, reg, "ingestor_raw_store_up") == 0 && metric(t, reg, "ingestor_raw_put_errors_total") > 0
 	})
-	waitFor(t, "a batch spilled to local disk", 20*time.Second, func() bool {
+	testsync.WaitFor(t, "a batch spilled to local disk", 20*time.Second, func() bool {
 		return metric(t, reg, "ingestor_raw_spilled_total") > 0 && metric(t, reg, "ingestor_raw_spill_pending") > 0
 	})
 	spillDir := filepath.Join(h.dir, "raw-spill")
@@ -63,14 +64,14 @@ func TestRawStoreOutageLosesNothing(t *testing.T) {
 	srv.Restart()
 	t.Logf("raw store back after %v; %d of %d events delivered during the outage", rawStoreOutage, delivered, total)
 
-	waitFor(t, "every event delivered", 120*time.Second, func() bool { return seen.len() == total })
+	testsync.WaitFor(t, "every event delivered", 120*time.Second, func() bool { return seen.len() == total })
 	for n := 1; n <= total; n++ {
 		if seen.count(testupstream.ID(n)) == 0 {
 			t.Fatalf("event %s never reached the processor", testupstream.ID(n))
 		}
 	}
-	waitFor(t, "queue drained", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
-	waitFor(t, "spill dir emptied", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "queue drained", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	testsync.WaitFor(t, "spill dir emptied", 30*time.Second, func() bool {
 		return metric(t, reg, "ingestor_raw_spill_pending") == 0 && countFiles(t, spillDir) == 0
 	})
 	if up := metric(t, reg, "ingestor_raw_store_up"); up != 1 {

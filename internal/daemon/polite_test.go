@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -35,7 +36,7 @@ max_pages = 100
 		seen.add(ev.Key)
 		return nil
 	})
-	waitFor(t, "all records delivered", 60*time.Second, func() bool { return seen.len() == 300 })
+	testsync.WaitFor(t, "all records delivered", 60*time.Second, func() bool { return seen.len() == 300 })
 	for n := 1; n <= 300; n++ {
 		if c := seen.count(testupstream.ID(n)); c != 1 {
 			t.Fatalf("record %s delivered %d times, want exactly once", testupstream.ID(n), c)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 // pythonExample returns the processor of PROTOCOL.md's "Python example"
@@ -172,7 +174,7 @@ func testPythonHostileFrames(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	pubEP, ackEP := freeTCP(t), freeTCP(t)
+	pubEP, ackEP := "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
 	for _, err := range []error{push.SetLinger(0), pull.SetLinger(0), push.SetSndtimeo(30 * time.Second),
 		pull.SetRcvtimeo(30 * time.Second), push.Bind(pubEP), pull.Bind(ackEP)} {
 		if err != nil {
@@ -274,7 +276,7 @@ events_per_tick = 50
 `)
 	py := startPython(t, h.pub, h.ack)
 	const want = 500
-	waitFor(t, "the Python processor to print 500 events", 60*time.Second, func() bool {
+	testsync.WaitFor(t, "the Python processor to print 500 events", 60*time.Second, func() bool {
 		return len(py.lines()) >= want || !py.alive()
 	})
 	if !py.alive() {
@@ -293,7 +295,7 @@ events_per_tick = 50
 			t.Fatalf("event gen-%d was not processed", n)
 		}
 	}
-	waitFor(t, "acks from the Python processor to clear frames", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "acks from the Python processor to clear frames", 30*time.Second, func() bool {
 		return metric(t, h.d.Registry(), "ingestor_frames_acked_total") >= want/50
 	})
 	if n := metric(t, h.d.Registry(), "ingestor_acks_malformed_total"); n != 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 // TestStartupRehydratesLargeBacklog starts the daemon on a queue holding a
@@ -31,7 +32,7 @@ func TestStartupRehydratesLargeBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logs := &syncBuffer{}
+	logs := &testsync.LockedBuffer{}
 	text := fmt.Sprintf(`
 [daemon]
 data_dir = %q
@@ -41,7 +42,7 @@ url = %q
 [publish]
 endpoint = %q
 ack_endpoint = %q
-`, dir, "file://"+filepath.Join(dir, "raw"), freeTCP(t), freeTCP(t))
+`, dir, "file://"+filepath.Join(dir, "raw"), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))
 	cfg, err := config.Parse("rehydrate.toml", []byte(text))
 	if err != nil {
 		t.Fatal(err)

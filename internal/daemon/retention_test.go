@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -42,7 +43,7 @@ event_size = 128
 `)
 	h.startProcessor(func(context.Context, *processor.Event) error { return nil })
 	reg := h.d.Registry()
-	waitFor(t, "the stream to flow", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "the stream to flow", 30*time.Second, func() bool {
 		return metric(t, reg, "ingestor_source_events_total", "source", "steady") > 0
 	})
 

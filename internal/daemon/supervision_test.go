@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -49,14 +50,14 @@ ack_endpoint = %q
 kind = "demo"
 interval = "20ms"
 events_per_tick = 10
-`, dir, freeTCP(t), freeTCP(t))))
+`, dir, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var opens atomic.Int64
 	cfg.Sources = append(cfg.Sources, config.Source{Name: "boom", Kind: "crashing", Enabled: true,
 		Interval: 10 * time.Millisecond, Timeout: time.Second, InflightBatches: 1, Spec: crashingSpec{opens: &opens}})
-	h := &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint, logs: &syncBuffer{}}
+	h := &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint, logs: &testsync.LockedBuffer{}}
 	h.d, err = Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +74,11 @@ events_per_tick = 10
 		seen.add(ev.Key)
 		return nil
 	})
-	waitFor(t, "the crashing source to be restarted 4 times", 60*time.Second, func() bool {
+	testsync.WaitFor(t, "the crashing source to be restarted 4 times", 60*time.Second, func() bool {
 		return metric(t, h.d.Registry(), "ingestor_actor_restarts_total", "actor", "source-boom") >= 4 && opens.Load() >= 4
 	})
 	before := seen.len()
-	waitFor(t, "the healthy source to keep delivering", 30*time.Second, func() bool { return seen.len() >= before+100 })
+	testsync.WaitFor(t, "the healthy source to keep delivering", 30*time.Second, func() bool { return seen.len() >= before+100 })
 	if n := metric(t, h.d.Registry(), "ingestor_actor_restarts_total", "actor", "source-healthy"); n != 0 {
 		t.Errorf("the healthy source was restarted %v times", n)
 	}

@@ -14,6 +14,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -63,12 +64,12 @@ func TestInvalidUTF8TravelsAsBase64(t *testing.T) {
 	for n := 1; n <= total; n++ {
 		want = append(want, testupstream.ID(n))
 	}
-	waitFor(t, "every event delivered", 30*time.Second, func() bool {
+	testsync.WaitFor(t, "every event delivered", 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) >= len(want)
 	})
-	waitFor(t, "every event acked", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	testsync.WaitFor(t, "every event acked", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
 
 	mu.Lock()
 	for _, k := range want {
@@ -105,7 +106,7 @@ type utf8Tap struct {
 
 func newUTF8Tap(t *testing.T, daemonEndpoint string) *utf8Tap {
 	t.Helper()
-	tap := &utf8Tap{endpoint: freeTCP(t)}
+	tap := &utf8Tap{endpoint: "tcp://" + testsync.FreePort(t)}
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
@@ -212,7 +213,7 @@ func (r *ackRig) sync(t testing.TB) {
 	t.Helper()
 	id := r.frame(t, fmt.Sprintf("sync-%d", r.seq))
 	r.send(t, fmt.Sprintf(`{"v":1,"type":"ack","frames":[%d]}`, id))
-	waitFor(t, "the sync ack to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
+	testsync.WaitFor(t, "the sync ack to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 }
 
 // TestNackWinsOverFrameAck sends a frame ack and a nack for one event of
@@ -458,9 +459,9 @@ func TestOversizeAckDropsTheConnection(t *testing.T) {
 		t.Fatalf("received %v, malformed %v: want the two sync acks and no malformed one", rec, bad)
 	}
 	// The daemon saw the disconnection.
-	waitFor(t, "the disconnection to be counted", 20*time.Second, func() bool { return r.counter(t, "ingestor_ack_disconnects_total") == 1 })
+	testsync.WaitFor(t, "the disconnection to be counted", 20*time.Second, func() bool { return r.counter(t, "ingestor_ack_disconnects_total") == 1 })
 	r.send(t, padded(id, limit))
-	waitFor(t, "an ack of exactly the limit to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
+	testsync.WaitFor(t, "an ack of exactly the limit to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 }
 
 // maximalAck returns an ack of as many key acks naming unknown events of
@@ -502,7 +503,7 @@ func ackAfterMaximal(t testing.TB, r *ackRig, maximal string) time.Duration {
 	r.send(t, maximal)
 	start := time.Now()
 	r.send(t, fmt.Sprintf(`{"v":1,"type":"ack","frames":[%d]}`, id))
-	waitFor(t, "the ack after the maximal one to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
+	testsync.WaitFor(t, "the ack after the maximal one to be applied", 20*time.Second, func() bool { return r.pendingKeys(t, id) == nil })
 	return time.Since(start)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
@@ -175,7 +176,7 @@ func TestSlowRawStoreDoesNotBlockAcks(t *testing.T) {
 			t.Fatalf("Acked call %d waited %v while the raw store was stalled", i+1, bound)
 		}
 	}
-	waitFor(t, "the acked frame cleared from the window during the stall", 10*time.Second, func() bool { return s.Inflight() == 0 })
+	testsync.WaitFor(t, "the acked frame cleared from the window during the stall", 10*time.Second, func() bool { return s.Inflight() == 0 })
 
 	raw.open()
 	msg, err := pull.RecvBytes(0)
@@ -273,18 +274,6 @@ func startSender(t *testing.T, q *queue.Queue, raw rawstore.Store) (*Sender, *zm
 		}
 	})
 	return s, pull
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestFramePassedInFlightThenExpiredIsScannedAgain covers a frame the

@@ -179,14 +179,12 @@ func (d *Decoder) Array(fn func() error) error {
 }
 
 // End checks that nothing but whitespace follows the value read.
-func (d *Decoder) End() error { return d.end("value") }
-
-func (d *Decoder) end(what string) error {
+func (d *Decoder) End() error {
 	if d.err != nil {
 		return d.err
 	}
 	if i := skipSpace(d.b, d.i); i < len(d.b) {
-		return d.fail(syntaxErr(i, "unexpected data after the "+what))
+		return d.fail(syntaxErr(i, "unexpected data after the value"))
 	}
 	return nil
 }
@@ -256,4 +254,45 @@ func (d *Decoder) leave(start int, bracket byte) (int, error) {
 		return i, d.fail(syntaxErr(i, "expected ',' or "+quoteByte(bracket+2)+" after "+containerName(bracket)+" element"))
 	}
 	return i, nil
+}
+
+// scanValue validates the value starting at b[i], inside depth containers,
+// and returns it as Decoder.Value does, with the index just past it.
+func scanValue(b []byte, i, depth int) (val []byte, kind Kind, next int, err error) {
+	if i >= len(b) {
+		return nil, Invalid, i, eofErr(i)
+	}
+	switch c := b[i]; c {
+	case '"':
+		end, err := skipString(b, i+1)
+		if err != nil {
+			return nil, Invalid, end, err
+		}
+		return b[i+1 : end], String, end + 1, nil
+	case '{', '[':
+		kind = Object
+		if c == '[' {
+			kind = Array
+		}
+		next, err = skipValue(b, i, depth)
+	case 't':
+		kind = Bool
+		next, err = skipLiteral(b, i, "true")
+	case 'f':
+		kind = Bool
+		next, err = skipLiteral(b, i, "false")
+	case 'n':
+		kind = Null
+		next, err = skipLiteral(b, i, "null")
+	default:
+		if c != '-' && !isDigit(c) {
+			return nil, Invalid, i, syntaxErr(i, "invalid character "+quoteByte(c)+" looking for a value")
+		}
+		kind = Number
+		next, err = skipNumber(b, i)
+	}
+	if err != nil {
+		return nil, Invalid, next, err
+	}
+	return b[i:next], kind, next, nil
 }

@@ -1,9 +1,9 @@
 // Package jsonscan finds records and fields in JSON payloads without decoding
 // them: SplitArray validates a JSON array and returns the byte span of each
 // element, and Field walks one record to the raw bytes of a dotted path.
-// ObjectEach and ArrayEach validate an object or an array while handing
-// over each member or element, and a Decoder does the same for a caller
-// that descends into nested values, still in a single pass.
+// A Decoder validates an object or an array while handing over each member
+// or element, for a caller that descends into nested values, still in a
+// single pass.
 //
 // Parsing is the hot path of every source, so SplitArray and Field build no
 // maps, allocate nothing per value and never re-encode: a record's bytes go

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,28 +126,12 @@ func within(sub, b []byte) bool {
 func referenceField(t *testing.T, record []byte, path string) (json.RawMessage, bool) {
 	raw := json.RawMessage(record)
 	for _, key := range strings.Split(path, ".") {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		keys, vals, ok := referenceMembers(t, raw)
+		i := slices.Index(keys, key)
+		if !ok || i < 0 {
 			return nil, false
 		}
-		found := false
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				t.Fatalf("encoding/json: %v", err)
-			}
-			var v json.RawMessage
-			if err := dec.Decode(&v); err != nil {
-				t.Fatalf("encoding/json: %v", err)
-			}
-			if tok.(string) == key {
-				raw, found = v, true
-				break
-			}
-		}
-		if !found {
-			return nil, false
-		}
+		raw = vals[i]
 	}
 	return raw, true
 }

@@ -85,18 +85,21 @@ func TestSplitArrayErrors(t *testing.T) {
 		{`[]x`, 2, "unexpected data after the array"},
 	}
 	for _, tt := range tests {
-		spans, err := SplitArray([]byte(tt.body))
-		var se *SyntaxError
-		if !errors.As(err, &se) {
-			t.Errorf("SplitArray(%q) = %v, %v; want a *SyntaxError", tt.body, spans, err)
-			continue
-		}
-		if se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-			t.Errorf("SplitArray(%q) error = %q at %d; want %q at %d", tt.body, se.Reason, se.Offset, tt.reason, tt.offset)
-		}
+		_, err := SplitArray([]byte(tt.body))
+		wantSyntaxError(t, fmt.Sprintf("SplitArray(%q)", tt.body), err, tt.reason, tt.offset)
 		if json.Valid([]byte(tt.body)) && strings.HasPrefix(strings.TrimSpace(tt.body), "[") {
 			t.Errorf("test case %q is valid JSON", tt.body)
 		}
+	}
+}
+
+// wantSyntaxError checks that err, returned by call, is a *SyntaxError
+// whose reason holds reason, at offset.
+func wantSyntaxError(t *testing.T, call string, err error, reason string, offset int) {
+	t.Helper()
+	var se *SyntaxError
+	if !errors.As(err, &se) || se.Offset != offset || !strings.Contains(se.Reason, reason) {
+		t.Errorf("%s = %v, want %q at offset %d", call, err, reason, offset)
 	}
 }
 

@@ -362,27 +362,6 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 	return frames, added, nil
 }
 
-func insertReturning(st *sql.Stmt, args []any, ids map[string]int64) error {
-	rows, err := st.Query(args...)
-	if err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	for rows.Next() {
-		var id int64
-		var key string
-		if err := rows.Scan(&id, &key); err != nil {
-			return fmt.Errorf("insert events: %w", errors.Join(err, rows.Close()))
-		}
-		if _, dup := ids[key]; !dup {
-			ids[key] = id
-		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	return nil
-}
-
 // Cursor returns the stored cursor of source; ok is false when none is stored.
 func (q *Queue) Cursor(ctx context.Context, source string) (cursor string, ok bool, err error) {
 	err = q.rdb.QueryRowContext(ctx, `SELECT cursor FROM offsets WHERE source = ?`, source).Scan(&cursor)
@@ -454,8 +433,9 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 // CountDeliveries records one more delivery of each frame.
 func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
 	r := &request{apply: func(tx *sql.Tx) error {
+		count := tx.Stmt(q.settle.countDelivery)
 		for _, id := range ids {
-			if _, err := tx.Exec(`UPDATE frames SET deliveries = deliveries + 1 WHERE id = ?`, id); err != nil {
+			if _, err := count.Exec(id); err != nil {
 				return fmt.Errorf("count delivery of frame %d: %w", id, err)
 			}
 		}

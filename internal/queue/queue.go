@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type Queue struct {
 	// writer-goroutine state
 	nextFrame int64
 	stmts     map[int]*sql.Stmt
+	settle    settleStmts
 }
 
 // Open opens (creating if needed) the queue at o.Path, applies migrations and
@@ -87,8 +89,7 @@ func Open(o Options) (*Queue, error) {
 	if o.Synchronous == "normal" {
 		sync = "NORMAL"
 	}
-	dsn := fmt.Sprintf("file:%s?_journal_mode=WAL&_synchronous=%s&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0", o.Path, sync)
-	wdb, err := sql.Open("sqlite3", dsn)
+	wdb, err := sql.Open("sqlite3", fileURI(o.Path, "_journal_mode=WAL&_synchronous="+sync+"&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0"))
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, err)
 	}
@@ -101,7 +102,7 @@ func Open(o Options) (*Queue, error) {
 	if err := checkPragmas(wdb); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
-	rdb, err := sql.Open("sqlite3", fmt.Sprintf("file:%s?_journal_mode=WAL&_busy_timeout=10000&_query_only=1", o.Path))
+	rdb, err := sql.Open("sqlite3", fileURI(o.Path, "_journal_mode=WAL&_busy_timeout=10000&_query_only=1"))
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
@@ -114,11 +115,17 @@ func Open(o Options) (*Queue, error) {
 		done:  make(chan struct{}),
 		stmts: make(map[int]*sql.Stmt),
 	}
-	if err := errors.Join(q.load(), q.prepareInserts()); err != nil {
+	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareSettle()); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
 	return q, nil
+}
+
+// fileURI is the SQLite URI of the database file at path with query: the
+// path is escaped, so that a '?', '#' or '%' in it is part of the name.
+func fileURI(path, query string) string {
+	return (&url.URL{Scheme: "file", Path: path, RawQuery: query}).String()
 }
 
 // checkPragmas asserts what the DSN asked for: a database opened by an
@@ -186,7 +193,7 @@ func (q *Queue) Close() error {
 	for _, st := range q.stmts {
 		errs = append(errs, st.Close())
 	}
-	errs = append(errs, q.rdb.Close(), q.wdb.Close())
+	errs = append(errs, q.settle.close(), q.rdb.Close(), q.wdb.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close queue %s: %w", q.opts.Path, err)
 	}

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -277,5 +278,29 @@ func TestFailedChainAppliesNothing(t *testing.T) {
 	}
 	if err := q.TryAppendAsync(batch("a", 0, 1, ""), nil, func([]Frame, error) {}, func() {}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("TryAppendAsync after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestOpenInDirWithURICharacters opens a queue in a directory whose name
+// holds the characters a SQLite URI gives a meaning to: the database must
+// be created at the path given, and work.
+func TestOpenInDirWithURICharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data?x=1#frag%41 dir")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "queue.db")
+	q := openTest(t, path, 10)
+	if _, err := q.Append(t.Context(), batch("a", 0, 3, "c1")); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if cursor, ok, err := q.Cursor(t.Context(), "a"); err != nil || !ok || cursor != "c1" {
+		t.Fatalf("cursor = %q, %v, %v; want c1 read back", cursor, ok, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the database is not at the path given: %v", err)
+	}
+	if stray, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "data*")); len(stray) != 1 {
+		t.Errorf("files next to the data dir: %q, want only the data dir", stray)
 	}
 }

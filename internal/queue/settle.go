@@ -84,8 +84,8 @@ type eventRef struct {
 func (q *Queue) Settle(ctx context.Context, frames []int64, keys []KeyAck, nacks []NackInput) (Settled, error) {
 	var st *settler
 	r := &request{apply: func(tx *sql.Tx) error {
-		st = &settler{tx: tx, now: time.Now(), kept: map[int64][]int64{}, matched: map[int64]int{},
-			nacked: make(map[eventRef]bool, len(nacks))}
+		st = q.newSettler(tx)
+		st.nacked = make(map[eventRef]bool, len(nacks))
 		if err := st.nackPermanent(nacks); err != nil {
 			return fmt.Errorf("nack permanently: %w", err)
 		}
@@ -100,19 +100,109 @@ func (q *Queue) Settle(ctx context.Context, frames []int64, keys []KeyAck, nacks
 		}
 		return nil
 	}}
-	committed := func() {
-		q.pendingEvents.Add(-st.events)
-		q.pendingFrames.Add(-int64(len(st.out.Cleared)))
-	}
-	if err := q.submit(ctx, r, committed); err != nil {
+	if err := q.submit(ctx, r, func() { q.settled(st) }); err != nil {
 		return Settled{}, fmt.Errorf("ack: %w", err)
 	}
 	return st.out, nil
 }
 
-// settler is the state of one Settle transaction.
+// settled lowers the pending counts by what st settled, once committed.
+func (q *Queue) settled(st *settler) {
+	q.pendingEvents.Add(-st.events)
+	q.pendingFrames.Add(-int64(len(st.out.Cleared)))
+}
+
+// settleStmts are the statements that settle and dead-letter pending
+// events and count deliveries, prepared once on the writer's connection
+// before the writer starts, as prepareInserts prepares the inserts: each
+// transaction binds them with tx.Stmt instead of parsing them again.
+type settleStmts struct {
+	// pending finds the pending events that a JSON array of [source, key,
+	// frame, ...] entries names, each row with the entry's index in the
+	// array.
+	pending *sql.Stmt
+	// bury marks an event dead, and acked so that it is never loaded for
+	// delivery again, returning its raw key and its frame's deliveries.
+	bury *sql.Stmt
+	// deadLetter lists one event as a dead letter: source, reason, raw key,
+	// frame id, time, seq, key, deliveries and history.
+	deadLetter *sql.Stmt
+	// lastError records a retryable nack's reason on its event.
+	lastError *sql.Stmt
+	// ackEvents acks the events whose seqs a JSON array lists.
+	ackEvents *sql.Stmt
+	// ackFrames deletes the frames a JSON array lists, returning each
+	// deleted frame's id and pending count.
+	ackFrames *sql.Stmt
+	// frameSpan returns the first and last seq of a pending frame.
+	frameSpan *sql.Stmt
+	// ackAllBut acks the pending events of a seq range but those a JSON
+	// array lists.
+	ackAllBut *sql.Stmt
+	// unacked lists the pending events of a seq range.
+	unacked *sql.Stmt
+	// takeFromFrame lowers a frame's pending count, returning what is left.
+	takeFromFrame *sql.Stmt
+	// dropFrame deletes a frame.
+	dropFrame *sql.Stmt
+	// countDelivery records one more delivery of a frame.
+	countDelivery *sql.Stmt
+}
+
+// prepareSettle prepares q.settle.
+func (q *Queue) prepareSettle() error {
+	for _, s := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&q.settle.pending, `SELECT e.id, e.frame_id, e.source, e.key, j.key FROM json_each(?) j
+	JOIN events e ON e.source = j.value->>0 AND e.key = j.value->>1 AND e.frame_id = j.value->>2
+	JOIN frames f ON f.id = e.frame_id WHERE e.acked = 0`},
+		{&q.settle.bury, `UPDATE events SET dead = 1, acked = 1 WHERE id = ?
+	RETURNING (SELECT coalesce(r.key, '') FROM raw_objects r WHERE r.id = events.raw_id),
+	(SELECT deliveries FROM frames f WHERE f.id = events.frame_id)`},
+		{&q.settle.deadLetter, `INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key, deliveries, history)
+	VALUES (?,?,?,?,?,?,?,?,?)`},
+		{&q.settle.lastError, `UPDATE events SET last_error = ? WHERE id = ?`},
+		{&q.settle.ackEvents, `UPDATE events SET acked = 1 WHERE id IN (SELECT value FROM json_each(?))`},
+		{&q.settle.ackFrames, `DELETE FROM frames WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, n`},
+		{&q.settle.frameSpan, `SELECT first_seq, last_seq FROM frames WHERE id = ?`},
+		{&q.settle.ackAllBut, `UPDATE events SET acked = 1 WHERE id BETWEEN ? AND ? AND acked = 0
+	AND id NOT IN (SELECT value FROM json_each(?))`},
+		{&q.settle.unacked, `SELECT id, source, key, last_error FROM events WHERE id BETWEEN ? AND ? AND acked = 0 ORDER BY id`},
+		{&q.settle.takeFromFrame, `UPDATE frames SET n = n - ? WHERE id = ? RETURNING n`},
+		{&q.settle.dropFrame, `DELETE FROM frames WHERE id = ?`},
+		{&q.settle.countDelivery, `UPDATE frames SET deliveries = deliveries + 1 WHERE id = ?`},
+	} {
+		st, err := q.wdb.Prepare(s.query)
+		if err != nil {
+			return fmt.Errorf("prepare %s: %w", s.query, err)
+		}
+		*s.dst = st
+	}
+	return nil
+}
+
+// close closes the prepared statements.
+func (s *settleStmts) close() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.pending, s.bury, s.deadLetter, s.lastError, s.ackEvents, s.ackFrames, s.frameSpan, s.ackAllBut, s.unacked, s.takeFromFrame, s.dropFrame, s.countDelivery} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newSettler starts settling in tx.
+func (q *Queue) newSettler(tx *sql.Tx) *settler {
+	return &settler{tx: tx, stmts: &q.settle, now: time.Now(), kept: map[int64][]int64{}, matched: map[int64]int{}}
+}
+
+// settler is the state of one Settle or dead-letter transaction.
 type settler struct {
 	tx     *sql.Tx
+	stmts  *settleStmts
 	now    time.Time
 	out    Settled
 	events int64 // pending events settled
@@ -124,15 +214,8 @@ type settler struct {
 	nacked  map[eventRef]bool
 }
 
-// pendingEvents is the query that finds the pending events that a JSON
-// array of [source, key, frame, ...] entries names, each row with the
-// entry's index in the array.
-const pendingEvents = `SELECT e.id, e.frame_id, e.source, e.key, j.key FROM json_each(?) j
-	JOIN events e ON e.source = j.value->>0 AND e.key = j.value->>1 AND e.frame_id = j.value->>2
-	JOIN frames f ON f.id = e.frame_id WHERE e.acked = 0`
-
 // refsJSON encodes the entries named by ref(i), i < n, as a JSON array of
-// [source, key, frame] arrays for pendingEvents. It appends rather than
+// [source, key, frame] arrays for the pending statement. It appends rather than
 // marshals: a maximal ack names 16384 entries, and json.Marshal of them
 // through interfaces took a fifth of the time settling it takes.
 func refsJSON(n int, ref func(i int) eventRef) []byte {
@@ -172,7 +255,7 @@ func (st *settler) findPending(n int, ref func(i int) eventRef) ([]found, error)
 	if n == 0 {
 		return nil, nil
 	}
-	rows, err := st.tx.Query(pendingEvents, refsJSON(n, ref))
+	rows, err := st.tx.Stmt(st.stmts.pending).Query(refsJSON(n, ref))
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +284,7 @@ func (st *settler) findPending(n int, ref func(i int) eventRef) ([]found, error)
 // frames it cleared.
 func (st *settler) take(counts map[int64]int) error {
 	for _, id := range slices.Sorted(maps.Keys(counts)) {
-		cleared, err := takeFromFrame(st.tx, id, counts[id])
+		cleared, err := st.takeFromFrame(id, counts[id])
 		if err != nil {
 			return fmt.Errorf("frame %d: %w", id, err)
 		}
@@ -237,41 +320,43 @@ func (st *settler) nackPermanent(all []NackInput) error {
 	if err != nil || len(hits) == 0 {
 		return err
 	}
-	bury, err := st.tx.Prepare(`UPDATE events SET dead = 1, acked = 1 WHERE id = ?
-		RETURNING (SELECT coalesce(r.key, '') FROM raw_objects r WHERE r.id = events.raw_id),
-		(SELECT deliveries FROM frames f WHERE f.id = events.frame_id)`)
-	if err != nil {
-		return err
-	}
-	insert, err := st.tx.Prepare(insertEventDeadLetter)
-	if err != nil {
-		return errors.Join(err, bury.Close())
-	}
+	bury := st.burier()
 	counts := map[int64]int{}
 	for _, h := range hits {
 		reason := nacks[h.entry].Reason
 		if reason == "" {
 			reason = "rejected by processor"
 		}
-		var raw string
-		var deliveries int
-		if err = bury.QueryRow(h.seq).Scan(&raw, &deliveries); err != nil {
-			break
-		}
-		if _, err = insert.Exec(h.ref.source, reason, raw, h.ref.frame, st.now.UnixNano(), h.seq, h.ref.key, deliveries,
-			historyLine(st.now, "dead-lettered", reason)); err != nil {
-			break
+		if err := bury(h.seq, h.ref, reason); err != nil {
+			return err
 		}
 		counts[h.ref.frame]++
 		st.matched[h.ref.frame]++
 		st.nacked[h.ref] = true
 	}
-	if err := errors.Join(err, bury.Close(), insert.Close()); err != nil {
-		return err
-	}
-	st.events += int64(len(hits))
 	st.out.DeadLettered += len(hits)
 	return st.take(counts)
+}
+
+// burier returns a function that dead-letters pending event seq, named by
+// ref, with reason: the event is marked dead (and acked, so it is never
+// loaded for delivery again) and listed as a dead letter. The caller
+// lowers the frame's count with take.
+func (st *settler) burier() func(seq int64, ref eventRef, reason string) error {
+	bury, insert := st.tx.Stmt(st.stmts.bury), st.tx.Stmt(st.stmts.deadLetter)
+	return func(seq int64, ref eventRef, reason string) error {
+		var raw string
+		var deliveries int
+		if err := bury.QueryRow(seq).Scan(&raw, &deliveries); err != nil {
+			return err
+		}
+		if _, err := insert.Exec(ref.source, reason, raw, ref.frame, st.now.UnixNano(), seq, ref.key, deliveries,
+			historyLine(st.now, "dead-lettered", reason)); err != nil {
+			return err
+		}
+		st.events++
+		return nil
+	}
 }
 
 // nackRetryable records the reasons of retryable nacks as their events'
@@ -281,20 +366,14 @@ func (st *settler) nackRetryable(all []NackInput) error {
 	if err != nil || len(hits) == 0 {
 		return err
 	}
-	record, err := st.tx.Prepare(`UPDATE events SET last_error = ? WHERE id = ?`)
-	if err != nil {
-		return err
-	}
+	record := st.tx.Stmt(st.stmts.lastError)
 	for _, h := range hits {
-		if _, err = record.Exec(nacks[h.entry].Reason, h.seq); err != nil {
-			break
+		if _, err := record.Exec(nacks[h.entry].Reason, h.seq); err != nil {
+			return err
 		}
 		st.matched[h.ref.frame]++
 		st.nacked[h.ref] = true
 		st.kept[h.ref.frame] = append(st.kept[h.ref.frame], h.seq)
-	}
-	if err := errors.Join(err, record.Close()); err != nil {
-		return err
 	}
 	st.out.Retryable += len(hits)
 	return nil
@@ -330,7 +409,7 @@ func (st *settler) ackKeys(all []KeyAck) error {
 	if err != nil {
 		return err
 	}
-	if _, err := st.tx.Exec(`UPDATE events SET acked = 1 WHERE id IN (SELECT value FROM json_each(?))`, arg); err != nil {
+	if _, err := st.tx.Stmt(st.stmts.ackEvents).Exec(arg); err != nil {
 		return err
 	}
 	st.events += int64(len(hits))
@@ -370,7 +449,7 @@ func (st *settler) ackFrames(frames []int64) error {
 	if err != nil {
 		return err
 	}
-	rows, err := st.tx.Query(`DELETE FROM frames WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, n`, arg)
+	rows, err := st.tx.Stmt(st.stmts.ackFrames).Query(arg)
 	if err != nil {
 		return err
 	}
@@ -395,15 +474,14 @@ func (st *settler) ackFrames(frames []int64) error {
 // in keep, which are pending: the frame stays.
 func (st *settler) ackAllBut(id int64, keep []int64) error {
 	var first, last int64
-	if err := st.tx.QueryRow(`SELECT first_seq, last_seq FROM frames WHERE id = ?`, id).Scan(&first, &last); err != nil {
+	if err := st.tx.Stmt(st.stmts.frameSpan).QueryRow(id).Scan(&first, &last); err != nil {
 		return err
 	}
 	arg, err := json.Marshal(keep)
 	if err != nil {
 		return err
 	}
-	res, err := st.tx.Exec(`UPDATE events SET acked = 1 WHERE id BETWEEN ? AND ? AND acked = 0
-		AND id NOT IN (SELECT value FROM json_each(?))`, first, last, arg)
+	res, err := st.tx.Stmt(st.stmts.ackAllBut).Exec(first, last, arg)
 	if err != nil {
 		return err
 	}
@@ -412,21 +490,21 @@ func (st *settler) ackAllBut(id int64, keep []int64) error {
 		return err
 	}
 	st.events += n
-	_, err = takeFromFrame(st.tx, id, int(n))
+	_, err = st.takeFromFrame(id, int(n))
 	return err
 }
 
 // takeFromFrame lowers frame id's pending count by n and deletes the frame
 // when none is left; it reports whether it did.
-func takeFromFrame(tx *sql.Tx, id int64, n int) (bool, error) {
+func (st *settler) takeFromFrame(id int64, n int) (bool, error) {
 	var left int64
-	if err := tx.QueryRow(`UPDATE frames SET n = n - ? WHERE id = ? RETURNING n`, n, id).Scan(&left); err != nil {
+	if err := st.tx.Stmt(st.stmts.takeFromFrame).QueryRow(n, id).Scan(&left); err != nil {
 		return false, err
 	}
 	if left > 0 {
 		return false, nil
 	}
-	if _, err := tx.Exec(`DELETE FROM frames WHERE id = ?`, id); err != nil {
+	if _, err := st.tx.Stmt(st.stmts.dropFrame).Exec(id); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -467,86 +545,63 @@ func (q *Queue) DeadLetterEvents(ctx context.Context, id int64, seqs []int64, re
 
 // deadLetter runs deadLetterWhere in a request of its own.
 func (q *Queue) deadLetter(ctx context.Context, id int64, match func(seq int64, source, key string) bool, reason func(lastErr string) string) (int, error) {
-	var n int
-	var cleared bool
+	var st *settler
 	r := &request{apply: func(tx *sql.Tx) error {
-		var err error
-		n, cleared, err = deadLetterWhere(tx, id, time.Now(), match, reason)
-		return err
+		st = q.newSettler(tx)
+		return st.deadLetterWhere(id, match, reason)
 	}}
-	committed := func() {
-		q.pendingEvents.Add(-int64(n))
-		if cleared {
-			q.pendingFrames.Add(-1)
-		}
-	}
-	if err := q.submit(ctx, r, committed); err != nil {
+	if err := q.submit(ctx, r, func() { q.settled(st) }); err != nil {
 		return 0, err
 	}
-	return n, nil
+	return st.out.DeadLettered, nil
 }
 
-// deadLetterWhere moves the pending events of frame id that match into
-// the dead-letter list, one entry each: the event is marked dead (and
-// acked, so it is never loaded for delivery again) and the frame's count
-// drops like on an ack. It reports how many moved and whether the frame
-// was cleared.
-func deadLetterWhere(tx *sql.Tx, id int64, now time.Time, match func(seq int64, source, key string) bool, reason func(lastErr string) string) (int, bool, error) {
+// deadLetterWhere dead-letters the pending events of frame id that match,
+// one dead letter each, as a permanent nack does, and lowers the frame's
+// count as an ack does.
+func (st *settler) deadLetterWhere(id int64, match func(seq int64, source, key string) bool, reason func(lastErr string) string) error {
 	var first, last int64
-	var deliveries int
-	err := tx.QueryRow(`SELECT first_seq, last_seq, deliveries FROM frames WHERE id = ?`, id).Scan(&first, &last, &deliveries)
+	err := st.tx.Stmt(st.stmts.frameSpan).QueryRow(id).Scan(&first, &last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
+		return nil
 	}
 	if err != nil {
-		return 0, false, err
+		return err
 	}
 	type victim struct {
-		seq                       int64
-		source, key, lastErr, raw string
+		seq     int64
+		ref     eventRef
+		lastErr string
 	}
-	rows, err := tx.Query(`SELECT e.id, e.source, e.key, e.last_error, coalesce(r.key, '') FROM events e LEFT JOIN raw_objects r ON r.id = e.raw_id
-		WHERE e.id BETWEEN ? AND ? AND e.acked = 0 ORDER BY e.id`, first, last)
+	rows, err := st.tx.Stmt(st.stmts.unacked).Query(first, last)
 	if err != nil {
-		return 0, false, err
+		return err
 	}
 	var vs []victim
 	for rows.Next() {
-		var v victim
-		if err := rows.Scan(&v.seq, &v.source, &v.key, &v.lastErr, &v.raw); err != nil {
-			return 0, false, errors.Join(err, rows.Close())
+		v := victim{ref: eventRef{frame: id}}
+		if err := rows.Scan(&v.seq, &v.ref.source, &v.ref.key, &v.lastErr); err != nil {
+			return errors.Join(err, rows.Close())
 		}
-		if match(v.seq, v.source, v.key) {
+		if match(v.seq, v.ref.source, v.ref.key) {
 			vs = append(vs, v)
 		}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, false, err
+		return err
 	}
 	if len(vs) == 0 {
-		return 0, false, nil
+		return nil
 	}
+	bury := st.burier()
 	for _, v := range vs {
-		why := reason(v.lastErr)
-		if _, err := tx.Exec(`UPDATE events SET dead = 1, acked = 1 WHERE id = ?`, v.seq); err != nil {
-			return 0, false, err
-		}
-		if _, err := tx.Exec(insertEventDeadLetter, v.source, why, v.raw, id, now.UnixNano(), v.seq, v.key, deliveries,
-			historyLine(now, "dead-lettered", why)); err != nil {
-			return 0, false, err
+		if err := bury(v.seq, v.ref, reason(v.lastErr)); err != nil {
+			return err
 		}
 	}
-	cleared, err := takeFromFrame(tx, id, len(vs))
-	if err != nil {
-		return 0, false, err
-	}
-	return len(vs), cleared, nil
+	st.out.DeadLettered += len(vs)
+	return st.take(map[int64]int{id: len(vs)})
 }
-
-// insertEventDeadLetter lists one event as a dead letter: source, reason,
-// raw key, frame id, time, seq, key, deliveries and history.
-const insertEventDeadLetter = `INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key, deliveries, history)
-	VALUES (?,?,?,?,?,?,?,?,?)`
 
 // HistoryEntry is one thing that happened to a dead letter.
 type HistoryEntry struct {

@@ -11,12 +11,10 @@
 package s3test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"go/build"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +28,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 // Version is the versitygw release the tests run against; the Makefile's
@@ -77,7 +77,7 @@ type Server struct {
 // process is one run of the server binary.
 type process struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testsync.LockedBuffer
 	done chan struct{} // closed when the process has exited
 	err  error         // the Wait result, valid once done is closed
 }
@@ -106,10 +106,7 @@ func Start(t testing.TB) *Server {
 	// it, so a server that exits during startup is retried on a new port.
 	var lastErr error
 	for range 3 {
-		addr, err := freePort()
-		if err != nil {
-			t.Fatalf("s3test: %v", err)
-		}
+		addr := testsync.FreePort(t)
 		s.addr = addr
 		s.Endpoint = "http://" + addr
 		if lastErr = s.start(); lastErr == nil {
@@ -192,7 +189,7 @@ func (s *Server) Restart() {
 
 // start launches the binary on s.addr and waits until it answers HTTP.
 func (s *Server) start() error {
-	out := &lockedBuffer{}
+	out := &testsync.LockedBuffer{}
 	cmd := exec.Command(s.bin,
 		"--port", s.addr,
 		"--access", s.AccessKey,
@@ -260,20 +257,6 @@ func serverEnv() []string {
 	return env
 }
 
-// freePort returns a loopback address with a port that was free a moment
-// ago.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	return addr, nil
-}
-
 // findBinary looks for versitygw in $VERSITYGW, then $PATH, then the
 // project's .tools directory where make test-deps installs it, then the bin
 // directories that go install writes to.
@@ -313,23 +296,4 @@ func findBinary() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("versitygw not found in $VERSITYGW, $PATH or %s", strings.Join(dirs, ", "))
-}
-
-// lockedBuffer collects the server's output, written from exec's copying
-// goroutines and read for failure messages.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

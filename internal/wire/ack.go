@@ -93,11 +93,12 @@ type ackDecoder struct {
 	a       *Ack
 	seen    int // fields of the ack seen
 	entries int // frames, keys and nacks decoded
-	// entry is the key ack or nack being decoded, and entrySeen its
-	// fields seen.
-	entry     *Nack
-	entrySeen int
-	source    lastString
+	// entry is the key ack or nack being decoded, entrySeen its fields
+	// seen and entryKnown the fields it has.
+	entry      *Nack
+	entrySeen  int
+	entryKnown int
+	source     lastString
 }
 
 // once records that field (one bit of *seen) occurred and fails if it
@@ -113,21 +114,20 @@ func once(seen *int, bit int, field string) error {
 // ackField decodes the value of one member of the ack object.
 func (d *ackDecoder) ackField(key []byte, plain bool) error {
 	a := d.a
-	switch name := string(keyText(key, plain)); name {
-	case "v":
-		if err := once(&d.seen, seenV, name); err != nil {
-			return err
-		}
+	name := string(keyText(key, plain))
+	bit := ackFieldBit(name)
+	if bit == 0 {
+		return nil // an unknown field, skipped
+	}
+	if err := once(&d.seen, bit, name); err != nil {
+		return err
+	}
+	switch bit {
+	case seenV:
 		return ackInt(&d.dec, &a.V, name, 0)
-	case "type":
-		if err := once(&d.seen, seenType, name); err != nil {
-			return err
-		}
-		return ackString(&d.dec, &a.Type, name, nil)
-	case "frames":
-		if err := once(&d.seen, seenFrames, name); err != nil {
-			return err
-		}
+	case seenType:
+		return decodeString(&d.dec, &a.Type, name, nullFails)
+	case seenFrames:
 		return d.list(name, func(i int) error {
 			a.Frames = append(a.Frames, 0)
 			err := ackInt(&d.dec, &a.Frames[i], "", 1)
@@ -136,32 +136,43 @@ func (d *ackDecoder) ackField(key []byte, plain bool) error {
 			}
 			return err
 		})
-	case "keys":
-		if err := once(&d.seen, seenKeys, name); err != nil {
-			return err
-		}
+	case seenKeys:
 		return d.list(name, func(i int) error {
 			var n Nack
-			if err := d.entryObject(&n, name, i, seenFrame|seenSource|seenKey, d.keyField); err != nil {
+			if err := d.entryObject(&n, name, i, seenFrame|seenSource|seenKey, seenFrame|seenSource|seenKey); err != nil {
 				return err
 			}
 			a.Keys = append(a.Keys, KeyAck{Frame: n.Frame, Source: n.Source, Key: n.Key})
 			return nil
 		})
-	case "nacks":
-		if err := once(&d.seen, seenNacks, name); err != nil {
-			return err
-		}
+	default: // seenNacks
 		return d.list(name, func(i int) error {
 			var n Nack
-			if err := d.entryObject(&n, name, i, seenFrame|seenSource|seenKey|seenReason, d.nackField); err != nil {
+			if err := d.entryObject(&n, name, i, seenFrame|seenSource|seenKey|seenReason, seenFrame|seenSource|seenKey|seenReason|seenPermanent); err != nil {
 				return err
 			}
 			a.Nacks = append(a.Nacks, n)
 			return nil
 		})
 	}
-	return nil
+}
+
+// ackFieldBit returns the bit of ackDecoder.seen that records the field
+// of the ack object called name, and 0 for an unknown field.
+func ackFieldBit(name string) int {
+	switch name {
+	case "v":
+		return seenV
+	case "type":
+		return seenType
+	case "frames":
+		return seenFrames
+	case "keys":
+		return seenKeys
+	case "nacks":
+		return seenNacks
+	}
+	return 0
 }
 
 // list decodes the array value of field, calling elem for each element
@@ -181,15 +192,16 @@ func (d *ackDecoder) list(field string, elem func(i int) error) error {
 	})
 }
 
-// entryObject decodes element i of the keys or nacks array into n with
-// fn, and checks that the fields in need were all there.
-func (d *ackDecoder) entryObject(n *Nack, list string, i int, need int, fn func(key []byte, plain bool) error) error {
+// entryObject decodes element i of the keys or nacks array into n, reading
+// the fields in known and skipping the others, and checks that the fields
+// in need were all there.
+func (d *ackDecoder) entryObject(n *Nack, list string, i int, need, known int) error {
 	path := func() string { return fmt.Sprintf("%s[%d]", list, i) }
 	if kind := d.dec.Peek(); kind != jsonscan.Object {
 		return typeError(path(), "an object", kind)
 	}
-	d.entry, d.entrySeen = n, 0
-	if err := d.dec.Object(fn); err != nil {
+	d.entry, d.entrySeen, d.entryKnown = n, 0, known
+	if err := d.dec.Object(d.entryField); err != nil {
 		return within(err, path())
 	}
 	for _, f := range []struct {
@@ -203,46 +215,31 @@ func (d *ackDecoder) entryObject(n *Nack, list string, i int, need int, fn func(
 	return nil
 }
 
-// keyField decodes the value of one member of a key ack.
-func (d *ackDecoder) keyField(key []byte, plain bool) error {
+// entryField decodes the value of one member of a key ack or a nack.
+func (d *ackDecoder) entryField(key []byte, plain bool) error {
 	n := d.entry
-	switch name := string(keyText(key, plain)); name {
-	case "frame":
-		if err := once(&d.entrySeen, seenFrame, name); err != nil {
-			return err
-		}
-		return ackInt(&d.dec, &n.Frame, name, 1)
-	case "source":
-		if err := once(&d.entrySeen, seenSource, name); err != nil {
-			return err
-		}
-		return ackString(&d.dec, &n.Source, name, &d.source)
-	case "key":
-		if err := once(&d.entrySeen, seenKey, name); err != nil {
-			return err
-		}
-		return ackString(&d.dec, &n.Key, name, nil)
+	name := string(keyText(key, plain))
+	bit := entryFieldBit(name)
+	if bit&d.entryKnown == 0 {
+		return nil // an unknown field, skipped
 	}
-	return nil
-}
-
-// nackField decodes the value of one member of a nack.
-func (d *ackDecoder) nackField(key []byte, plain bool) error {
-	n := d.entry
-	switch name := string(keyText(key, plain)); name {
-	case "reason":
-		if err := once(&d.entrySeen, seenReason, name); err != nil {
-			return err
-		}
-		if err := ackString(&d.dec, &n.Reason, name, nil); err != nil {
+	if err := once(&d.entrySeen, bit, name); err != nil {
+		return err
+	}
+	switch bit {
+	case seenFrame:
+		return ackInt(&d.dec, &n.Frame, name, 1)
+	case seenSource:
+		return d.source.decode(&d.dec, &n.Source, name, nullFails)
+	case seenKey:
+		return decodeString(&d.dec, &n.Key, name, nullFails)
+	case seenReason:
+		if err := decodeString(&d.dec, &n.Reason, name, nullFails); err != nil {
 			return err
 		}
 		n.Reason = truncateUTF8(n.Reason, MaxReasonBytes)
 		return nil
-	case "permanent":
-		if err := once(&d.entrySeen, seenPermanent, name); err != nil {
-			return err
-		}
+	default: // seenPermanent
 		val, kind, err := d.dec.Value()
 		if err != nil {
 			return err
@@ -253,34 +250,36 @@ func (d *ackDecoder) nackField(key []byte, plain bool) error {
 		n.Permanent = val[0] == 't'
 		return nil
 	}
-	return d.keyField(key, plain)
+}
+
+// entryFieldBit returns the bit of ackDecoder.entrySeen that records the
+// field of an entry called name, and 0 for an unknown field.
+func entryFieldBit(name string) int {
+	switch name {
+	case "frame":
+		return seenFrame
+	case "source":
+		return seenSource
+	case "key":
+		return seenKey
+	case "reason":
+		return seenReason
+	case "permanent":
+		return seenPermanent
+	}
+	return 0
 }
 
 // ackInt reads a JSON integer of at least least into *dst; null, a
 // fraction or an exponent are errors.
 func ackInt[T integer](dec *jsonscan.Decoder, dst *T, field string, least int64) error {
-	if kind := dec.Peek(); kind != jsonscan.Number {
-		return typeError(field, "an integer", kind)
-	}
-	if err := decodeInt(dec, dst, field); err != nil {
+	if err := decodeInt(dec, dst, field, nullFails); err != nil {
 		return err
 	}
 	if int64(*dst) < least {
 		return &fieldError{Field: field, Msg: fmt.Sprintf("%d is below %d", *dst, least)}
 	}
 	return nil
-}
-
-// ackString reads a JSON string into *dst, through last when it is set;
-// null is an error.
-func ackString(dec *jsonscan.Decoder, dst *string, field string, last *lastString) error {
-	if kind := dec.Peek(); kind != jsonscan.String {
-		return typeError(field, "a string", kind)
-	}
-	if last != nil {
-		return last.decode(dec, dst, field)
-	}
-	return decodeString(dec, dst, field)
 }
 
 // truncateUTF8 returns the longest prefix of s of at most n bytes that

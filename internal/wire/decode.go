@@ -92,23 +92,23 @@ func (d *frameDecoder) frameField(key []byte, plain bool) error {
 	f := d.f
 	switch string(keyText(key, plain)) {
 	case "v":
-		return decodeInt(&d.dec, &f.V, "v")
+		return decodeInt(&d.dec, &f.V, "v", nullLeaves)
 	case "type":
-		val, kind, err := d.dec.Value()
-		if err != nil {
+		val, null, err := scalar(&d.dec, jsonscan.String, "type", nullLeaves)
+		if err != nil || null {
 			return err
 		}
-		if kind == jsonscan.String && string(val) == TypeEvents {
+		if string(val) == TypeEvents {
 			f.Type = TypeEvents // no need to allocate it
 			return nil
 		}
-		return setString(&f.Type, val, kind, "type")
+		return unquoteTo(&f.Type, val, "type")
 	case "frame":
-		return decodeInt(&d.dec, &f.ID, "frame")
+		return decodeInt(&d.dec, &f.ID, "frame", nullLeaves)
 	case "delivery":
-		return decodeInt(&d.dec, &f.Delivery, "delivery")
+		return decodeInt(&d.dec, &f.Delivery, "delivery", nullLeaves)
 	case "raw_store":
-		return decodeString(&d.dec, &f.RawStore, "raw_store")
+		return decodeString(&d.dec, &f.RawStore, "raw_store", nullLeaves)
 	case "events":
 		switch kind := d.dec.Peek(); kind {
 		case jsonscan.Null:
@@ -168,15 +168,15 @@ func (d *frameDecoder) eventField(key []byte, plain bool) error {
 	var err error
 	switch string(keyText(key, plain)) {
 	case "key":
-		err = decodeString(&d.dec, &ev.Key, "key")
+		err = decodeString(&d.dec, &ev.Key, "key", nullLeaves)
 	case "source":
-		err = d.source.decode(&d.dec, &ev.Source, "source")
+		err = d.source.decode(&d.dec, &ev.Source, "source", nullLeaves)
 	case "seq":
-		err = decodeInt(&d.dec, &ev.Seq, "seq")
+		err = decodeInt(&d.dec, &ev.Seq, "seq", nullLeaves)
 	case "fetched_at":
-		err = decodeTime(&d.dec, &ev.FetchedAt, "fetched_at")
+		err = decodeTime(&d.dec, &ev.FetchedAt, "fetched_at", nullLeaves)
 	case "event_time":
-		err = decodeTime(&d.dec, &ev.EventTime, "event_time")
+		err = decodeTime(&d.dec, &ev.EventTime, "event_time", nullLeaves)
 	case "raw":
 		switch kind := d.dec.Peek(); kind {
 		case jsonscan.Null:
@@ -212,11 +212,11 @@ func (d *frameDecoder) rawField(key []byte, plain bool) error {
 	var err error
 	switch string(keyText(key, plain)) {
 	case "key":
-		err = d.rawKey.decode(&d.dec, &raw.Key, "key")
+		err = d.rawKey.decode(&d.dec, &raw.Key, "key", nullLeaves)
 	case "off":
-		err = decodeInt(&d.dec, &raw.Off, "off")
+		err = decodeInt(&d.dec, &raw.Off, "off", nullLeaves)
 	case "len":
-		err = decodeInt(&d.dec, &raw.Len, "len")
+		err = decodeInt(&d.dec, &raw.Len, "len", nullLeaves)
 	}
 	if err != nil {
 		return within(err, "raw")
@@ -273,29 +273,53 @@ func kindName(k jsonscan.Kind) string {
 	return "a " + k.String()
 }
 
+// nulls says what a null value does to a field: in a frame it leaves the
+// field as it is, as encoding/json does; in an ack it is an error.
+type nulls bool
+
+const (
+	nullLeaves nulls = true
+	nullFails  nulls = false
+)
+
+// scalar reads the next value, which must be of kind want, or null. It
+// returns the value's raw bytes (for a string, without the quotes), or
+// reports null, which is an error with nullFails; any other kind is a type
+// error.
+func scalar(dec *jsonscan.Decoder, want jsonscan.Kind, field string, n nulls) (val []byte, null bool, err error) {
+	val, kind, err := dec.Value()
+	switch {
+	case err != nil:
+		return nil, false, err
+	case kind == want:
+		return val, false, nil
+	case kind == jsonscan.Null && n == nullLeaves:
+		return nil, true, nil
+	}
+	what := "a string"
+	if want == jsonscan.Number {
+		what = "an integer"
+	}
+	return nil, false, typeError(field, what, kind)
+}
+
 // integer is the field types decodeInt fills.
 type integer interface{ ~int | ~int64 }
 
-// decodeInt reads a JSON integer into *dst, leaving it alone for null. A
-// number with a fraction or exponent, or out of the range of T, is an
-// error, as it is for encoding/json.
-func decodeInt[T integer](dec *jsonscan.Decoder, dst *T, field string) error {
-	val, kind, err := dec.Value()
-	if err != nil {
+// decodeInt reads a JSON integer into *dst. A number with a fraction or
+// exponent, or out of the range of T, is an error, as it is for
+// encoding/json.
+func decodeInt[T integer](dec *jsonscan.Decoder, dst *T, field string, n nulls) error {
+	val, null, err := scalar(dec, jsonscan.Number, field, n)
+	if err != nil || null {
 		return err
 	}
-	switch kind {
-	case jsonscan.Null:
-		return nil
-	case jsonscan.Number:
-		n, ok := parseInt(val)
-		if ok && int64(T(n)) == n {
-			*dst = T(n)
-			return nil
-		}
+	i, ok := parseInt(val)
+	if !ok || int64(T(i)) != i {
 		return &fieldError{Field: field, Msg: "number " + string(val) + " is not an integer in range"}
 	}
-	return typeError(field, "an integer", kind)
+	*dst = T(i)
+	return nil
 }
 
 // parseInt parses a valid JSON number as an int64 and reports whether it
@@ -329,51 +353,38 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(u), true
 }
 
-// decodeTime reads a JSON string into *dst, leaving it alone for null. It
-// parses the raw text, escapes included, as time.Time.UnmarshalJSON does.
-func decodeTime(dec *jsonscan.Decoder, dst *time.Time, field string) error {
-	val, kind, err := dec.Value()
-	if err != nil {
+// decodeTime reads a JSON string into *dst. It parses the raw text,
+// escapes included, as time.Time.UnmarshalJSON does.
+func decodeTime(dec *jsonscan.Decoder, dst *time.Time, field string, n nulls) error {
+	val, null, err := scalar(dec, jsonscan.String, field, n)
+	if err != nil || null {
 		return err
 	}
-	switch kind {
-	case jsonscan.Null:
-		return nil
-	case jsonscan.String:
-		t, err := parseTime(val)
-		if err != nil {
-			return &fieldError{Field: field, Msg: err.Error()}
-		}
-		*dst = t
-		return nil
+	var t time.Time
+	if err := t.UnmarshalText(val); err != nil {
+		return &fieldError{Field: field, Msg: err.Error()}
 	}
-	return typeError(field, "a string", kind)
+	*dst = t
+	return nil
 }
 
-// decodeString reads a JSON string into *dst, leaving it alone for null.
-func decodeString(dec *jsonscan.Decoder, dst *string, field string) error {
-	val, kind, err := dec.Value()
-	if err != nil {
+// decodeString reads a JSON string into *dst.
+func decodeString(dec *jsonscan.Decoder, dst *string, field string, n nulls) error {
+	val, null, err := scalar(dec, jsonscan.String, field, n)
+	if err != nil || null {
 		return err
 	}
-	return setString(dst, val, kind, field)
+	return unquoteTo(dst, val, field)
 }
 
-// setString decodes the raw bytes of a string value into *dst; null
-// leaves it alone.
-func setString(dst *string, val []byte, kind jsonscan.Kind, field string) error {
-	switch kind {
-	case jsonscan.Null:
-		return nil
-	case jsonscan.String:
-		s, err := jsonscan.Unquote(val)
-		if err != nil {
-			return &fieldError{Field: field, Msg: err.Error()}
-		}
-		*dst = s
-		return nil
+// unquoteTo decodes the raw bytes of a string value into *dst.
+func unquoteTo(dst *string, val []byte, field string) error {
+	s, err := jsonscan.Unquote(val)
+	if err != nil {
+		return &fieldError{Field: field, Msg: err.Error()}
 	}
-	return typeError(field, "a string", kind)
+	*dst = s
+	return nil
 }
 
 // lastString remembers the last string a field decoded to, with its raw
@@ -386,16 +397,16 @@ type lastString struct {
 
 // decode is decodeString, reusing the last string when the value is
 // written the same.
-func (l *lastString) decode(dec *jsonscan.Decoder, dst *string, field string) error {
-	val, kind, err := dec.Value()
-	if err != nil {
+func (l *lastString) decode(dec *jsonscan.Decoder, dst *string, field string, n nulls) error {
+	val, null, err := scalar(dec, jsonscan.String, field, n)
+	if err != nil || null {
 		return err
 	}
-	if kind == jsonscan.String && bytes.Equal(val, l.raw) {
+	if bytes.Equal(val, l.raw) {
 		*dst = l.s
 		return nil
 	}
-	if err := setString(dst, val, kind, field); err != nil || kind != jsonscan.String {
+	if err := unquoteTo(dst, val, field); err != nil {
 		return err
 	}
 	l.raw, l.s = val, *dst
@@ -406,17 +417,13 @@ func (l *lastString) decode(dec *jsonscan.Decoder, dst *string, field string) er
 // encoding/json decodes a []byte: escapes resolved first, newlines
 // ignored, padding required; null sets *dst to nil.
 func decodeBase64(dec *jsonscan.Decoder, dst *[]byte, field string) error {
-	val, kind, err := dec.Value()
+	val, null, err := scalar(dec, jsonscan.String, field, nullLeaves)
 	if err != nil {
 		return err
 	}
-	switch kind {
-	case jsonscan.Null:
+	if null {
 		*dst = nil
 		return nil
-	case jsonscan.String:
-	default:
-		return typeError(field, "a string", kind)
 	}
 	src := val
 	if bytes.IndexByte(val, '\\') >= 0 {

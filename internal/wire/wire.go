@@ -4,6 +4,7 @@
 package wire
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -168,7 +169,7 @@ func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 		b = append(b, payload...)
 	} else {
 		b = append(b, `,"payload_b64":"`...)
-		b = appendBase64(b, payload)
+		b = base64.StdEncoding.AppendEncode(b, payload)
 		b = append(b, '"')
 	}
 	b = append(b, '}')

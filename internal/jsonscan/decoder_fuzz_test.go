@@ -9,16 +9,17 @@ import (
 	"testing"
 )
 
-// The seed corpora are in testdata/fuzz/FuzzObjectEach,
-// testdata/fuzz/FuzzArrayEach and testdata/fuzz/FuzzDecoder.
+// The seed corpora are in testdata/fuzz/FuzzDecoderObject,
+// testdata/fuzz/FuzzDecoderArray and testdata/fuzz/FuzzDecoder.
 
-// FuzzObjectEach checks ObjectEach against encoding/json: it accepts
-// exactly the valid JSON objects, and hands fn the members a walk with
-// encoding/json's tokenizer finds, duplicates included.
-func FuzzObjectEach(f *testing.F) {
+// FuzzDecoderObject checks a Decoder reading one object's members whole
+// (objectEach) against encoding/json: it accepts exactly the valid JSON
+// objects, and hands over the members a walk with encoding/json's
+// tokenizer finds, duplicates included.
+func FuzzDecoderObject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, obj []byte) {
 		var got []member
-		err := ObjectEach(obj, func(key []byte, plain bool, val []byte, kind Kind) error {
+		err := objectEach(obj, func(key []byte, plain bool, val []byte, kind Kind) error {
 			if !within(key, obj) || !within(val, obj) {
 				t.Fatalf("key %q or value %q is not a part of the input", key, val)
 			}
@@ -29,17 +30,20 @@ func FuzzObjectEach(f *testing.F) {
 		isObject := json.Valid(obj) && len(trimmed) > 0 && trimmed[0] == '{'
 		if err != nil {
 			if isObject {
-				t.Fatalf("ObjectEach rejected a valid object: %v", err)
+				t.Fatalf("objectEach rejected a valid object: %v", err)
 			}
 			checkSyntaxError(t, err, obj)
 			return
 		}
 		if !isObject {
-			t.Fatalf("ObjectEach accepted something that is not a valid JSON object: %v", got)
+			t.Fatalf("objectEach accepted something that is not a valid JSON object: %v", got)
 		}
-		keys, vals := referenceMembers(t, obj)
+		keys, vals, ok := referenceMembers(t, obj)
+		if !ok {
+			t.Fatalf("encoding/json: %q is not an object", obj)
+		}
 		if len(got) != len(keys) {
-			t.Fatalf("ObjectEach found %d members, encoding/json %d", len(got), len(keys))
+			t.Fatalf("objectEach found %d members, encoding/json %d", len(got), len(keys))
 		}
 		for k, m := range got {
 			checkKey(t, []byte(m.key), m.plain, keys[k])
@@ -48,16 +52,16 @@ func FuzzObjectEach(f *testing.F) {
 	})
 }
 
-// FuzzArrayEach checks ArrayEach against encoding/json as FuzzSplitArray
-// checks SplitArray.
-func FuzzArrayEach(f *testing.F) {
+// FuzzDecoderArray checks a Decoder reading one array's elements whole
+// (arrayEach) against encoding/json as FuzzSplitArray checks SplitArray.
+func FuzzDecoderArray(f *testing.F) {
 	f.Fuzz(func(t *testing.T, arr []byte) {
 		type elem struct {
 			val  []byte
 			kind Kind
 		}
 		var got []elem
-		err := ArrayEach(arr, func(val []byte, kind Kind) error {
+		err := arrayEach(arr, func(val []byte, kind Kind) error {
 			if !within(val, arr) {
 				t.Fatalf("element %q is not a part of the input", val)
 			}
@@ -68,20 +72,20 @@ func FuzzArrayEach(f *testing.F) {
 		isArray := json.Valid(arr) && len(trimmed) > 0 && trimmed[0] == '['
 		if err != nil {
 			if isArray {
-				t.Fatalf("ArrayEach rejected a valid array: %v", err)
+				t.Fatalf("arrayEach rejected a valid array: %v", err)
 			}
 			checkSyntaxError(t, err, arr)
 			return
 		}
 		if !isArray {
-			t.Fatalf("ArrayEach accepted something that is not a valid JSON array: %d elements", len(got))
+			t.Fatalf("arrayEach accepted something that is not a valid JSON array: %d elements", len(got))
 		}
 		var want []json.RawMessage
 		if err := json.Unmarshal(arr, &want); err != nil {
 			t.Fatalf("encoding/json: %v", err)
 		}
 		if len(got) != len(want) {
-			t.Fatalf("ArrayEach found %d elements, encoding/json %d", len(got), len(want))
+			t.Fatalf("arrayEach found %d elements, encoding/json %d", len(got), len(want))
 		}
 		for k, e := range got {
 			checkValue(t, e.val, e.kind, want[k])
@@ -243,15 +247,14 @@ func matches(got, want any) bool {
 	return reflect.DeepEqual(got, want)
 }
 
-// referenceMembers walks a valid object with encoding/json's tokenizer,
-// returning every key, duplicates included, with its raw value.
-func referenceMembers(t *testing.T, obj []byte) ([]string, []json.RawMessage) {
+// referenceMembers walks valid JSON with encoding/json's tokenizer,
+// returning every key of the object it is, duplicates included, with its
+// raw value; ok is false when it is not an object.
+func referenceMembers(t *testing.T, obj []byte) (keys []string, vals []json.RawMessage, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		t.Fatalf("encoding/json: not an object: %v %v", tok, err)
+		return nil, nil, false
 	}
-	var keys []string
-	var vals []json.RawMessage
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -264,7 +267,7 @@ func referenceMembers(t *testing.T, obj []byte) ([]string, []json.RawMessage) {
 		keys = append(keys, tok.(string))
 		vals = append(vals, v)
 	}
-	return keys, vals
+	return keys, vals, true
 }
 
 // checkKey checks a raw key against the text encoding/json decoded.
@@ -285,8 +288,8 @@ func checkKey(t *testing.T, raw []byte, plain bool, want string) {
 	}
 }
 
-// checkValue checks a value as ObjectEach, ArrayEach or Value return it
-// against the raw value encoding/json found.
+// checkValue checks a value as Value returns it against the raw value
+// encoding/json found.
 func checkValue(t *testing.T, val []byte, kind Kind, want json.RawMessage) {
 	t.Helper()
 	if wantKind := kindOf(want[0]); kind != wantKind {

@@ -8,7 +8,42 @@ import (
 	"testing"
 )
 
-// member is one call of an ObjectEach callback, for comparison.
+// objectEach reads obj with a Decoder, as a caller that only looks at the
+// top-level members does, calling fn with each member's value read whole.
+func objectEach(obj []byte, fn func(key []byte, plainKey bool, val []byte, kind Kind) error) error {
+	var d Decoder
+	d.Reset(obj)
+	err := d.Object(func(key []byte, plainKey bool) error {
+		val, kind, err := d.Value()
+		if err != nil {
+			return err
+		}
+		return fn(key, plainKey, val, kind)
+	})
+	if err != nil {
+		return err
+	}
+	return d.End()
+}
+
+// arrayEach reads arr with a Decoder as objectEach reads an object.
+func arrayEach(arr []byte, fn func(elem []byte, kind Kind) error) error {
+	var d Decoder
+	d.Reset(arr)
+	err := d.Array(func() error {
+		elem, kind, err := d.Value()
+		if err != nil {
+			return err
+		}
+		return fn(elem, kind)
+	})
+	if err != nil {
+		return err
+	}
+	return d.End()
+}
+
+// member is one member handed to an objectEach callback, for comparison.
 type member struct {
 	key   string
 	plain bool
@@ -18,14 +53,14 @@ type member struct {
 
 func collectMembers(obj string) ([]member, error) {
 	var got []member
-	err := ObjectEach([]byte(obj), func(key []byte, plain bool, val []byte, kind Kind) error {
+	err := objectEach([]byte(obj), func(key []byte, plain bool, val []byte, kind Kind) error {
 		got = append(got, member{string(key), plain, string(val), kind})
 		return nil
 	})
 	return got, err
 }
 
-func TestObjectEach(t *testing.T) {
+func TestDecoderObject(t *testing.T) {
 	tests := []struct {
 		name string
 		obj  string
@@ -55,16 +90,16 @@ func TestObjectEach(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := collectMembers(tt.obj)
 			if err != nil {
-				t.Fatalf("ObjectEach(%q): %v", tt.obj, err)
+				t.Fatalf("objectEach(%q): %v", tt.obj, err)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
-				t.Errorf("ObjectEach(%q) members\n got %v\nwant %v", tt.obj, got, tt.want)
+				t.Errorf("objectEach(%q) members\n got %v\nwant %v", tt.obj, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestObjectEachErrors(t *testing.T) {
+func TestDecoderObjectErrors(t *testing.T) {
 	tests := []struct {
 		obj    string
 		offset int
@@ -94,26 +129,19 @@ func TestObjectEachErrors(t *testing.T) {
 		{`{"a":{"b":1]}`, 11, "expected ',' or '}' after object element"},
 		{"{\"a\x01\":1}", 3, "control character in string"},
 		{`{"a":"\x"}`, 7, "invalid escape in string"},
-		{`{"a":1}x`, 7, "unexpected data after the object"},
-		{`{"a":1} {}`, 8, "unexpected data after the object"},
+		{`{"a":1}x`, 7, "unexpected data after the value"},
+		{`{"a":1} {}`, 8, "unexpected data after the value"},
 	}
 	for _, tt := range tests {
-		got, err := collectMembers(tt.obj)
-		var se *SyntaxError
-		if !errors.As(err, &se) {
-			t.Errorf("ObjectEach(%q) = %v, %v; want a *SyntaxError", tt.obj, got, err)
-			continue
-		}
-		if se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-			t.Errorf("ObjectEach(%q) error %q at %d, want %q at %d", tt.obj, se.Reason, se.Offset, tt.reason, tt.offset)
-		}
+		_, err := collectMembers(tt.obj)
+		wantSyntaxError(t, fmt.Sprintf("objectEach(%q)", tt.obj), err, tt.reason, tt.offset)
 		if json.Valid([]byte(tt.obj)) && strings.HasPrefix(strings.TrimSpace(tt.obj), "{") {
 			t.Errorf("test case %q is a valid object", tt.obj)
 		}
 	}
 }
 
-func TestArrayEach(t *testing.T) {
+func TestDecoderArray(t *testing.T) {
 	tests := []struct {
 		arr  string
 		want string
@@ -125,21 +153,21 @@ func TestArrayEach(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var got []string
-		err := ArrayEach([]byte(tt.arr), func(elem []byte, kind Kind) error {
+		err := arrayEach([]byte(tt.arr), func(elem []byte, kind Kind) error {
 			got = append(got, string(elem), kind.String())
 			return nil
 		})
 		if err != nil {
-			t.Errorf("ArrayEach(%q): %v", tt.arr, err)
+			t.Errorf("arrayEach(%q): %v", tt.arr, err)
 			continue
 		}
 		if s := fmt.Sprint(got); s != tt.want {
-			t.Errorf("ArrayEach(%q) = %s, want %s", tt.arr, s, tt.want)
+			t.Errorf("arrayEach(%q) = %s, want %s", tt.arr, s, tt.want)
 		}
 	}
 }
 
-func TestArrayEachErrors(t *testing.T) {
+func TestDecoderArrayErrors(t *testing.T) {
 	tests := []struct {
 		arr    string
 		offset int
@@ -154,22 +182,19 @@ func TestArrayEachErrors(t *testing.T) {
 		{`[,1]`, 1, "invalid character ',' looking for a value"},
 		{`[1 2]`, 3, "expected ',' or ']' after array element"},
 		{`[1}`, 2, "expected ',' or ']' after array element"},
-		{`[1]]`, 3, "unexpected data after the array"},
+		{`[1]]`, 3, "unexpected data after the value"},
 	}
 	for _, tt := range tests {
-		err := ArrayEach([]byte(tt.arr), func([]byte, Kind) error { return nil })
-		var se *SyntaxError
-		if !errors.As(err, &se) || se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-			t.Errorf("ArrayEach(%q) = %v, want %q at offset %d", tt.arr, err, tt.reason, tt.offset)
-		}
+		err := arrayEach([]byte(tt.arr), func([]byte, Kind) error { return nil })
+		wantSyntaxError(t, fmt.Sprintf("arrayEach(%q)", tt.arr), err, tt.reason, tt.offset)
 	}
 }
 
-func TestEachStopsAtCallbackError(t *testing.T) {
+func TestDecoderStopsAtCallbackError(t *testing.T) {
 	stop := errors.New("stop")
 	calls := 0
 	// The callback's error wins over the syntax error further on.
-	err := ObjectEach([]byte(`{"a":1,"b":2,"c":3,oops`), func(key []byte, _ bool, _ []byte, _ Kind) error {
+	err := objectEach([]byte(`{"a":1,"b":2,"c":3,oops`), func(key []byte, _ bool, _ []byte, _ Kind) error {
 		calls++
 		if string(key) == "b" {
 			return stop
@@ -177,28 +202,28 @@ func TestEachStopsAtCallbackError(t *testing.T) {
 		return nil
 	})
 	if err != stop || calls != 2 {
-		t.Errorf("ObjectEach = %v after %d calls, want the callback's error unchanged after 2", err, calls)
+		t.Errorf("objectEach = %v after %d calls, want the callback's error unchanged after 2", err, calls)
 	}
 	calls = 0
-	err = ArrayEach([]byte(`[1,2,3]`), func([]byte, Kind) error {
+	err = arrayEach([]byte(`[1,2,3]`), func([]byte, Kind) error {
 		calls++
 		return stop
 	})
 	if err != stop || calls != 1 {
-		t.Errorf("ArrayEach = %v after %d calls, want the callback's error unchanged after 1", err, calls)
+		t.Errorf("arrayEach = %v after %d calls, want the callback's error unchanged after 1", err, calls)
 	}
 }
 
-func TestEachDepth(t *testing.T) {
+func TestDecoderFlatDepth(t *testing.T) {
 	// The object or array itself counts as the first level.
 	for _, depth := range []int{maxDepth - 1, maxDepth, maxDepth + 1} {
 		nested := strings.Repeat("[", depth-1) + closers("[", depth-1)
 		for _, in := range []string{`{"k":` + nested + `}`, `[` + nested + `]`} {
 			var err error
 			if in[0] == '{' {
-				err = ObjectEach([]byte(in), func([]byte, bool, []byte, Kind) error { return nil })
+				err = objectEach([]byte(in), func([]byte, bool, []byte, Kind) error { return nil })
 			} else {
-				err = ArrayEach([]byte(in), func([]byte, Kind) error { return nil })
+				err = arrayEach([]byte(in), func([]byte, Kind) error { return nil })
 			}
 			if valid := json.Valid([]byte(in)); (err == nil) != valid {
 				t.Errorf("depth %d of %.10q…: error %v, json.Valid %v", depth, in, err, valid)
@@ -298,11 +323,7 @@ func TestDecoderErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var d Decoder
 			d.Reset([]byte(tt.in))
-			err := tt.walk(&d)
-			var se *SyntaxError
-			if !errors.As(err, &se) || se.Offset != tt.offset || !strings.Contains(se.Reason, tt.reason) {
-				t.Errorf("walk of %q = %v, want %q at offset %d", tt.in, err, tt.reason, tt.offset)
-			}
+			wantSyntaxError(t, fmt.Sprintf("walk of %q", tt.in), tt.walk(&d), tt.reason, tt.offset)
 		})
 	}
 }
@@ -331,9 +352,9 @@ func TestDecoderDepth(t *testing.T) {
 	}
 }
 
-// BenchmarkObjectEach measures a flat walk of each record of benchBody,
+// BenchmarkDecoderFlat measures a flat walk of each record of benchBody,
 // against BenchmarkSplitArray, which validates the same bytes.
-func BenchmarkObjectEach(b *testing.B) {
+func BenchmarkDecoderFlat(b *testing.B) {
 	body := benchBody(1000)
 	spans, err := SplitArray(body)
 	if err != nil {
@@ -343,7 +364,7 @@ func BenchmarkObjectEach(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, s := range spans {
-			err := ObjectEach(body[s.Off:s.Off+s.Len], func([]byte, bool, []byte, Kind) error { return nil })
+			err := objectEach(body[s.Off:s.Off+s.Len], func([]byte, bool, []byte, Kind) error { return nil })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -351,17 +372,17 @@ func BenchmarkObjectEach(b *testing.B) {
 	}
 }
 
-func TestEachAllocatesNothing(t *testing.T) {
+func TestDecoderAllocatesNothing(t *testing.T) {
 	obj := []byte(`{"a":"x","b":[1,{"c":null}],"d\u0065":true}`)
 	arr := []byte(`[1,"two",{"three":[3]}]`)
 	var n int
 	allocs := testing.AllocsPerRun(10, func() {
-		err := ObjectEach(obj, func(_ []byte, _ bool, val []byte, _ Kind) error {
+		err := objectEach(obj, func(_ []byte, _ bool, val []byte, _ Kind) error {
 			n += len(val)
 			return nil
 		})
 		if err == nil {
-			err = ArrayEach(arr, func(elem []byte, _ Kind) error {
+			err = arrayEach(arr, func(elem []byte, _ Kind) error {
 				n += len(elem)
 				return nil
 			})
@@ -371,6 +392,6 @@ func TestEachAllocatesNothing(t *testing.T) {
 		}
 	})
 	if allocs != 0 {
-		t.Errorf("ObjectEach and ArrayEach made %v allocations, want none", allocs)
+		t.Errorf("a flat Decoder walk made %v allocations, want none", allocs)
 	}
 }

@@ -1,0 +1,66 @@
+// Package testsync holds what tests share to wait for a condition and to
+// watch goroutines and processes: WaitFor polls a condition with a deadline
+// instead of sleeping a guess, LockedBuffer collects output written from
+// other goroutines, and FreePort finds a loopback port to bind.
+package testsync
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pollInterval is how often WaitFor checks its condition.
+const pollInterval = 5 * time.Millisecond
+
+// WaitFor polls cond until it holds, failing t with what it waited for
+// when timeout passes first.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// LockedBuffer is a bytes.Buffer that one goroutine may write (a logger,
+// exec's output copier) while another reads it. The zero value is ready.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p to the buffer.
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was written so far.
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// FreePort returns a loopback address, "127.0.0.1:PORT", whose port was
+// free a moment ago. Another process may take it before the caller binds
+// it; a caller that cannot bind should retry with a new one.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	return addr
+}

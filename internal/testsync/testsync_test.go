@@ -1,0 +1,88 @@
+package testsync
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestWaitForReturnsOnceTheConditionHolds(t *testing.T) {
+	var mu sync.Mutex
+	done := false
+	go func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done = true
+	}()
+	polls := 0
+	WaitFor(t, "the goroutine", 10*time.Second, func() bool {
+		polls++
+		mu.Lock()
+		defer mu.Unlock()
+		return done
+	})
+	if polls == 0 {
+		t.Fatal("the condition was never checked")
+	}
+}
+
+// recorder is a testing.TB that records Fatalf instead of stopping the
+// test, so that WaitFor's timeout can be observed.
+type recorder struct {
+	testing.TB
+	failed string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed = fmt.Sprintf(format, args...)
+	panic(r)
+}
+
+func TestWaitForFailsAfterTheTimeout(t *testing.T) {
+	r := &recorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != r {
+				t.Fatalf("WaitFor returned instead of failing (recovered %v)", p)
+			}
+		}()
+		WaitFor(r, "nothing", 20*time.Millisecond, func() bool { return false })
+	}()
+	if want := "timed out after 20ms waiting for nothing"; r.failed != want {
+		t.Errorf("failure %q, want %q", r.failed, want)
+	}
+}
+
+func TestLockedBufferUnderConcurrentWrites(t *testing.T) {
+	var b LockedBuffer
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if _, err := b.Write([]byte("x")); err != nil {
+					t.Error(err)
+				}
+				_ = b.String()
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(b.String()); n != 800 {
+		t.Errorf("%d bytes written, want 800", n)
+	}
+}
+
+func TestFreePortCanBeBound(t *testing.T) {
+	addr := FreePort(t)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("bind %s: %v", addr, err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
