@@ -235,7 +235,8 @@ class Client:
     def stop(self):
         """Asks run or run_tx to stop: the handler finishes the event it is
         on, the acks held are sent and run returns. Safe to call from a
-        signal handler and from any thread."""
+        signal handler and from any thread, also before run starts. A
+        stopped client stays stopped: make a new one to run again."""
         self._stop.set()
 
     def stopping(self):
