@@ -12,7 +12,8 @@ BIN      := bin
 TOOLS             := $(CURDIR)/.tools
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
-# PYTHON3 runs the Python processor of PROTOCOL.md in the tests. Debian's
+# PYTHON3 runs the Python processor of PROTOCOL.md and the Python client in
+# clients/python in the tests. Debian's
 # python3-zmq installs for the system interpreter, which may not be the
 # first python3 on PATH.
 PYTHON3           ?= /usr/bin/python3

@@ -1,0 +1,83 @@
+"""The example processor: writes every event exactly once into the table
+events of a SQLite database.
+
+    python3 -m ingestor_processor --sqlite sink.db [--connect tcp://127.0.0.1:5557]
+        [--ack tcp://127.0.0.1:5558] [--fail-keys REGEX]
+        [--curve-server-key daemon.pub --curve-secret-key processor.key]
+
+Each row commits together with the event's processed key (Client.run_tx),
+so a redelivered event is skipped. The insert is a plain INSERT into a table
+whose primary key is (source, key): an event applied twice would fail
+loudly; such a failure is logged as a BUG and counted. --fail-keys fails the
+events whose key matches permanently, so the daemon dead-letters them.
+SIGINT or SIGTERM stops it gracefully: it sends its acks and logs a summary.
+"""
+
+import argparse
+import logging
+import re
+import signal
+import sqlite3
+import sys
+
+from . import Client, Permanent, read_curve_key, read_curve_secret
+
+EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
+    source TEXT NOT NULL,
+    key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    payload BLOB,
+    PRIMARY KEY (source, key)
+)"""
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m ingestor_processor", description=__doc__.split("\n")[0])
+    p.add_argument("--connect", default="tcp://127.0.0.1:5557", help="the daemon's publish.endpoint")
+    p.add_argument("--ack", default="tcp://127.0.0.1:5558", help="the daemon's publish.ack_endpoint")
+    p.add_argument("--sqlite", required=True, help="the SQLite database to write events into")
+    p.add_argument("--fail-keys", help="fail events whose key matches this regular expression permanently")
+    p.add_argument("--curve-server-key", help="file of the daemon's CURVE public key")
+    p.add_argument("--curve-secret-key", help="file of this processor's CURVE secret key")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log = logging.getLogger("processor")
+    fail = re.compile(args.fail_keys) if args.fail_keys else None
+    if (args.curve_server_key is None) != (args.curve_secret_key is None):
+        p.error("--curve-server-key and --curve-secret-key go together")
+    server = secret = None
+    if args.curve_server_key:
+        server, secret = read_curve_key(args.curve_server_key), read_curve_secret(args.curve_secret_key)
+    client = Client(args.connect, args.ack, curve_server_key=server, curve_secret_key=secret)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: client.stop())
+
+    doubles = 0
+
+    def handle(conn, ev):
+        nonlocal doubles
+        if fail is not None and fail.search(ev.key):
+            raise Permanent(f"key {ev.key!r} matches --fail-keys")
+        try:
+            conn.execute("INSERT INTO events (source, key, seq, payload) VALUES (?, ?, ?, ?)",
+                         (ev.source, ev.key, ev.seq, ev.data()))
+        except sqlite3.IntegrityError as e:
+            doubles += 1
+            log.error("BUG: event %s/%s applied twice; exactly-once delivery failed: %s", ev.source, ev.key, e)
+            raise Permanent(f"event {ev.source}/{ev.key} applied twice: {e}") from e
+
+    conn = sqlite3.connect(args.sqlite, isolation_level=None, timeout=10.0)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(EVENTS_SCHEMA)
+        client.run_tx(conn, handle)
+        rows = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    finally:
+        conn.close()
+    log.info("summary: %s, rows %d, double applications %d", client.stats, rows, doubles)
+    return 1 if doubles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The message format of PROTOCOL.md, version 1: strict decoding of events
+frames and encoding of acks."""
+
+import base64
+import binascii
+import json
+
+VERSION = 1
+
+# MAX_REASON_BYTES is how much of a nack's reason the daemon keeps.
+MAX_REASON_BYTES = 1024
+
+_MAX_INT64 = 2**63 - 1
+
+
+class MalformedFrame(ValueError):
+    """A message that is not a valid version 1 events frame. It is never
+    acknowledged."""
+
+
+class Event:
+    """One event as the daemon delivers it. (source, key) identifies it.
+
+    The event's bytes are in exactly one of two forms: when is_json is true,
+    payload holds the parsed JSON value (None for JSON null); otherwise
+    payload_bytes holds the bytes of payload_b64 and payload is None.
+    fetched_at and event_time are RFC 3339 strings as sent; event_time is
+    None when the source did not know one.
+    """
+
+    __slots__ = ("key", "source", "seq", "fetched_at", "event_time",
+                 "raw_key", "raw_off", "raw_len", "is_json", "payload", "payload_bytes")
+
+    def __init__(self, key, source, seq, fetched_at=None, event_time=None, raw_key=None,
+                 raw_off=None, raw_len=None, is_json=True, payload=None, payload_bytes=None):
+        self.key = key
+        self.source = source
+        self.seq = seq
+        self.fetched_at = fetched_at
+        self.event_time = event_time
+        self.raw_key = raw_key
+        self.raw_off = raw_off
+        self.raw_len = raw_len
+        self.is_json = is_json
+        self.payload = payload
+        self.payload_bytes = payload_bytes
+
+    def data(self):
+        """Returns the event's bytes: the payload_b64 bytes, or the JSON
+        payload re-encoded compactly (the same value, not necessarily the
+        upstream's exact bytes, which the raw store holds)."""
+        if not self.is_json:
+            return self.payload_bytes
+        return json.dumps(self.payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def __repr__(self):
+        return f"Event(source={self.source!r}, key={self.key!r}, seq={self.seq!r})"
+
+
+class Frame:
+    """One events frame: its id, delivery number, raw store and events."""
+
+    __slots__ = ("id", "delivery", "raw_store", "events")
+
+    def __init__(self, id, delivery, raw_store, events):
+        self.id = id
+        self.delivery = delivery
+        self.raw_store = raw_store
+        self.events = events
+
+
+def _reject_constant(name):
+    raise MalformedFrame(f"{name} is not JSON")
+
+
+def _is_int(v):
+    # type() rejects bool (an int subclass in Python); floats such as 1.0
+    # and 1e3 are not ints.
+    return type(v) is int
+
+
+def _utf8_str(v):
+    """Reports whether v is a str that encodes to UTF-8: a JSON escape of a
+    lone surrogate decodes to a str that does not, and could not be echoed
+    back in an ack as it was sent."""
+    if type(v) is not str:
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def decode_frame(parts):
+    """Returns the Frame in parts, the list of parts of one ZeroMQ message,
+    or raises MalformedFrame.
+
+    It accepts exactly what PROTOCOL.md defines: a single-part message whose
+    body is one UTF-8 JSON object without a byte-order mark, v the integer 1,
+    type "events", a frame id from 1 to 2^63-1 and an events array of objects
+    each with a string key and source, an integer seq and exactly one of
+    payload and payload_b64 (standard base64 with padding). Unknown fields
+    are ignored at every level. A frame of which any part does not decode is
+    rejected whole, as the Go client does.
+    """
+    if len(parts) != 1:
+        raise MalformedFrame(f"want a single-part message, got {len(parts)} parts")
+    body = parts[0]
+    if isinstance(body, memoryview):
+        body = body.tobytes()
+    try:
+        # Decoding to str first makes json.loads reject a byte-order mark,
+        # which it would skip in bytes.
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedFrame(f"not valid UTF-8: {e}") from None
+    try:
+        msg = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        # Deeper than Python's recursion limit: never acked, so the frame
+        # comes back until the daemon's max_deliveries dead-letters it.
+        raise MalformedFrame("nested too deeply for this parser") from None
+    except json.JSONDecodeError as e:
+        raise MalformedFrame(f"not JSON: {e}") from None
+    if type(msg) is not dict:
+        raise MalformedFrame(f"not a JSON object but {type(msg).__name__}")
+    v = msg.get("v")
+    if not _is_int(v) or v != VERSION:
+        raise MalformedFrame(f"unsupported version {v!r} (want {VERSION})")
+    if msg.get("type") != "events":
+        raise MalformedFrame(f"not an events frame: type {msg.get('type')!r}")
+    fid = msg.get("frame")
+    if not _is_int(fid) or not 1 <= fid <= _MAX_INT64:
+        raise MalformedFrame(f"field frame: want an integer from 1 to 2^63-1, found {fid!r}")
+    delivery = msg.get("delivery", 1)
+    if not _is_int(delivery):
+        raise MalformedFrame(f"field delivery: want an integer, found {delivery!r}")
+    raw_store = msg.get("raw_store", "")
+    if type(raw_store) is not str:
+        raise MalformedFrame("field raw_store: want a string")
+    evs = msg.get("events")
+    if type(evs) is not list:
+        raise MalformedFrame("field events: want an array")
+    return Frame(fid, delivery, raw_store, [_decode_event(i, ev) for i, ev in enumerate(evs)])
+
+
+def _decode_event(i, ev):
+    where = f"events[{i}]"
+    if type(ev) is not dict:
+        raise MalformedFrame(f"{where}: want an object")
+    key, source, seq = ev.get("key"), ev.get("source"), ev.get("seq")
+    if not _utf8_str(key):
+        raise MalformedFrame(f"{where}.key: want a UTF-8 string")
+    if not _utf8_str(source):
+        raise MalformedFrame(f"{where}.source: want a UTF-8 string")
+    if not _is_int(seq) or not -_MAX_INT64 - 1 <= seq <= _MAX_INT64:
+        raise MalformedFrame(f"{where}.seq: want a 64-bit integer")
+    fetched_at, event_time = ev.get("fetched_at"), ev.get("event_time")
+    if fetched_at is not None and type(fetched_at) is not str:
+        raise MalformedFrame(f"{where}.fetched_at: want a string")
+    if event_time is not None and type(event_time) is not str:
+        raise MalformedFrame(f"{where}.event_time: want a string")
+    raw = ev.get("raw")
+    raw_key = raw_off = raw_len = None
+    if raw is not None:
+        if type(raw) is not dict:
+            raise MalformedFrame(f"{where}.raw: want an object")
+        raw_key, raw_off, raw_len = raw.get("key"), raw.get("off"), raw.get("len")
+        if (raw_key is not None and type(raw_key) is not str) or \
+                (raw_off is not None and not _is_int(raw_off)) or (raw_len is not None and not _is_int(raw_len)):
+            raise MalformedFrame(f"{where}.raw: want a string key and integer off and len")
+    has_json, has_b64 = "payload" in ev, "payload_b64" in ev
+    if has_json == has_b64:
+        raise MalformedFrame(f"{where}: want exactly one of payload and payload_b64")
+    if has_json:
+        return Event(key, source, seq, fetched_at, event_time, raw_key, raw_off, raw_len,
+                     is_json=True, payload=ev["payload"])
+    b64 = ev["payload_b64"]
+    if type(b64) is not str:
+        raise MalformedFrame(f"{where}.payload_b64: want a string")
+    try:
+        data = base64.b64decode(b64.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error) as e:
+        raise MalformedFrame(f"{where}.payload_b64: not standard base64: {e}") from None
+    return Event(key, source, seq, fetched_at, event_time, raw_key, raw_off, raw_len,
+                 is_json=False, payload_bytes=data)
+
+
+def cut_reason(reason):
+    """Returns reason cut to MAX_REASON_BYTES of UTF-8, at a character
+    boundary; characters that cannot be encoded become '?'."""
+    b = reason.encode("utf-8", "replace")
+    if len(b) <= MAX_REASON_BYTES:
+        return b.decode("utf-8")
+    return b[:MAX_REASON_BYTES].decode("utf-8", "ignore")
+
+
+def encode_ack(frames=(), keys=(), nacks=()):
+    """Returns an ack message: frames, a list of frame ids acked whole;
+    keys, a list of (frame, source, key); nacks, a list of (frame, source,
+    key, reason, permanent). Empty lists are left out; at least one must be
+    non-empty."""
+    if not frames and not keys and not nacks:
+        raise ValueError("an ack needs at least one frame, key or nack")
+    msg = {"v": VERSION, "type": "ack"}
+    if frames:
+        msg["frames"] = list(frames)
+    if keys:
+        msg["keys"] = [{"frame": f, "source": s, "key": k} for f, s, k in keys]
+    if nacks:
+        out = []
+        for f, s, k, reason, permanent in nacks:
+            n = {"frame": f, "source": s, "key": k, "reason": cut_reason(reason)}
+            if permanent:
+                n["permanent"] = True
+            out.append(n)
+        msg["nacks"] = out
+    return json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -1,0 +1,387 @@
+// Package python_test runs the Python processor client in clients/python:
+// its unit tests, and its example processor against the real daemon binary
+// through kill -9 loops and a poison event.
+package python_test
+
+import (
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/internal/testupstream"
+)
+
+// python3 returns the interpreter that has pyzmq: $PYTHON3 (make test sets
+// it), else /usr/bin/python3, where Debian's python3-zmq installs. A
+// missing pyzmq fails the test: make test installs it.
+func python3(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("PYTHON3")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	if out, err := exec.Command(py, "-c", "import zmq").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import zmq (%v: %s); run make test, which installs python3-zmq, or set PYTHON3", py, err, out)
+	}
+	return py
+}
+
+// pythonCommand runs python3 with args in this directory, where the
+// ingestor_processor package is, without writing bytecode into the tree.
+func pythonCommand(t *testing.T, args ...string) *exec.Cmd {
+	cmd := exec.Command(python3(t), args...)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+	return cmd
+}
+
+// TestPythonUnitTests runs the client's unittest suite: frame decoding,
+// ack batching, nacks, dedupe, exactly-once SQLite and CURVE, against real
+// sockets and SQLite files.
+func TestPythonUnitTests(t *testing.T) {
+	cmd := pythonCommand(t, "-m", "unittest", "-v")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "\nOK") {
+		t.Fatalf("python3 -m unittest did not report OK:\n%s", out)
+	}
+	t.Logf("%s", lastLines(string(out), 3))
+}
+
+// TestPythonExactlyOnceUnderKill runs the example processor (run_tx into a
+// table whose primary key is (source, key), with a plain INSERT) against
+// the built daemon and a finite upstream, SIGKILLs the processor at random
+// moments, 12 times, and the daemon with it every third time. At the end
+// the table holds every upstream event exactly once.
+func TestPythonExactlyOnceUnderKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the daemon and kills it and the processor repeatedly")
+	}
+	const (
+		total  = 4000
+		cycles = 12
+	)
+	e := newEnv(t, testupstream.New(t, total, 20).URL+"/feed", "")
+	d := e.startDaemon()
+	p := e.startProcessor()
+	midStream := 0
+	for i := range cycles {
+		time.Sleep(time.Duration(rand.Int64N(int64(300*time.Millisecond))) + 100*time.Millisecond) // a random kill moment
+		if n := sinkCount(t, e.sink); n > 0 && n < total {
+			midStream++
+		}
+		kill(p)
+		if i%3 == 2 {
+			kill(d)
+			d = e.startDaemon()
+		}
+		p = e.startProcessor()
+	}
+	// Kills after the stream ended prove nothing; most must land in it.
+	if midStream < cycles/4 {
+		t.Fatalf("only %d of %d kills landed while events were being applied: the test did not test", midStream, cycles)
+	}
+	e.waitDone(total)
+	e.stop(p, "processor")
+	e.stop(d, "daemon")
+	e.checkSink(total, nil)
+	t.Logf("%d of %d kills landed mid-stream", midStream, cycles)
+}
+
+// TestPythonPoisonBecomesDeadLetter runs the example processor over CURVE
+// with two keys it fails permanently: the daemon lists both as dead
+// letters with the processor's reason, and every other event is applied.
+func TestPythonPoisonBecomesDeadLetter(t *testing.T) {
+	const total = 300
+	poison := []string{"ev-7", "ev-123"}
+	e := newEnv(t, testupstream.New(t, total, 50).URL+"/feed", "^ev-(7|123)$")
+	e.enableCurve()
+	d := e.startDaemon()
+	p := e.startProcessor()
+	e.waitDone(total - len(poison))
+
+	out, err := exec.Command(e.bin, "dlq", "list", "-c", e.cfg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ingestor dlq list: %v\n%s", err, out)
+	}
+	list := string(out)
+	for _, k := range poison {
+		if !strings.Contains(list, "/"+k+" ") {
+			t.Errorf("dlq list does not list %s:\n%s", k, list)
+		}
+	}
+	if !strings.Contains(list, "matches --fail-keys") || !strings.Contains(list, fmt.Sprintf("%d dead letter(s)", len(poison))) {
+		t.Errorf("dlq list, want %d dead letters with the processor's reason:\n%s", len(poison), list)
+	}
+	e.stop(p, "processor")
+	e.stop(d, "daemon")
+	e.checkSink(total, poison)
+	if logs := readFile(t, e.procLog); !strings.Contains(logs, "CURVE") {
+		t.Errorf("the processor did not run with CURVE:\n%s", lastLines(logs, 20))
+	}
+}
+
+// env is one test's daemon binary, config, processor database and logs.
+type env struct {
+	t                  *testing.T
+	dir, bin, cfg      string
+	httpAddr, pub, ack string
+	sink, pollURL      string
+	failKeys           string
+	procArgs           []string
+	daemonLog, procLog string
+}
+
+func newEnv(t *testing.T, pollURL, failKeys string) *env {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ingestor")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ingestorhq/ingestor/cmd/ingestor").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/ingestor: %v\n%s", err, out)
+	}
+	e := &env{t: t, dir: dir, bin: bin, cfg: filepath.Join(dir, "ingestor.toml"), httpAddr: testsync.FreePort(t),
+		pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), sink: filepath.Join(dir, "sink.db"), pollURL: pollURL, failKeys: failKeys,
+		daemonLog: filepath.Join(dir, "daemon.log"), procLog: filepath.Join(dir, "processor.log")}
+	e.writeConfig("")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s\nprocessor log:\n%s", lastLines(readFile(t, e.daemonLog), 30), lastLines(readFile(t, e.procLog), 30))
+		}
+	})
+	return e
+}
+
+// writeConfig writes the daemon's config, with publishExtra in [publish].
+func (e *env) writeConfig(publishExtra string) {
+	cfg := fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = %q
+shutdown_grace = "5s"
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+ack_timeout = "1s"
+events_per_frame = 10
+%s
+
+[source.seq]
+kind = "http_poll"
+poll_url = %q
+interval = "30ms"
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+`, filepath.Join(e.dir, "data"), e.httpAddr, "file://"+filepath.Join(e.dir, "raw"), e.pub, e.ack, publishExtra, e.pollURL)
+	if err := os.WriteFile(e.cfg, []byte(cfg), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// enableCurve makes key pairs with `ingestor curve-keygen` and has the
+// daemon require CURVE and the processor use it.
+func (e *env) enableCurve() {
+	for _, name := range []string{"daemon", "processor"} {
+		if out, err := exec.Command(e.bin, "curve-keygen", filepath.Join(e.dir, name)).CombinedOutput(); err != nil {
+			e.t.Fatalf("curve-keygen %s: %v\n%s", name, err, out)
+		}
+	}
+	e.writeConfig(fmt.Sprintf("curve_secret_key_file = %q\ncurve_authorized_keys_file = %q",
+		filepath.Join(e.dir, "daemon.key"), filepath.Join(e.dir, "processor.pub")))
+	e.procArgs = []string{"--curve-server-key", filepath.Join(e.dir, "daemon.pub"),
+		"--curve-secret-key", filepath.Join(e.dir, "processor.key")}
+}
+
+// logFile opens path for appending a child's output.
+func (e *env) logFile(path string) *os.File {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// startDaemon starts the daemon and waits until it is ready.
+func (e *env) startDaemon() *exec.Cmd {
+	cmd := exec.Command(e.bin, "run", "-c", e.cfg)
+	cmd.Stderr = e.logFile(e.daemonLog)
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { kill(cmd) })
+	e.waitUntil("the daemon to be ready", 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + e.httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return cmd
+}
+
+// startProcessor starts the Python example processor.
+func (e *env) startProcessor() *exec.Cmd {
+	args := append([]string{"-m", "ingestor_processor", "--connect", e.pub, "--ack", e.ack, "--sqlite", e.sink}, e.procArgs...)
+	if e.failKeys != "" {
+		args = append(args, "--fail-keys", e.failKeys)
+	}
+	cmd := pythonCommand(e.t, args...)
+	out := e.logFile(e.procLog)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { kill(cmd) })
+	return cmd
+}
+
+// kill SIGKILLs cmd, if it still runs, and reaps it.
+func kill(cmd *exec.Cmd) {
+	if cmd.ProcessState != nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL) // it may have exited already
+	_ = cmd.Wait()                          // killed: its status is the signal
+}
+
+// stop SIGTERMs cmd and checks it exits cleanly.
+func (e *env) stop(cmd *exec.Cmd, name string) {
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		e.t.Fatalf("SIGTERM the %s: %v", name, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		e.t.Errorf("graceful stop of the %s: %v", name, err)
+	}
+}
+
+// waitDone waits until the processor's table holds want events and the
+// daemon has no event pending.
+func (e *env) waitDone(want int) {
+	e.waitUntil(fmt.Sprintf("%d events in the processor's table and none pending", want), 2*time.Minute, func() bool {
+		return sinkCount(e.t, e.sink) >= want && pendingEvents(e.httpAddr) == 0
+	})
+}
+
+// waitUntil polls cond until it holds, failing the test after timeout.
+func (e *env) waitUntil(what string, timeout time.Duration, cond func() bool) {
+	e.t.Helper()
+	testsync.WaitFor(e.t, what, timeout, cond)
+}
+
+// checkSink checks that the processor's table holds every upstream event
+// but the poison ones, once each, each with its processed key, and that
+// the processor reported no double application.
+func (e *env) checkSink(total int, poison []string) {
+	t := e.t
+	db, err := sql.Open("sqlite3", "file:"+e.sink+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	got := map[string]int{}
+	rows, err := db.Query(`SELECT key FROM events WHERE source = 'seq'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		got[k]++
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	skip := map[string]bool{}
+	for _, k := range poison {
+		skip[k] = true
+	}
+	for n := 1; n <= total; n++ {
+		id := testupstream.ID(n)
+		if want := map[bool]int{true: 0, false: 1}[skip[id]]; got[id] != want {
+			t.Errorf("event %s is in the processor's table %d times, want %d", id, got[id], want)
+		}
+	}
+	var rowCount, processed int
+	if err := db.QueryRow(`SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM processed)`).Scan(&rowCount, &processed); err != nil {
+		t.Fatal(err)
+	}
+	if want := total - len(poison); rowCount != want || processed != want {
+		t.Errorf("the table holds %d events and %d processed keys, want %d of each", rowCount, processed, want)
+	}
+	if logs := readFile(t, e.procLog); strings.Contains(logs, "BUG") || !strings.Contains(logs, "double applications 0") {
+		t.Errorf("the processor reported a double application or no summary:\n%s", lastLines(logs, 20))
+	}
+}
+
+// sinkCount returns the rows of the processor's table, 0 before it exists.
+func sinkCount(t *testing.T, path string) int {
+	if _, err := os.Stat(path); err != nil {
+		return 0
+	}
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM events`).Scan(&n); err != nil {
+		return 0 // the table is not created yet
+	}
+	return n
+}
+
+// pendingEvents reads ingestor_queue_pending_events from /metrics (-1 if
+// unavailable).
+func pendingEvents(addr string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "ingestor_queue_pending_events "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+func readFile(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

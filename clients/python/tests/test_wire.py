@@ -1,0 +1,92 @@
+"""Tests of strict frame decoding and ack encoding."""
+
+import json
+import unittest
+
+from ingestor_processor import MAX_REASON_BYTES, MalformedFrame, cut_reason, decode_frame, encode_ack
+
+
+def event(key="k", payload='"payload":{"n":1}', extra=""):
+    return ('{"key":"%s","source":"s","seq":7,"fetched_at":"2024-05-01T10:00:00Z",'
+            '"raw":{"key":"s/r.json","off":0,"len":7},%s%s}' % (key, payload, extra))
+
+
+def frame(head='"v":1,"type":"events"', fid="3", events=None):
+    evs = ",".join(events if events is not None else [event()])
+    return '{%s,"frame":%s,"delivery":2,"raw_store":"file:///r","events":[%s]}' % (head, fid, evs)
+
+
+class DecodeFrameTest(unittest.TestCase):
+    def test_valid(self):
+        f = decode_frame([frame(events=[event("a"), event("b", '"payload_b64":"aGVsbG//d29yCg=="', ',"x":{"y":[1]}')])
+                          .encode()])
+        self.assertEqual((f.id, f.delivery, f.raw_store, len(f.events)), (3, 2, "file:///r", 2))
+        a, b = f.events
+        self.assertEqual((a.source, a.key, a.seq, a.is_json, a.payload), ("s", "a", 7, True, {"n": 1}))
+        self.assertEqual((a.raw_key, a.raw_off, a.raw_len, a.fetched_at, a.event_time),
+                         ("s/r.json", 0, 7, "2024-05-01T10:00:00Z", None))
+        self.assertEqual((b.is_json, b.payload, b.payload_bytes, b.data()), (False, None, b"hello\xffwor\n", b"hello\xffwor\n"))
+        self.assertEqual(a.data(), b'{"n":1}')
+
+    def test_unknown_fields_and_null_payload(self):
+        f = decode_frame([frame(head='"v":1,"type":"events","future":[{"a":1}]',
+                                events=[event(payload='"payload":null')]).encode()])
+        self.assertTrue(f.events[0].is_json)
+        self.assertIsNone(f.events[0].payload)
+
+    def test_malformed(self):
+        deep = "[" * 5000 + "]" * 5000
+        cases = {
+            "multi-part": [frame().encode(), frame().encode()],
+            "zero parts": [],
+            "byte-order mark": [("\ufeff" + frame()).encode()],
+            "invalid UTF-8": [frame(events=[event(payload='"payload":"\xff"')]).encode("latin-1")],
+            "not JSON": [b"not json"],
+            "trailing data": [(frame() + "{}").encode()],
+            "an array": [b"[1]"],
+            "v true": [frame(head='"v":true,"type":"events"').encode()],
+            "v 1.0": [frame(head='"v":1.0,"type":"events"').encode()],
+            "v string": [frame(head='"v":"1","type":"events"').encode()],
+            "v 2": [frame(head='"v":2,"type":"events"').encode()],
+            "no v": [frame(head='"type":"events"').encode()],
+            "type ack": [frame(head='"v":1,"type":"ack"').encode()],
+            "frame 0": [frame(fid="0").encode()],
+            "frame 1e3": [frame(fid="1e3").encode()],
+            "frame too big": [frame(fid=str(2**63)).encode()],
+            "events object": [b'{"v":1,"type":"events","frame":1,"events":{}}'],
+            "event not object": [frame(events=["1"]).encode()],
+            "no source": [frame(events=['{"key":"k","seq":1,"payload":1}']).encode()],
+            "key number": [frame(events=['{"key":1,"source":"s","seq":1,"payload":1}']).encode()],
+            "key lone surrogate": [frame(events=[event(key="\\ud800")]).encode()],
+            "seq float": [frame(events=['{"key":"k","source":"s","seq":1.5,"payload":1}']).encode()],
+            "both payloads": [frame(events=[event(payload='"payload":1,"payload_b64":"AA=="')]).encode()],
+            "no payload": [frame(events=[event(payload='"x":1')]).encode()],
+            "bad base64": [frame(events=[event(payload='"payload_b64":"%%%"')]).encode()],
+            "unpadded base64": [frame(events=[event(payload='"payload_b64":"AA"')]).encode()],
+            "NaN": [frame(events=[event(payload='"payload":NaN')]).encode()],
+            "nested too deep": [frame(events=[event(payload='"payload":' + deep)]).encode()],
+        }
+        for name, parts in cases.items():
+            with self.subTest(name):
+                with self.assertRaises(MalformedFrame):
+                    decode_frame(parts)
+
+
+class EncodeAckTest(unittest.TestCase):
+    def test_fields(self):
+        msg = json.loads(encode_ack([1, 2], [(3, "s", "é")], [(3, "s", "k", "bad", True), (4, "s", "k2", "", False)]))
+        self.assertEqual(msg, {"v": 1, "type": "ack", "frames": [1, 2], "keys": [{"frame": 3, "source": "s", "key": "é"}],
+                               "nacks": [{"frame": 3, "source": "s", "key": "k", "reason": "bad", "permanent": True},
+                                         {"frame": 4, "source": "s", "key": "k2", "reason": ""}]})
+        self.assertNotIn(b"frames", encode_ack(keys=[(1, "s", "k")]))
+        with self.assertRaises(ValueError):
+            encode_ack()
+
+    def test_reason_cut_at_a_character_boundary(self):
+        r = cut_reason("é" * 1000)  # 2000 bytes
+        self.assertEqual(len(r.encode()), MAX_REASON_BYTES)
+        r = cut_reason("x" + "€" * 400)  # 1 + 1200 bytes: cut inside a character
+        self.assertEqual(r, "x" + "€" * 341)
+        self.assertLessEqual(len(r.encode()), MAX_REASON_BYTES)
+        self.assertEqual(cut_reason("short"), "short")
+        self.assertEqual(cut_reason("\udcff"), "?")  # not encodable
