@@ -23,25 +23,10 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
 
-// python3 returns the interpreter that has pyzmq: $PYTHON3 (make test sets
-// it), else /usr/bin/python3, where Debian's python3-zmq installs. A
-// missing pyzmq fails the test: make test installs it.
-func python3(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("PYTHON3")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import zmq").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import zmq (%v: %s); run make test, which installs python3-zmq, or set PYTHON3", py, err, out)
-	}
-	return py
-}
-
 // pythonCommand runs python3 with args in this directory, where the
 // ingestor_processor package is, without writing bytecode into the tree.
 func pythonCommand(t *testing.T, args ...string) *exec.Cmd {
-	cmd := exec.Command(python3(t), args...)
+	cmd := exec.Command(testsync.Python3(t), args...)
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 	return cmd
 }

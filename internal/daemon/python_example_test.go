@@ -41,21 +41,6 @@ func pythonExample(t *testing.T) string {
 	return path
 }
 
-// python3 returns the interpreter that has pyzmq: $PYTHON3 (make test sets
-// it), else /usr/bin/python3, where Debian's python3-zmq installs. A
-// missing pyzmq fails the test: make test installs it.
-func python3(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("PYTHON3")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import zmq").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import zmq (%v: %s); run make test, which installs python3-zmq", py, err, out)
-	}
-	return py
-}
-
 // pyProcess is the Python example processor running as a child process.
 type pyProcess struct {
 	mu     sync.Mutex
@@ -66,7 +51,7 @@ type pyProcess struct {
 
 func startPython(t *testing.T, endpoint, ackEndpoint string) *pyProcess {
 	t.Helper()
-	cmd := exec.Command(python3(t), pythonExample(t))
+	cmd := exec.Command(testsync.Python3(t), pythonExample(t))
 	cmd.Env = append(os.Environ(), "INGESTOR_ENDPOINT="+endpoint, "INGESTOR_ACK_ENDPOINT="+ackEndpoint, "PYTHONUNBUFFERED=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package testsync holds what tests share to wait for a condition and to
 // watch goroutines and processes: WaitFor polls a condition with a deadline
 // instead of sleeping a guess, LockedBuffer collects output written from
-// other goroutines, and FreePort finds a loopback port to bind.
+// other goroutines, FreePort finds a loopback port to bind, and Python3
+// finds the interpreter with pyzmq for the Python processor tests.
 package testsync
 
 import (
