@@ -34,6 +34,9 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, ev *Event) error
 //
 //	file:PATH?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate
 //
+// with PATH escaped, so that a '?', '#' or '%' in it is part of the path
+// (ExampleClient_RunTx builds it with url.URL{Scheme: "file", Path: ...}).
+//
 // Options.DedupeDB must be empty.
 func (c *Client) RunTx(ctx context.Context, db *sql.DB, h TxHandler) error {
 	if h == nil {
