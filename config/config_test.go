@@ -184,6 +184,15 @@ func TestGoodFiles(t *testing.T) {
 				t.Errorf("partial: max_body_bytes = %d, want the kind's default", spec.MaxBodyBytes)
 			}
 		}},
+		"websocket_cursor.good.toml": {check: func(t *testing.T, cfg *Config) {
+			spec, ok := source(t, cfg, "inurl").Spec.(*sources.WebSocketSpec)
+			if !ok || spec.URL != "wss://stream.example.com/v1/events?since={cursor}" || spec.InitialCursor != "0" {
+				t.Errorf("inurl spec %+v", spec)
+			}
+			if spec, ok := source(t, cfg, "inheader").Spec.(*sources.WebSocketSpec); !ok || spec.Headers["X-Since"] != "{cursor}" || spec.InitialCursor != "" {
+				t.Errorf("inheader spec %+v", spec)
+			}
+		}},
 		"rate_limiters.good.toml": {check: func(t *testing.T, cfg *Config) {
 			if len(cfg.RateLimiters) != 1 {
 				t.Fatalf("rate limiters = %+v, want one", cfg.RateLimiters)
@@ -301,6 +310,12 @@ func TestBadFiles(t *testing.T) {
 		}, absent: []string{"0123456789abcdef0123"}},
 		"ack_max_message_bytes.bad.toml": {want: []string{
 			`ack_max_message_bytes.bad.toml:3: publish.ack_max_message_bytes: must be between 65536 and 1073741824, not 1000`,
+		}},
+		"websocket_cursor.bad.toml": {want: []string{
+			`websocket_cursor.bad.toml:7: source "nowhere": cursor_field: is set but the cursor is sent nowhere, so every reconnect replays the feed from its start: put {cursor} in url, a header value or subscribe`,
+			`websocket_cursor.bad.toml:11: source "nofield": url: uses {cursor} but cursor_field is not set`,
+			`websocket_cursor.bad.toml:16: source "header": headers.X-Since: uses {cursor} but cursor_field is not set`,
+			`websocket_cursor.bad.toml:21: source "initial": initial_cursor: is only used when the source keeps a cursor: set cursor_field`,
 		}},
 		"many.bad.toml": {want: []string{
 			`many.bad.toml:3: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "verbose"`,

@@ -3,6 +3,7 @@ package sources
 import (
 	"cmp"
 	"math/big"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -218,4 +219,18 @@ func (d decimal) bigExponent() *big.Int {
 		return d.bigExp
 	}
 	return big.NewInt(d.exp)
+}
+
+// fillURLCursor returns rawURL with each {cursor} replaced by cursor,
+// escaped as a path segment before the "?" and as a query value after it.
+func fillURLCursor(rawURL, cursor string) string {
+	if !strings.Contains(rawURL, "{cursor}") {
+		return rawURL
+	}
+	path, query, hasQuery := strings.Cut(rawURL, "?")
+	filled := strings.ReplaceAll(path, "{cursor}", url.PathEscape(cursor))
+	if hasQuery {
+		filled += "?" + strings.ReplaceAll(query, "{cursor}", url.QueryEscape(cursor))
+	}
+	return filled
 }

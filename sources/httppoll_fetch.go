@@ -167,16 +167,8 @@ func (p *httpPoll) newRequest(ctx context.Context, c pollCursor) (*http.Request,
 		}
 		u.RawQuery = q.Encode()
 	} else {
-		raw := p.spec.PollURL
-		if strings.Contains(raw, "{cursor}") {
-			path, query, hasQuery := strings.Cut(raw, "?")
-			raw = strings.ReplaceAll(path, "{cursor}", url.PathEscape(c.Start))
-			if hasQuery {
-				raw += "?" + strings.ReplaceAll(query, "{cursor}", url.QueryEscape(c.Start))
-			}
-		}
 		var err error
-		if u, err = url.Parse(raw); err != nil {
+		if u, err = url.Parse(fillURLCursor(p.spec.PollURL, c.Start)); err != nil {
 			return nil, err
 		}
 		q := u.Query()

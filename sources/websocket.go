@@ -20,23 +20,33 @@ import (
 // messages are buffered, and the interval is only the pause between two
 // fetches when the buffer has run dry.
 type WebSocketSpec struct {
-	// URL is the WebSocket endpoint; required, ws:// or wss://.
+	// URL is the WebSocket endpoint; required, ws:// or wss://. Each
+	// "{cursor}" in it is replaced by the cursor of the handshake (see
+	// Subscribe), URL-escaped, as in http_poll's poll_url.
 	URL string `toml:"url"`
 	// Headers are sent with every handshake; values may use ${ENV} and are
-	// never logged. A "Host" entry sets the Host of the handshake.
+	// never logged. A "Host" entry sets the Host of the handshake. Each
+	// "{cursor}" in a value (not Host's) is replaced by the cursor of the
+	// handshake, as it is.
 	Headers map[string]string `toml:"headers"`
 	// Subscribe is a message sent as text after every connect; empty sends
 	// nothing. Each "{cursor}" in it is replaced by the newest cursor handed
-	// out (after a restart, the durable cursor; "" on the very first run),
-	// escaped as inside a JSON string but without quotes, which leaves
-	// numbers and timestamps as they are.
+	// out (after a restart, the durable cursor; InitialCursor on the very
+	// first run), escaped as inside a JSON string but without quotes, which
+	// leaves numbers and timestamps as they are.
 	Subscribe string `toml:"subscribe"`
+	// InitialCursor is the cursor of the first connection, before any is
+	// durable; "" by default. It needs CursorField.
+	InitialCursor string `toml:"initial_cursor"`
 	// IDField is the dotted path of the record field that is the idempotency
 	// key; when empty or absent in a record, the key is the SHA-256 of the
 	// record's bytes.
 	IDField string `toml:"id_field"`
 	// CursorField is the dotted path of the record field whose largest value
 	// (compared by CompareCursor) becomes the cursor; empty keeps no cursor.
+	// When set, the cursor must be sent: "{cursor}" must appear in URL, a
+	// header value or Subscribe, or every reconnect would replay the feed
+	// from its start.
 	CursorField string `toml:"cursor_field"`
 	// TimeField is the dotted path of the record's RFC 3339 timestamp, used
 	// for lag; optional.
@@ -89,15 +99,18 @@ func (s *WebSocketSpec) Validate() []FieldError {
 	var errs []FieldError
 	if s.URL == "" {
 		errs = append(errs, FieldError{"url", "is required for kind websocket"})
-	} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+	} else if u, err := url.Parse(strings.ReplaceAll(s.URL, "{cursor}", "c")); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 		errs = append(errs, FieldError{"url", "must be an absolute ws:// or wss:// URL"})
 	} else {
 		errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "wss", "a wss:// url")...)
 	}
-	for name := range s.Headers {
+	for name, value := range s.Headers {
 		canon := textproto.CanonicalMIMEHeaderKey(name)
 		if name == "" || strings.ContainsAny(name, " \t\r\n:") {
 			errs = append(errs, FieldError{"headers", fmt.Sprintf("%q is not a valid header name", name)})
+		}
+		if canon == "Host" && strings.Contains(value, "{cursor}") {
+			errs = append(errs, FieldError{"headers." + name, "cannot carry {cursor}: put it in url, another header or subscribe"})
 		}
 		for _, h := range wsHandshakeHeaders {
 			if canon == h {
@@ -105,9 +118,7 @@ func (s *WebSocketSpec) Validate() []FieldError {
 			}
 		}
 	}
-	if strings.Contains(s.Subscribe, "{cursor}") && s.CursorField == "" {
-		errs = append(errs, FieldError{"subscribe", "uses {cursor} but cursor_field is not set"})
-	}
+	errs = append(errs, s.validateCursor()...)
 	for _, p := range []struct{ key, val string }{{"id_field", s.IDField}, {"cursor_field", s.CursorField}, {"time_field", s.TimeField}, {"records_path", s.RecordsPath}} {
 		if p.val != "" && (strings.HasPrefix(p.val, ".") || strings.HasSuffix(p.val, ".") || strings.Contains(p.val, "..")) {
 			errs = append(errs, FieldError{p.key, "must be a dotted path such as \"id\" or \"meta.id\""})
@@ -126,6 +137,38 @@ func (s *WebSocketSpec) Validate() []FieldError {
 		errs = append(errs, FieldError{"max_message_bytes", "must be between 1 and 1073741824"})
 	}
 	return errs
+}
+
+// sendsCursor reports whether a handshake or subscribe message carries the
+// cursor, and names the first key that does.
+func (s *WebSocketSpec) sendsCursor() (string, bool) {
+	if strings.Contains(s.URL, "{cursor}") {
+		return "url", true
+	}
+	for name, value := range s.Headers {
+		if strings.Contains(value, "{cursor}") {
+			return "headers." + name, true
+		}
+	}
+	if strings.Contains(s.Subscribe, "{cursor}") {
+		return "subscribe", true
+	}
+	return "", false
+}
+
+// validateCursor checks that a cursor kept is sent, and that one sent is
+// kept, as http_poll's validateCursor does.
+func (s *WebSocketSpec) validateCursor() []FieldError {
+	key, sends := s.sendsCursor()
+	switch {
+	case s.CursorField != "" && !sends:
+		return []FieldError{{"cursor_field", "is set but the cursor is sent nowhere, so every reconnect replays the feed from its start: put {cursor} in url, a header value or subscribe"}}
+	case s.CursorField == "" && sends:
+		return []FieldError{{key, "uses {cursor} but cursor_field is not set"}}
+	case s.CursorField == "" && s.InitialCursor != "":
+		return []FieldError{{"initial_cursor", "is only used when the source keeps a cursor: set cursor_field"}}
+	}
+	return nil
 }
 
 // positiveDuration parses a duration key, adding a FieldError to errs when
@@ -154,6 +197,7 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 	}
 	w := &wsSource{
 		url:          s.URL,
+		initial:      s.InitialCursor,
 		header:       make(http.Header, len(s.Headers)),
 		subscribe:    s.Subscribe,
 		parser:       wsParser{idField: s.IDField, cursorField: s.CursorField, timeField: s.TimeField, recordsPath: s.RecordsPath},
@@ -181,6 +225,7 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 			continue
 		}
 		w.header.Set(name, value)
+		w.cursorHeaders = w.cursorHeaders || strings.Contains(value, "{cursor}")
 	}
 	w.transport = http.DefaultTransport.(*http.Transport).Clone()
 	if w.transport.TLSClientConfig, err = clientTLSConfig(s.TLSCAFile, s.TLSInsecureSkipVerify, logger); err != nil {
@@ -194,11 +239,17 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 // wsSource is an open websocket source. A reader goroutine (websocket_conn.go)
 // owns the connection and fills buf; Fetch drains it.
 type wsSource struct {
+	// url is the url key, with its {cursor} templates: handshakeURL fills
+	// them in.
 	url, host string
 	// header holds the expanded headers. Its values are secrets: they never
-	// appear in errors, logs or traces.
-	header    http.Header
-	subscribe string
+	// appear in errors, logs or traces. cursorHeaders reports that some of
+	// them hold {cursor}.
+	header        http.Header
+	cursorHeaders bool
+	subscribe     string
+	// initial is initial_cursor, the cursor when Fetch is first given none.
+	initial string
 	// insecure is tls_insecure_skip_verify, warned about on every connect.
 	insecure                                bool
 	parser                                  wsParser
@@ -207,11 +258,13 @@ type wsSource struct {
 	pingInterval, readTimeout, reconnectMax time.Duration
 	// where starts every error: source "NAME": websocket URL, without the
 	// query or user info, which may hold secrets. redacted is that URL.
-	where, redacted string
-	client          *http.Client
-	transport       *http.Transport
-	trace           func(TraceEvent)
-	log             *slog.Logger
+	// sent is the URL of the newest handshake as traceURL shows it; only
+	// the reader uses it.
+	where, redacted, sent string
+	client                *http.Client
+	transport             *http.Transport
+	trace                 func(TraceEvent)
+	log                   *slog.Logger
 
 	// buf holds the messages received and not yet handed out. Only the
 	// reader sends to it; only Fetch receives from it.
@@ -222,8 +275,8 @@ type wsSource struct {
 	held *wsMessage
 
 	mu sync.Mutex
-	// cursor is the newest cursor handed out, or given to Fetch: what the
-	// next subscribe message carries.
+	// cursor is the newest cursor handed out, or given to Fetch (at first
+	// initial_cursor): what the next handshake and subscribe message carry.
 	cursor string
 	// started and closed guard the reader's lifecycle; stop ends it and
 	// done is closed when it has returned.
@@ -323,6 +376,9 @@ func (w *wsSource) start(cursor string) error {
 		w.cursor = cursor
 	}
 	if !w.started {
+		if w.cursor == "" {
+			w.cursor = w.initial // nothing is durable yet
+		}
 		w.started = true
 		w.downSince = time.Now()
 		ctx, cancel := context.WithCancel(context.Background())

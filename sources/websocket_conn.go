@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -59,10 +60,14 @@ func (w *wsSource) run(ctx context.Context) {
 func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err error) {
 	began := time.Now()
 	wd := &watchdog{d: w.readTimeout, paused: true}
+	w.mu.Lock()
+	cursor := w.cursor
+	w.mu.Unlock()
+	target, header := w.handshake(cursor)
 	dctx, cancel := context.WithTimeout(ctx, w.readTimeout)
-	conn, resp, err := websocket.Dial(dctx, w.url, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(dctx, target, &websocket.DialOptions{
 		HTTPClient:     w.client,
-		HTTPHeader:     w.header,
+		HTTPHeader:     header,
 		Host:           w.host,
 		OnPongReceived: func(context.Context, []byte) { wd.kick() },
 	})
@@ -87,9 +92,6 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	// would only send it again after the reconnect).
 	conn.SetReadLimit(-1)
 
-	w.mu.Lock()
-	cursor := w.cursor
-	w.mu.Unlock()
 	note := "connected"
 	if w.subscribe != "" {
 		wctx, cancel := context.WithTimeout(ctx, w.readTimeout)
@@ -107,9 +109,9 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	if w.insecure {
 		note += "; TLS certificate NOT verified"
 		w.log.Warn("websocket connected WITHOUT verifying the server's TLS certificate (tls_insecure_skip_verify)",
-			"url", w.redacted, "cursor", cursor)
+			"url", w.sent, "cursor", cursor)
 	} else {
-		w.log.Info("websocket connected", "url", w.redacted, "cursor", cursor)
+		w.log.Info("websocket connected", "url", w.sent, "cursor", cursor)
 	}
 	w.traceEvent(TraceEvent{Status: status, Duration: connectedAt.Sub(began), Note: note})
 	w.setUp()
@@ -135,6 +137,27 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 		w.setDown(err, false)
 	}
 	return connectedAt, err
+}
+
+// handshake returns the URL and headers of a handshake from cursor: each
+// {cursor} in the url is replaced URL-escaped, and in a header value as it
+// is. It sets w.sent to the URL as traceURL shows it.
+func (w *wsSource) handshake(cursor string) (string, http.Header) {
+	target := fillURLCursor(w.url, cursor)
+	w.sent = w.redacted
+	if u, err := url.Parse(target); err == nil {
+		w.sent = traceURL(u)
+	}
+	if !w.cursorHeaders {
+		return target, w.header
+	}
+	header := w.header.Clone()
+	for _, vals := range header {
+		for i, v := range vals {
+			vals[i] = strings.ReplaceAll(v, "{cursor}", cursor)
+		}
+	}
+	return target, header
 }
 
 // subscribeMessage replaces each {cursor} in template with cursor, escaped
@@ -260,7 +283,7 @@ func (w *wsSource) setDown(err error, permanent bool) {
 // traceEvent reports a connection event to Env.Trace, if set.
 func (w *wsSource) traceEvent(ev TraceEvent) {
 	if w.trace != nil {
-		ev.Method, ev.URL = "WS", w.redacted
+		ev.Method, ev.URL = "WS", w.sent
 		w.trace(ev)
 	}
 }

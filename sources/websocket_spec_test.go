@@ -43,8 +43,20 @@ func TestWebSocketSpecValidate(t *testing.T) {
 		{"handshake header", func(s *WebSocketSpec) { s.Headers = map[string]string{"upgrade": "x"} }, []string{"headers.upgrade"}},
 		{"bad header name", func(s *WebSocketSpec) { s.Headers = map[string]string{"X Token": "x"} }, []string{"headers"}},
 		{"cursor without field", func(s *WebSocketSpec) { s.Subscribe = `{"since":"{cursor}"}` }, []string{"subscribe"}},
+		{"cursor in url", func(s *WebSocketSpec) {
+			s.URL, s.CursorField, s.InitialCursor = "wss://h/{cursor}/events?since={cursor}", "seq", "0"
+		}, nil},
+		{"cursor in header", func(s *WebSocketSpec) { s.Headers, s.CursorField = map[string]string{"X-Since": "{cursor}"}, "seq" }, nil},
+		{"cursor in subscribe", func(s *WebSocketSpec) { s.Subscribe, s.CursorField = `{"since":{cursor}}`, "seq" }, nil},
+		{"cursor sent nowhere", func(s *WebSocketSpec) { s.CursorField, s.InitialCursor = "seq", "0" }, []string{"cursor_field"}},
+		{"url cursor without field", func(s *WebSocketSpec) { s.URL = "ws://h/events?since={cursor}" }, []string{"url"}},
+		{"header cursor without field", func(s *WebSocketSpec) { s.Headers = map[string]string{"X-Since": "{cursor}"} }, []string{"headers.X-Since"}},
+		{"cursor in host", func(s *WebSocketSpec) {
+			s.Headers, s.Subscribe, s.CursorField = map[string]string{"host": "{cursor}.example.com"}, "{cursor}", "seq"
+		}, []string{"headers.host"}},
+		{"initial cursor without field", func(s *WebSocketSpec) { s.InitialCursor = "0" }, []string{"initial_cursor"}},
 		{"paths", func(s *WebSocketSpec) {
-			s.IDField, s.CursorField, s.TimeField, s.RecordsPath = ".id", "a..b", "t.", "."
+			s.IDField, s.CursorField, s.TimeField, s.RecordsPath, s.Subscribe = ".id", "a..b", "t.", ".", "{cursor}"
 		}, []string{"id_field", "cursor_field", "time_field", "records_path"}},
 		{"max_batch", func(s *WebSocketSpec) { s.MaxBatch = 0 }, []string{"max_batch"}},
 		{"durations", func(s *WebSocketSpec) { s.PingInterval, s.ReadTimeout, s.ReconnectMax = "soon", "0s", "-1s" },

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -153,6 +154,64 @@ func sinceNumber(t *testing.T, since string) int {
 		t.Fatalf("since %q", since)
 	}
 	return n
+}
+
+// TestWebSocketCursorInURLAndHeader checks that every handshake carries the
+// cursor in place of {cursor} in the url (URL-escaped) and in a header
+// value: initial_cursor on the first, then the newest cursor handed out,
+// and that the connect log line shows the URL as sent.
+func TestWebSocketCursorInURLAndHeader(t *testing.T) {
+	const total = 120
+	feed := testupstream.NewWS(t, testupstream.WSOptions{Total: total, SinceInURL: true, DropAfter: 30, Drops: 2})
+	var logs testsync.LockedBuffer
+	src := openWS(t, wsSpec(feed, func(s *WebSocketSpec) {
+		s.URL += "/v1/{cursor}/events?since={cursor}&token=s3cret"
+		s.Subscribe = ""
+		s.Headers = map[string]string{"X-Since": "after {cursor}"}
+		s.InitialCursor = "10"
+		s.MaxBatch = 9
+	}), Env{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	c := &wsConsumer{t: t, src: src}
+	c.until(11, total)
+	if slices.Contains(c.seqs, 10) {
+		t.Errorf("record 10 delivered, but initial_cursor is 10")
+	}
+	if refused := feed.Refused(); len(refused) > 0 {
+		t.Fatalf("handshakes refused: since = %q", refused)
+	}
+	conns := feed.Connections()
+	if len(conns) < 3 || conns[0].Since != "10" {
+		t.Fatalf("connections %+v, want 3 or more, the first from initial_cursor 10", conns)
+	}
+	for i, conn := range conns {
+		if got, want := conn.Header.Get("X-Since"), "after "+conn.Since; got != want {
+			t.Errorf("connection %d: X-Since %q, want %q", i, got, want)
+		}
+		if i > 0 && !slices.Contains(c.handedOut, conn.Since) {
+			t.Errorf("connection %d resumed from %q, which was never handed out (%v)", i, conn.Since, c.handedOut)
+		}
+		want := fmt.Sprintf("url=%q", fmt.Sprintf("%s/v1/%s/events?since=%s&token=REDACTED", feed.URL, conn.Since, conn.Since))
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("connection %d: no connect log line with %s:\n%s", i, want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "s3cret") {
+		t.Errorf("a secret was logged:\n%s", logs.String())
+	}
+}
+
+// TestFillURLCursor checks the escaping of a cursor put in a URL: as a
+// path segment before the "?", as a query value after it.
+func TestFillURLCursor(t *testing.T) {
+	for _, tc := range []struct{ raw, cursor, want string }{
+		{"ws://h/a", "x y", "ws://h/a"},
+		{"ws://h/{cursor}?since={cursor}", "a b/c&d=e", "ws://h/a%20b%2Fc&d=e?since=a+b%2Fc%26d%3De"},
+		{"https://h/p?since={cursor}&n=1", "", "https://h/p?since=&n=1"},
+	} {
+		if got := fillURLCursor(tc.raw, tc.cursor); got != tc.want {
+			t.Errorf("fillURLCursor(%q, %q) = %q, want %q", tc.raw, tc.cursor, got, tc.want)
+		}
+	}
 }
 
 func TestWebSocketDeliversEveryRecordAcrossDrops(t *testing.T) {
@@ -453,7 +512,7 @@ func TestWebSocketSecretsStayOutOfTracesAndLogs(t *testing.T) {
 		t.Fatalf("traces %+v", traces)
 	}
 	for _, ev := range traces {
-		if ev.Method != "WS" || !strings.HasSuffix(ev.URL, "/feed") || strings.Contains(ev.URL+ev.Note, "s3cret") {
+		if ev.Method != "WS" || !strings.HasSuffix(ev.URL, "/feed?token=REDACTED") || strings.Contains(ev.URL+ev.Note, "s3cret") {
 			t.Errorf("trace %+v", ev)
 		}
 	}
@@ -462,6 +521,9 @@ func TestWebSocketSecretsStayOutOfTracesAndLogs(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "s3cret") {
 		t.Errorf("a secret was logged:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "/feed?token=REDACTED") {
+		t.Errorf("the connect log line lacks the URL as sent, secrets redacted:\n%s", logs.String())
 	}
 }
 

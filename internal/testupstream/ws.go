@@ -34,6 +34,14 @@ type WSOptions struct {
 	// cursor, a string or a number; "" means "since". A missing or empty
 	// value means from the start.
 	SinceField string
+	// SinceInURL takes the cursor from the handshake URL's query parameter
+	// SinceField instead, and reads no subscribe message. The parameter is
+	// then required: a handshake without it, or whose value is not a
+	// sequence number (such as a literal "{cursor}"), is answered 400.
+	SinceInURL bool
+	// OnDrop, when set, is called just before the feed drops a connection
+	// (see DropAfter), while the client has not yet noticed.
+	OnDrop func()
 	// BodySize pads each record's "body" field to about this many bytes.
 	BodySize int
 	// DropAfter and Drops make each of the first Drops connections end
@@ -56,7 +64,8 @@ type WSOptions struct {
 
 // WSConn describes one connection to a WSFeed that subscribed.
 type WSConn struct {
-	// Since is the cursor the subscribe message asked for ("" for none).
+	// Since is the cursor the subscribe message (or, with SinceInURL, the
+	// handshake URL) asked for ("" for none).
 	Since string
 	// Header is the handshake request's header.
 	Header http.Header
@@ -67,7 +76,8 @@ type WSConn struct {
 }
 
 // WSFeed is a WebSocket upstream for tests. On each connection it reads
-// one subscribe message, takes the cursor from it, and streams the records
+// one subscribe message (or the handshake URL, with SinceInURL), takes the
+// cursor from it, and streams the records
 // {"id":"ws-<n>","seq":<n>,"ts":"...","body":"..."} with seq greater than
 // the cursor, one per text message; then it stays connected, silent, until
 // the client or the test ends. Writes block when the client does not read,
@@ -87,6 +97,7 @@ type WSFeed struct {
 
 	mu            sync.Mutex
 	conns         []*WSConn
+	refused       []string
 	live          map[*websocket.Conn]bool
 	malformedSent bool
 }
@@ -137,6 +148,14 @@ func (f *WSFeed) Connections() []WSConn {
 	return out
 }
 
+// Refused returns the cursor of every handshake answered 400 because its
+// URL had no valid cursor (SinceInURL), oldest first.
+func (f *WSFeed) Refused() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.refused...)
+}
+
 // Sent returns the number of messages sent on all connections.
 func (f *WSFeed) Sent() int { return int(f.sent.Load()) }
 
@@ -165,6 +184,19 @@ func (f *WSFeed) close() {
 func (f *WSFeed) serve(w http.ResponseWriter, r *http.Request) {
 	f.wg.Add(1)
 	defer f.wg.Done()
+	var since string
+	var from int
+	if f.opts.SinceInURL {
+		var err error
+		since = r.URL.Query().Get(f.opts.SinceField)
+		if from, err = sequence(since); err != nil || since == "" {
+			f.mu.Lock()
+			f.refused = append(f.refused, since)
+			f.mu.Unlock()
+			http.Error(w, fmt.Sprintf("query parameter %s must be a sequence number, not %q", f.opts.SinceField, since), http.StatusBadRequest)
+			return
+		}
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		OnPingReceived: func(context.Context, []byte) bool {
 			f.pings.Add(1)
@@ -186,10 +218,11 @@ func (f *WSFeed) serve(w http.ResponseWriter, r *http.Request) {
 		_ = c.CloseNow() // the connection is done with either way
 	}()
 
-	since, from, err := f.subscription(ctx, c)
-	if err != nil {
-		_ = c.Close(websocket.StatusPolicyViolation, "bad subscribe message")
-		return
+	if !f.opts.SinceInURL {
+		if since, from, err = f.subscription(ctx, c); err != nil {
+			_ = c.Close(websocket.StatusPolicyViolation, "bad subscribe message")
+			return
+		}
 	}
 	// A connection is listed once its subscribe message has been read.
 	f.mu.Lock()
@@ -241,14 +274,24 @@ func (f *WSFeed) subscription(ctx context.Context, c *websocket.Conn) (string, i
 	case ok && kind != jsonscan.Null:
 		return "", 0, fmt.Errorf("%s is a %s", f.opts.SinceField, kind)
 	}
+	n, err := sequence(since)
+	if err != nil {
+		return "", 0, err
+	}
+	return since, n, nil
+}
+
+// sequence parses a cursor of the feed: "" (from the start) or a
+// sequence number.
+func sequence(since string) (int, error) {
 	if since == "" {
-		return "", 0, nil
+		return 0, nil
 	}
 	n, err := strconv.Atoi(since)
 	if err != nil || n < 0 {
-		return "", 0, errors.New("since is not a sequence number")
+		return 0, errors.New("since is not a sequence number")
 	}
-	return since, n, nil
+	return n, nil
 }
 
 // claimMalformed reports whether the malformed message is still to be sent,
@@ -277,6 +320,9 @@ func (f *WSFeed) send(ctx context.Context, c *websocket.Conn, info *WSConn, inde
 	info.Dropped = drop
 	f.mu.Unlock()
 	if drop {
+		if f.opts.OnDrop != nil {
+			f.opts.OnDrop()
+		}
 		_ = c.CloseNow() // abrupt on purpose: no close frame
 		return false
 	}

@@ -3,8 +3,10 @@ package testupstream
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +114,36 @@ func TestWSFeedPongs(t *testing.T) {
 				t.Fatalf("NoPong %v: %d pings seen, want 1", noPong, feed.Pings())
 			}
 		}
+	}
+}
+
+func TestWSFeedSinceInURL(t *testing.T) {
+	var drops atomic.Int32
+	feed := NewWS(t, WSOptions{Total: 10, SinceInURL: true, DropAfter: 4, Drops: 1, OnDrop: func() { drops.Add(1) }})
+	for _, q := range []string{"", "?since=", "?since={cursor}", "?since=-1"} {
+		_, resp, err := websocket.Dial(t.Context(), feed.URL+"/ws"+q, nil)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("handshake %q: %v, %v; want a 400", q, resp, err)
+		}
+	}
+	if got, want := feed.Refused(), []string{"", "", "{cursor}", "-1"}; !slices.Equal(got, want) {
+		t.Fatalf("refused %q, want %q", got, want)
+	}
+	c, _, err := websocket.Dial(t.Context(), feed.URL+"/ws?since=3", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if got := readSeqs(t, c, 4); !slices.Equal(got, []int{4, 5, 6, 7}) {
+		t.Fatalf("got %v, want 4..7", got)
+	}
+	if _, _, err := c.Read(t.Context()); err == nil {
+		t.Fatal("read after DropAfter messages succeeded; want the connection dropped")
+	}
+	if n := drops.Load(); n != 1 {
+		t.Fatalf("OnDrop called %d times, want 1", n)
+	}
+	if conns := feed.Connections(); len(conns) != 1 || conns[0].Since != "3" || !conns[0].Dropped {
+		t.Fatalf("connections %+v, want one from since 3, dropped", conns)
 	}
 }
