@@ -101,6 +101,8 @@ func (s *WebSocketSpec) Validate() []FieldError {
 		errs = append(errs, FieldError{"url", "is required for kind websocket"})
 	} else if u, err := url.Parse(strings.ReplaceAll(s.URL, "{cursor}", "c")); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 		errs = append(errs, FieldError{"url", "must be an absolute ws:// or wss:// URL"})
+	} else if raw, err := url.Parse(s.URL); err != nil || raw.Host != u.Host {
+		errs = append(errs, FieldError{"url", "may have {cursor} only in its path and query"})
 	} else {
 		errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "wss", "a wss:// url")...)
 	}

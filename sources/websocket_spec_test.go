@@ -48,6 +48,7 @@ func TestWebSocketSpecValidate(t *testing.T) {
 		}, nil},
 		{"cursor in header", func(s *WebSocketSpec) { s.Headers, s.CursorField = map[string]string{"X-Since": "{cursor}"}, "seq" }, nil},
 		{"cursor in subscribe", func(s *WebSocketSpec) { s.Subscribe, s.CursorField = `{"since":{cursor}}`, "seq" }, nil},
+		{"cursor in url host", func(s *WebSocketSpec) { s.URL, s.CursorField = "ws://{cursor}.example.com/", "seq" }, []string{"url"}},
 		{"cursor sent nowhere", func(s *WebSocketSpec) { s.CursorField, s.InitialCursor = "seq", "0" }, []string{"cursor_field"}},
 		{"url cursor without field", func(s *WebSocketSpec) { s.URL = "ws://h/events?since={cursor}" }, []string{"url"}},
 		{"header cursor without field", func(s *WebSocketSpec) { s.Headers = map[string]string{"X-Since": "{cursor}"} }, []string{"headers.X-Since"}},
