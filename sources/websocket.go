@@ -320,9 +320,10 @@ type wsMessage struct {
 // 4xx status other than 408 and 429 is a *PermanentError.
 //
 // The cursor is the largest CursorField value of the batch when it is
-// beyond the cursor handed out before; the next subscribe message carries
-// it. cursor, the durable cursor, is what the first connection subscribes
-// from (a newer one handed out since wins).
+// beyond the cursor handed out before; the next handshake and subscribe
+// message carry it. cursor, the durable cursor, is what the first
+// connection resumes from (initial_cursor when it is empty; a newer one
+// handed out since wins).
 func (w *wsSource) Fetch(ctx context.Context, cursor string) (*Batch, error) {
 	if err := w.start(cursor); err != nil {
 		return nil, err
