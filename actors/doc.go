@@ -6,7 +6,10 @@
 // child after a capped exponential backoff with full jitter, without
 // touching its siblings.
 //
-// A SourceActor reads its durable cursor from the queue when it starts.
+// A SourceActor reads its durable cursor from the queue when it starts,
+// and the not-before time an upstream's Retry-After set (kept in the queue
+// before the wait begins), which it honours before its first fetch. A
+// drain cancels its fetch in progress: that batch is not durable yet.
 // A fetched batch then flows SourceActor -> PersistRaw (raw payload
 // durable) -> SourceActor -> Publisher (events and cursor committed to the
 // write-ahead queue in one transaction, then handed to the ZeroMQ sender)

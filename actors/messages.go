@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -66,16 +68,18 @@ type batchCommitted struct {
 	err       error
 }
 
-// cursorRead carries a SourceActor's durable cursor, read from the queue
-// when it starts, back to it.
+// cursorRead carries a SourceActor's durable cursor and not-before time
+// (zero when none), read from the queue when it starts, back to it.
 type cursorRead struct {
-	gen    uint64
-	cursor string
-	err    error
+	gen       uint64
+	cursor    string
+	notBefore time.Time
+	err       error
 }
 
-// drainRequest asks a SourceActor to stop fetching and answer with drained
-// once every batch it fetched is committed.
+// drainRequest asks a SourceActor to stop fetching, cancelling a fetch in
+// progress, and answer with drained once every batch it fetched is
+// committed.
 type drainRequest struct{}
 
 // drained answers drainRequest.

@@ -20,7 +20,8 @@ import (
 const pauseCheck = 200 * time.Millisecond
 
 // SourceActor runs one configured feed: it reads its durable cursor, fetches
-// on a jittered schedule (honouring the upstream's Retry-After), sends each
+// on a jittered schedule (honouring the upstream's Retry-After, which it
+// keeps in the queue so that a restart honours it too), sends each
 // batch to PersistRaw, then to the Publisher in fetch order, and
 // keeps at most InflightBatches batches uncommitted; a malformed payload
 // on its way to the dead-letter list counts as one of them.
@@ -34,6 +35,9 @@ type SourceActor struct {
 	cancel context.CancelFunc
 	src    sources.Source
 	timer  *time.Timer
+	// stopFetch cancels the running fetch, if any: a drain does not wait
+	// for a stalled request, whose batch is not durable anyway.
+	stopFetch context.CancelFunc
 
 	cursor    string // cursor for the next fetch (may be ahead of the durable one)
 	ready     bool   // the durable cursor has been read
@@ -99,6 +103,12 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 	case *drainRequest:
 		a.drainer = ctx.Sender()
 		a.stopTimer()
+		if a.stopFetch != nil {
+			// The fetch's batch is not durable and the cursor has not moved
+			// past it: cancelling loses nothing, and the next start fetches
+			// it again.
+			a.stopFetch()
+		}
 		a.maybeDrained(ctx)
 	case *failed:
 		panic(m.reason)
@@ -123,14 +133,18 @@ func (a *SourceActor) start(ctx actor.Context) {
 		a.deps.Metrics.ages.state(a.cfg.Name).missingIDs.Store(&f)
 	}
 	// The durable cursor is written by the Publisher in the same
-	// transaction as the batch it follows; it is read once, here, off the
-	// mailbox.
+	// transaction as the batch it follows, the not-before time when the
+	// upstream asks to wait; both are read once, here, off the mailbox.
 	self, root, gen, runCtx, q, name := ctx.Self(), ctx.ActorSystem().Root, a.gen, a.runCtx, a.deps.Queue, a.cfg.Name
 	go func() {
 		qctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
 		defer cancel()
 		c, _, err := q.Cursor(qctx, name)
-		root.Send(self, &cursorRead{gen: gen, cursor: c, err: err})
+		var nb time.Time
+		if err == nil {
+			nb, err = q.NotBefore(qctx, name)
+		}
+		root.Send(self, &cursorRead{gen: gen, cursor: c, notBefore: nb, err: err})
 	}()
 }
 
@@ -170,8 +184,14 @@ func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorRead) {
 	}
 	a.cursor, a.ready = m.cursor, true
 	a.log.Info("source started", "kind", a.cfg.Kind, "cursor", a.cursor, "interval", a.cfg.Interval)
-	// Spread first polls over one interval so many sources do not fire together.
-	a.schedule(ctx, time.Duration(rand.Int64N(int64(a.cfg.Interval)+1)))
+	// Spread first polls over one interval so many sources do not fire
+	// together, and keep a wait the upstream asked for before a restart.
+	first := time.Duration(rand.Int64N(int64(a.cfg.Interval) + 1))
+	if wait := time.Until(m.notBefore); wait > first {
+		a.log.Info("still waiting as the upstream asked before the restart", "until", m.notBefore, "wait", wait.Round(time.Millisecond))
+		first = wait
+	}
+	a.schedule(ctx, first)
 }
 
 func (a *SourceActor) poll(ctx actor.Context) {
@@ -190,7 +210,9 @@ func (a *SourceActor) poll(ctx actor.Context) {
 	a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(0)
 	a.fetching = true
 	self, root, gen, src, cursor, runCtx := ctx.Self(), ctx.ActorSystem().Root, a.gen, a.src, a.cursor, a.runCtx
-	timeout := a.cfg.Timeout
+	timeout, q, name, log := a.cfg.Timeout, a.deps.Queue, a.cfg.Name, a.log
+	fctx, cancel := context.WithTimeout(runCtx, timeout)
+	a.stopFetch = cancel
 	go func() {
 		msg := &fetchDone{gen: gen}
 		defer func() {
@@ -199,16 +221,25 @@ func (a *SourceActor) poll(ctx actor.Context) {
 			}
 			root.Send(self, msg)
 		}()
-		fctx, cancel := context.WithTimeout(runCtx, timeout)
 		defer cancel()
 		start := time.Now()
 		msg.batch, msg.err = src.Fetch(fctx, cursor)
-		a.deps.Metrics.pollDuration.WithLabelValues(a.cfg.Name).Observe(time.Since(start).Seconds())
+		a.deps.Metrics.pollDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		// A Retry-After promise is made durable before the wait begins, so
+		// that a restart keeps it. Failing to store it only risks an early
+		// request after a crash: the wait itself goes on.
+		var wait *sources.WaitError
+		if errors.As(msg.err, &wait) {
+			if err := q.SetNotBefore(runCtx, name, wait.Until); err != nil {
+				log.Warn("upstream asked to wait; keeping the wait across a restart failed", "until", wait.Until, "err", err)
+			}
+		}
 	}()
 }
 
 func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 	a.fetching = false
+	a.stopFetch = nil
 	if m.panicked != nil {
 		panic(fmt.Errorf("source %q: fetch panicked: %v", a.cfg.Name, m.panicked))
 	}

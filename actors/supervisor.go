@@ -143,8 +143,9 @@ func (s *supervisorActor) report(err error) {
 	}
 }
 
-// Drain asks every source to stop fetching and waits until each has
-// committed what it fetched, or ctx ends.
+// Drain asks every source to stop fetching, cancelling a fetch in
+// progress, and waits until each has committed what it fetched before, or
+// ctx ends.
 func (p *Pipeline) Drain(ctx context.Context) error {
 	p.mu.Lock()
 	pids := make(map[string]*actor.PID, len(p.sources))

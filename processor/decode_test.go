@@ -55,13 +55,14 @@ func BenchmarkDecode(b *testing.B) {
 // TestDecodeCarriesEveryField decodes a frame whose events fill every
 // field: the events the Handler sees match the protocol's events field
 // for field, JSON encoding included, and their payloads are the bytes of
-// the message, not copies.
+// the message, not copies; each carries its frame's delivery number.
 func TestDecodeCarriesEveryField(t *testing.T) {
 	c, err := New(Options{Endpoint: "tcp://127.0.0.1:1", AckEndpoint: "tcp://127.0.0.1:2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pt, wt := reflect.TypeFor[Event](), reflect.TypeFor[wire.Event](); pt.NumField() != wt.NumField() {
+	// Delivery, the frame's, is the one field Event has beyond wire.Event.
+	if pt, wt := reflect.TypeFor[Event](), reflect.TypeFor[wire.Event](); pt.NumField() != wt.NumField()+1 {
 		t.Fatalf("Event has %d fields, wire.Event %d: convert the new ones in newFrame", pt.NumField(), wt.NumField())
 	}
 	at := time.Date(2024, 5, 1, 10, 0, 0, 123, time.UTC)
@@ -87,6 +88,9 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 		t.Fatalf("frame %d delivery %d with %d events, want 42, 3, %d", f.id, f.delivery, len(f.events), len(want.Events))
 	}
 	for i := range f.events {
+		if f.events[i].Delivery != 3 {
+			t.Errorf("event %d: delivery %d, want its frame's, 3", i, f.events[i].Delivery)
+		}
 		got, err := json.Marshal(&f.events[i])
 		if err != nil {
 			t.Fatal(err)

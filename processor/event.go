@@ -33,6 +33,10 @@ type Event struct {
 	// PayloadBase64 carries a payload that is not JSON, sent in base64
 	// as payload_b64 and decoded here.
 	PayloadBase64 []byte `json:"payload_b64,omitempty"`
+	// Delivery is the delivery number of the frame that carried the event:
+	// 1 the first time the daemon sends it, one higher on each redelivery.
+	// It belongs to the frame, not to the event's JSON form.
+	Delivery int `json:"-"`
 }
 
 // RawRef locates an event's bytes in the daemon's raw store.
@@ -75,6 +79,7 @@ func newFrame(wf *wire.Frame) *frame {
 			Raw:           RawRef{Key: w.Raw.Key, Off: w.Raw.Off, Len: w.Raw.Len},
 			Payload:       w.Payload,
 			PayloadBase64: w.PayloadBase64,
+			Delivery:      wf.Delivery,
 		}
 	}
 	clear(wf.Events)

@@ -6,7 +6,7 @@
 // Usage:
 //
 //	processor [-connect tcp://127.0.0.1:5557] [-ack tcp://127.0.0.1:5558] [-log-every 2s] [-log-format text|json]
-//	          [-workers N] [-sqlite PATH] [-drop-acks P] [-fail-keys REGEX] [-fail-retryable-keys REGEX]
+//	          [-workers N] [-sqlite PATH] [-record FILE] [-drop-acks P] [-fail-keys REGEX] [-fail-retryable-keys REGEX]
 //	          [-curve-server-key FILE -curve-secret-key FILE]
 //
 // With -curve-server-key (the daemon's public key file, e.g. daemon.pub) and
@@ -22,6 +22,16 @@
 // is skipped. The insert is a plain INSERT, so an event applied twice would
 // fail on the primary key; such failures are bugs, logged and counted as
 // double_applications. The summary reports the table's row count.
+//
+// With -record it appends a line "SOURCE KEY DELIVERY" to FILE for every
+// event handed to its handler (in -sqlite mode, a redelivery already
+// applied is skipped before the handler and not recorded), before the
+// event is acked, so that ops can compare what arrived with an upstream's
+// own list of ids. SOURCE and KEY are percent-encoded (url.PathEscape: a
+// space is %20, a newline %0A, a percent sign %25), so a line is always
+// one event with three space-separated fields; DELIVERY is 1 the first
+// time and higher on redeliveries. Each line is one write to the file,
+// opened for appending, so it survives a kill.
 //
 // -drop-acks, -fail-keys and -fail-retryable-keys are for chaos and poison
 // tests: they drop whole ack messages with probability P, and fail the
@@ -79,6 +89,7 @@ type config struct {
 	logFormat string
 	workers   int
 	sqlite    string
+	record    string
 	dropAcks  float64
 	// failKeys and failRetryableKeys match the keys to fail; nil matches
 	// none.
@@ -97,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
 	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
+	fs.StringVar(&c.record, "record", "", "append \"SOURCE KEY DELIVERY\" (percent-encoded) to this file for every event received")
 	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
 	fs.StringVar(&c.curveServerKey, "curve-server-key", "", "file of the daemon's CURVE public key (enables CURVE, with -curve-secret-key)")
 	fs.StringVar(&c.curveSecretKey, "curve-secret-key", "", "file of this processor's CURVE secret key (enables CURVE, with -curve-server-key)")
@@ -166,6 +178,22 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var rec *recorder
+	if cfg.record != "" {
+		if rec, err = openRecorder(cfg.record); err != nil {
+			return err
+		}
+	}
+	// received records ev, when -record asks, and applies -fail-keys and
+	// -fail-retryable-keys.
+	received := func(ev *processor.Event) error {
+		if rec != nil {
+			if err := rec.record(ev); err != nil {
+				return err
+			}
+		}
+		return cfg.injectFailure(ev)
+	}
 
 	counts := &counter{bySource: make(map[string]int64)}
 	start := time.Now()
@@ -175,7 +203,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	var store *eventStore
 	if cfg.sqlite == "" {
 		err = client.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
-			if err := cfg.injectFailure(ev); err != nil {
+			if err := received(ev); err != nil {
 				return err
 			}
 			counts.count(ev)
@@ -183,7 +211,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		})
 	} else if store, err = openEventStore(ctx, cfg.sqlite, log); err == nil {
 		err = client.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
-			if err := cfg.injectFailure(ev); err != nil {
+			if err := received(ev); err != nil {
 				return err
 			}
 			if err := store.insert(ctx, tx, ev); err != nil {
@@ -213,6 +241,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		if cerr := store.db.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("close %s: %w", cfg.sqlite, cerr))
 		}
+	}
+	if rec != nil {
+		err = errors.Join(err, rec.close())
 	}
 	log.Info("summary", attrs...)
 	return err

@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +354,84 @@ func TestDoubleApplicationIsCountedAsABug(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRecordAppendsEveryDelivery runs the command with -record on a file
+// that already has a line: each delivery of each event appends one line,
+// source, percent-encoded key and delivery number, written before the ack
+// so it is in the file while the processor still runs (a kill cannot lose
+// it); keys with spaces, percent signs or newlines stay one field of one
+// line and decode back.
+func TestRecordAppendsEveryDelivery(t *testing.T) {
+	push, pull, endpoint, ackEndpoint := fakeDaemon(t)
+	path := filepath.Join(t.TempDir(), "received.txt")
+	if err := os.WriteFile(path, []byte("earlier line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs testsync.LockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint, "-record", path, "-fail-retryable-keys", "^retry"}, &logs)
+	}()
+	keys := []string{"ev-1", "a key with spaces", "line\nbreak", `quo"te 100%`, "retry-me"}
+	for delivery := 1; delivery <= 2; delivery++ {
+		var enc wire.Encoder
+		enc.Begin(1, delivery, "file://./data/raw")
+		for i, key := range keys {
+			ev := wire.Event{Key: key, Source: "github", Seq: int64(i + 1), FetchedAt: time.Now()}
+			enc.Add(&ev, []byte(`{}`), true)
+		}
+		if _, err := push.SendBytes(enc.End(), 0); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		if _, err := pull.RecvBytes(0); err != nil { // bounded by the receive timeout
+			t.Fatalf("receive ack: %v", err)
+		}
+	}
+	var want strings.Builder
+	want.WriteString("earlier line\n")
+	for delivery := 1; delivery <= 2; delivery++ {
+		for _, key := range keys {
+			fmt.Fprintf(&want, "github %s %d\n", url.PathEscape(key), delivery)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("record file while running:\n%s\nwant:\n%s\nlogs:\n%s", got, want.String(), logs.String())
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(string(got), "\n"), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Errorf("line %q has %d fields, want 3", line, len(f))
+			continue
+		}
+		if key, err := url.PathUnescape(f[1]); f[0] != "github" || err != nil || !slices.Contains(keys, key) || (f[2] != "1" && f[2] != "2") {
+			t.Errorf("line %q does not parse back: source %q key %q (%v) delivery %q", line, f[0], key, err, f[2])
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+}
+
+// TestRecordFileErrors checks that a -record file that cannot be opened is
+// a clear error naming the flag and the file.
+func TestRecordFileErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing-dir", "received.txt")
+	err := run(t.Context(), []string{"-connect", "tcp://127.0.0.1:1", "-ack", "tcp://127.0.0.1:2", "-record", path}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-record") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("run with an unopenable -record file: %v, want an error naming -record and %s", err, path)
 	}
 }

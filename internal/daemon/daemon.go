@@ -305,8 +305,9 @@ func (d *Daemon) prune(ctx context.Context) {
 	}
 }
 
-// Shutdown drains and stops the daemon: sources stop fetching and commit
-// what they fetched, in-flight frames get the rest of the grace period to
+// Shutdown drains and stops the daemon: sources cancel a fetch in progress
+// (its batch is not durable, so nothing is lost) and commit what they
+// fetched before, in-flight frames get the rest of the grace period to
 // be acked, then actors, sockets and the queue close. Whatever is not acked
 // stays queued and is resent on the next start.
 func (d *Daemon) Shutdown(ctx context.Context) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -74,6 +75,83 @@ events_per_tick = 200
 	for n := 1; n <= last; n++ {
 		if seen.count(fmt.Sprintf("steady-%d", n)) == 0 {
 			t.Fatalf("event steady-%d is below the stored cursor %d but never reached the processor", n, last)
+		}
+	}
+}
+
+// TestShutdownCancelsStalledFetch stops the daemon while the upstream holds
+// a request forever and the source's timeout is a minute: Shutdown cancels
+// the fetch instead of waiting for it, and a restart on the same data
+// directory still delivers every record (the cancelled batch was never
+// durable, so the cursor had not moved past it).
+func TestShutdownCancelsStalledFetch(t *testing.T) {
+	const total = 40
+	srv := testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: 10})
+	srv.Script(testupstream.Fault{}, testupstream.Fault{}, testupstream.Hang())
+	dir := t.TempDir()
+	pub, ack := "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
+	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = "127.0.0.1:0"
+shutdown_grace = "30s"
+[raw_store]
+url = %q
+[publish]
+endpoint = %q
+ack_endpoint = %q
+[source.stall]
+kind = "http_poll"
+poll_url = %q
+interval = "20ms"
+timeout = "60s"
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+`, dir, "file://"+dir+"/raw", pub, ack, srv.URL+"/feed")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testsync.LockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	d, err := Start(t.Context(), cfg, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsync.WaitFor(t, "a request stalled", 30*time.Second, func() bool { return len(srv.Requests()) >= 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, logs.String())
+	}
+	took := time.Since(began)
+	t.Logf("shutdown with a stalled request took %v", took)
+	if took > 10*time.Second {
+		t.Fatalf("shutdown took %v with a request stalled: it waited for the fetch instead of cancelling it", took)
+	}
+
+	h := &harness{t: t, dir: dir, pub: pub, ack: ack, logs: logs}
+	h.d, err = Start(t.Context(), cfg, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := h.d.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown after restart: %v", err)
+		}
+	})
+	seen := newSeenSet()
+	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Key)
+		return nil
+	})
+	testsync.WaitFor(t, "every record delivered after the restart", 60*time.Second, func() bool { return seen.len() == total })
+	for n := 1; n <= total; n++ {
+		if seen.count(testupstream.ID(n)) == 0 {
+			t.Fatalf("record %s lost", testupstream.ID(n))
 		}
 	}
 }

@@ -33,7 +33,14 @@ func startDaemon(t *testing.T, rawStore, publishExtra, sourcesTOML string) *harn
 // startDaemonWith is startDaemon with more [daemon] keys and options.
 func startDaemonWith(t *testing.T, daemonExtra, rawStore, publishExtra, sourcesTOML string, o Options) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: t.TempDir(), pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), logs: &testsync.LockedBuffer{}}
+	return startDaemonIn(t, t.TempDir(), daemonExtra, rawStore, publishExtra, sourcesTOML, o)
+}
+
+// startDaemonIn is startDaemonWith on the data dir dir, which may hold an
+// earlier run's state.
+func startDaemonIn(t *testing.T, dir, daemonExtra, rawStore, publishExtra, sourcesTOML string, o Options) *harness {
+	t.Helper()
+	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), logs: &testsync.LockedBuffer{}}
 	if rawStore == "" {
 		rawStore = fmt.Sprintf("url = %q", "file://"+h.dir+"/raw")
 	}

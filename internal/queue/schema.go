@@ -76,6 +76,15 @@ ALTER TABLE dead_letters ADD COLUMN history     TEXT    NOT NULL DEFAULT '';
 ALTER TABLE dead_letters ADD COLUMN replayed_at INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX dead_letters_active ON dead_letters(replayed_at, id);
 `,
+	// v3: the time before which a source must not ask its upstream again
+	// (a Retry-After promise), kept across restarts.
+	`
+CREATE TABLE not_before (
+	source     TEXT PRIMARY KEY,
+	until      INTEGER NOT NULL, -- unix nanoseconds
+	updated_at INTEGER NOT NULL
+);
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.
