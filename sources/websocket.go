@@ -292,6 +292,10 @@ type wsSource struct {
 	downSince time.Time
 	lastErr   error
 	permanent bool
+	// wait is set when the last handshake was answered with Retry-After:
+	// no handshake goes out before wait.Until, and until then Fetch
+	// returns wait when nothing is buffered.
+	wait *WaitError
 	// stateChanged is closed, and replaced, whenever up changes.
 	stateChanged chan struct{}
 }
@@ -317,7 +321,9 @@ type wsMessage struct {
 // has had no connection for longer than read_timeout and nothing is
 // buffered does Fetch return an error, naming the last failure, so that a
 // feed that is down shows in metrics and logs; a handshake refused with a
-// 4xx status other than 408 and 429 is a *PermanentError.
+// 4xx status other than 408 and 429 is a *PermanentError. A handshake
+// answered 429 or 503 with Retry-After is a *WaitError until the time it
+// gave, as in http_poll: the reader sends no handshake before then.
 //
 // The cursor is the largest CursorField value of the batch when it is
 // beyond the cursor handed out before; the next handshake and subscribe
@@ -443,12 +449,16 @@ func (w *wsSource) next(ctx context.Context) (*wsMessage, error) {
 
 // downState returns a channel closed when the connection state changes,
 // and, while the source has no connection, when that outage will have
-// lasted read_timeout, or the error to report when it already has.
+// lasted read_timeout, or the error to report when it already has or the
+// upstream asked to wait.
 func (w *wsSource) downState() (<-chan struct{}, time.Time, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.up {
 		return w.stateChanged, time.Time{}, nil
+	}
+	if w.wait != nil && time.Now().Before(w.wait.Until) {
+		return nil, time.Time{}, w.wait
 	}
 	deadline := w.downSince.Add(w.readTimeout)
 	if time.Now().Before(deadline) {

@@ -38,6 +38,9 @@ func (w *wsSource) run(ctx context.Context) {
 			failures = 0
 		}
 		wait := policy.Delay(failures)
+		if until := w.retryAfter(); time.Until(until) > wait {
+			wait = time.Until(until) // the upstream's Retry-After
+		}
 		if failures == 0 {
 			w.log.Warn("websocket connection failed; reconnecting", "err", err, "retry_in", wait)
 		} else {
@@ -65,6 +68,7 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	w.mu.Unlock()
 	target, header := w.handshake(cursor)
 	dctx, cancel := context.WithTimeout(ctx, w.readTimeout)
+	sent := w.sent
 	conn, resp, err := websocket.Dial(dctx, target, &websocket.DialOptions{
 		HTTPClient:     w.client,
 		HTTPHeader:     header,
@@ -78,8 +82,22 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	}
 	if err != nil {
 		err = fmt.Errorf("dial: %w", unwrapURLError(err))
-		w.traceEvent(TraceEvent{Status: status, Duration: time.Since(began), Err: err, Note: "handshake failed"})
+		ev := TraceEvent{URL: sent, Status: status, Duration: time.Since(began), Err: err, Note: "handshake failed"}
+		var wait *WaitError
+		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+			// As http_poll does: no handshake before the time the
+			// upstream gave, and Fetch hands the wait to the caller.
+			now := time.Now()
+			if until, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
+				ev.Note += "; Retry-After " + until.Sub(now).Round(time.Millisecond).String()
+				wait = &WaitError{Until: until, Err: fmt.Errorf("%s: handshake status %d", w.where, status)}
+			}
+		}
+		w.traceEvent(ev)
 		w.setDown(err, status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests)
+		if wait != nil {
+			w.setWait(wait)
+		}
 		return time.Time{}, err
 	}
 	defer func() {
@@ -99,7 +117,7 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("send subscribe message: %w", err)
-			w.traceEvent(TraceEvent{Status: status, Duration: time.Since(began), Err: err, Note: "subscribe failed"})
+			w.traceEvent(TraceEvent{URL: sent, Status: status, Duration: time.Since(began), Err: err, Note: "subscribe failed"})
 			w.setDown(err, false)
 			return time.Time{}, err
 		}
@@ -113,7 +131,7 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	} else {
 		w.log.Info("websocket connected", "url", w.sent, "cursor", cursor)
 	}
-	w.traceEvent(TraceEvent{Status: status, Duration: connectedAt.Sub(began), Note: note})
+	w.traceEvent(TraceEvent{URL: sent, Status: status, Duration: connectedAt.Sub(began), Note: note})
 	w.setUp()
 
 	kctx, stopKeepalive := context.WithCancel(ctx)
@@ -133,7 +151,7 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	}
 	err = fmt.Errorf("connection lost after %d messages: %w", n, err)
 	if ctx.Err() == nil {
-		w.traceEvent(TraceEvent{Status: status, Duration: time.Since(connectedAt), Err: err, Note: "connection lost"})
+		w.traceEvent(TraceEvent{URL: sent, Status: status, Duration: time.Since(connectedAt), Err: err, Note: "connection lost"})
 		w.setDown(err, false)
 	}
 	return connectedAt, err
@@ -263,7 +281,7 @@ func (w *wsSource) keepalive(ctx context.Context, conn *websocket.Conn, wd *watc
 func (w *wsSource) setUp() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.up, w.lastErr, w.permanent = true, nil, false
+	w.up, w.lastErr, w.permanent, w.wait = true, nil, false, nil
 	close(w.stateChanged)
 	w.stateChanged = make(chan struct{})
 }
@@ -278,6 +296,27 @@ func (w *wsSource) setDown(err error, permanent bool) {
 		close(w.stateChanged)
 		w.stateChanged = make(chan struct{})
 	}
+}
+
+// setWait records a handshake answered with Retry-After, and wakes a
+// Fetch waiting for the connection so that it returns wait at once.
+func (w *wsSource) setWait(wait *WaitError) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wait = wait
+	close(w.stateChanged)
+	w.stateChanged = make(chan struct{})
+}
+
+// retryAfter returns the time before which no handshake may go out: the
+// last Retry-After, or zero.
+func (w *wsSource) retryAfter() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wait == nil {
+		return time.Time{}
+	}
+	return w.wait.Until
 }
 
 // traceEvent reports a connection event to Env.Trace, if set.

@@ -512,6 +512,7 @@ func TestWebSocketSecretsStayOutOfTracesAndLogs(t *testing.T) {
 		t.Fatalf("traces %+v", traces)
 	}
 	for _, ev := range traces {
+		// The URL is traced as sent, with the secret query value redacted.
 		if ev.Method != "WS" || !strings.HasSuffix(ev.URL, "/feed?token=REDACTED") || strings.Contains(ev.URL+ev.Note, "s3cret") {
 			t.Errorf("trace %+v", ev)
 		}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os/signal"
 	"syscall"
 
@@ -38,8 +37,7 @@ func cmdCheckSource(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	o := checksource.Options{Cursor: *cursor, MaxPages: *maxPages, Verbose: *verbose,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	o := checksource.Options{Cursor: *cursor, MaxPages: *maxPages, Verbose: *verbose}
 	fs.Visit(func(f *flag.Flag) { o.HasCursor = o.HasCursor || f.Name == "cursor" })
 
 	cfg, err := config.Load(*path)

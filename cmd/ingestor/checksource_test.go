@@ -82,3 +82,51 @@ time_field = "ts"
 		}
 	}
 }
+
+// TestCheckSourceFailedHandshake checks a websocket source whose every
+// handshake is answered 400: that is a problem (exit 1) shown with the
+// status, a hint and the URL as sent, query included and its secret
+// redacted, and no daemon log line mixes into the output.
+func TestCheckSourceFailedHandshake(t *testing.T) {
+	feed := testupstream.NewWS(t, testupstream.WSOptions{Total: 5})
+	refusals := make([]testupstream.Fault, 200) // more than one check makes
+	for i := range refusals {
+		refusals[i] = testupstream.Status(400)
+	}
+	feed.Script(refusals...)
+	cfgPath := writeConfig(t, t.TempDir(), `
+[source.stream]
+kind = "websocket"
+url = "`+feed.URL+`/events?since=5&api_key=s3cret"
+id_field = "id"
+`)
+	var out, errb bytes.Buffer
+	code := run([]string{"check-source", "stream", "-c", cfgPath}, &out, &errb)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	sent := "WS " + feed.URL + "/events?api_key=REDACTED&since=5"
+	for _, want := range []string{
+		sent + " -> 400 in ",
+		`problem: source "stream": ` + sent + ": status 400: ",
+		"hint: 400: check url, headers and credentials",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"ok: ", "s3cret", "level=", "msg="} {
+		if strings.Contains(out.String()+errb.String(), bad) {
+			t.Errorf("output has %q", bad)
+		}
+	}
+	if !strings.HasPrefix(errb.String(), "ingestor check-source: ") || strings.Count(errb.String(), "\n") != 1 {
+		t.Errorf("stderr is not the one error line")
+	}
+	if hs := feed.Handshakes(); len(hs) == 0 || hs[0].Query.Get("api_key") != "s3cret" || hs[0].Query.Get("since") != "5" {
+		t.Errorf("handshakes %+v, want the URL with its query", hs)
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	}
+}

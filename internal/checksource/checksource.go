@@ -33,8 +33,6 @@ type Options struct {
 	MaxPages int
 	// Verbose lists every record instead of the first ShownRecords.
 	Verbose bool
-	// Logger receives the source's own logs; nil discards them.
-	Logger *slog.Logger
 }
 
 // ShownRecords is how many records of a page are listed without Verbose.
@@ -98,12 +96,10 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 	p.printf("cursor: %q (%s)\n", cursor, from)
 	res.Cursor = cursor
 
-	logger := o.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	// The source's own logs are the daemon's: the report is the trace
+	// and the problems, so they are discarded.
 	env := sources.Env{
-		Name: sc.Name, Timeout: sc.Timeout, Logger: logger.With("source", sc.Name), Limiters: cfg.Limiters(),
+		Name: sc.Name, Timeout: sc.Timeout, Logger: slog.New(slog.DiscardHandler), Limiters: cfg.Limiters(),
 		Trace: p.trace,
 	}
 	src, err := sc.Spec.Open(env)
@@ -131,6 +127,13 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 		}
 		if b == nil {
 			b = &sources.Batch{}
+		}
+		if ev := p.lastFailed(); ev != nil && len(b.Records) == 0 {
+			// Nothing came and the last request failed: a websocket
+			// handshake refused, say, which its reader retries in the
+			// background while the fetch itself reports nothing.
+			res.Requests, _ = p.traced()
+			return res, p.failedRequest(ev, sc)
 		}
 		p.records(b, o.Verbose)
 		res.Records += len(b.Records)
@@ -252,8 +255,10 @@ func durableCursor(ctx context.Context, qpath, source string) (cursor string, ok
 type printer struct {
 	mu sync.Mutex
 	w  io.Writer
-	// requests counts the requests traced; status is the last one's.
+	// requests counts the requests traced; status is the last one's, and
+	// failed the last one when it failed.
 	requests, status int
+	failed           *sources.TraceEvent
 	err              error // the first write error
 }
 
@@ -262,6 +267,13 @@ func (p *printer) traced() (requests, status int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.requests, p.status
+}
+
+// lastFailed returns the last request traced if it failed, else nil.
+func (p *printer) lastFailed() *sources.TraceEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed
 }
 
 func (p *printer) printf(format string, args ...any) {
@@ -309,6 +321,10 @@ func (p *printer) trace(ev sources.TraceEvent) {
 	p.mu.Lock()
 	p.requests++
 	p.status = ev.Status
+	p.failed = nil
+	if ev.Err != nil {
+		p.failed = &ev
+	}
 	p.mu.Unlock()
 	p.write(b.String())
 }
@@ -365,7 +381,7 @@ func (p *printer) problem(err error, status int, sc config.Source) {
 	case errors.As(err, &wait):
 		p.printf("  hint: the upstream asks to wait until %s (rate limited or unavailable); the daemon would not poll before then\n", wait.Until.UTC().Format(time.RFC3339))
 	case errors.As(err, &perm):
-		p.printf("  hint: %s\n", permanentHint(status))
+		p.printf("  hint: %s\n", permanentHint(status, urlKey(sc.Kind)))
 	case errors.Is(err, context.DeadlineExceeded):
 		p.printf("  hint: no answer within the source's timeout (%s): check that the upstream is reachable, or raise timeout\n", sc.Timeout)
 	default:
@@ -373,16 +389,42 @@ func (p *printer) problem(err error, status int, sc config.Source) {
 	}
 }
 
-// permanentHint says what to check for a failure retrying will not fix.
-func permanentHint(status int) string {
+// failedRequest prints, and returns as the check's error, a fetch that
+// brought nothing because its last request failed (ev), with a hint.
+func (p *printer) failedRequest(ev *sources.TraceEvent, sc config.Source) error {
+	answer := "no response"
+	if ev.Status != 0 {
+		answer = fmt.Sprintf("status %d", ev.Status)
+	}
+	err := fmt.Errorf("source %q: %s %s: %s: %w", sc.Name, ev.Method, ev.URL, answer, ev.Err)
+	p.printf("  problem: %v\n", err)
+	if ev.Status >= 400 && ev.Status < 500 && ev.Status != 408 && ev.Status != 429 {
+		p.printf("  hint: %s\n", permanentHint(ev.Status, urlKey(sc.Kind)))
+	} else {
+		p.printf("  hint: the daemon would retry with backoff; if it persists, check the upstream's address and the network\n")
+	}
+	return err
+}
+
+// urlKey is the config key of a source kind's URL.
+func urlKey(kind string) string {
+	if kind == "websocket" {
+		return "url"
+	}
+	return "poll_url"
+}
+
+// permanentHint says what to check for a failure retrying will not fix;
+// key is the config key of the source's URL.
+func permanentHint(status int, key string) string {
 	switch {
 	case status == 401 || status == 403:
 		return fmt.Sprintf("%d: the upstream refused the credentials: check headers and credentials", status)
 	case status == 404 || status == 410:
-		return fmt.Sprintf("%d: nothing at that URL: check poll_url", status)
+		return fmt.Sprintf("%d: nothing at that URL: check %s", status, key)
 	case status >= 400 && status < 500:
-		return fmt.Sprintf("%d: check poll_url, headers and credentials", status)
+		return fmt.Sprintf("%d: check %s, headers and credentials", status, key)
 	default:
-		return "a configuration problem retrying will not fix: check the source's settings (poll_url, headers and credentials)"
+		return fmt.Sprintf("a configuration problem retrying will not fix: check the source's settings (%s, headers and credentials)", key)
 	}
 }

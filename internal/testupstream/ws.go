@@ -100,6 +100,10 @@ type WSFeed struct {
 	refused       []string
 	live          map[*websocket.Conn]bool
 	malformedSent bool
+	// script holds the faults the next handshakes get (ws_handshake.go);
+	// handshakes records every handshake request.
+	script     []Fault
+	handshakes []Request
 }
 
 // NewWS starts a WebSocket feed; it stops when the test ends.
@@ -184,6 +188,9 @@ func (f *WSFeed) close() {
 func (f *WSFeed) serve(w http.ResponseWriter, r *http.Request) {
 	f.wg.Add(1)
 	defer f.wg.Done()
+	if f.handshake(w, r) {
+		return // answered with a scripted fault
+	}
 	var since string
 	var from int
 	if f.opts.SinceInURL {

@@ -147,3 +147,38 @@ func TestWSFeedSinceInURL(t *testing.T) {
 		t.Fatalf("connections %+v, want one from since 3, dropped", conns)
 	}
 }
+
+func TestWSFeedScriptedHandshakes(t *testing.T) {
+	feed := NewWS(t, WSOptions{Total: 2})
+	feed.Script(RetryAfter(429, 2), RetryAfterDate(503, 3*time.Second), Status(400))
+	u := feed.URL + "/events?since=7"
+	for i, want := range []struct {
+		status int
+		check  func(string) bool
+	}{
+		{429, func(v string) bool { return v == "2" }},
+		{503, func(v string) bool { _, err := http.ParseTime(v); return err == nil }},
+		{400, func(v string) bool { return v == "" }},
+	} {
+		_, resp, err := websocket.Dial(t.Context(), u, nil)
+		if err == nil || resp == nil || resp.StatusCode != want.status || !want.check(resp.Header.Get("Retry-After")) {
+			t.Fatalf("handshake %d: err %v, response %+v, want status %d", i, err, resp, want.status)
+		}
+	}
+	c := dialWS(t, feed, `{"since":""}`)
+	if got := readSeqs(t, c, 2); !slices.Equal(got, []int{1, 2}) {
+		t.Errorf("after the scripted handshakes got %v", got)
+	}
+	hs := feed.Handshakes()
+	if len(hs) != 4 {
+		t.Fatalf("%d handshakes recorded, want 4", len(hs))
+	}
+	for i, want := range []int{429, 503, 400, 0} {
+		if hs[i].Status != want || (i < 3 && (hs[i].Path != "/events" || hs[i].Query.Get("since") != "7")) {
+			t.Errorf("handshake %d: %+v, want status %d on /events?since=7", i, hs[i], want)
+		}
+		if i > 0 && hs[i].Time.Before(hs[i-1].Time) {
+			t.Errorf("handshake %d recorded before the one before it", i)
+		}
+	}
+}
