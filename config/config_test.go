@@ -120,7 +120,8 @@ func TestGoodFiles(t *testing.T) {
 				IDField: "order.id", CursorField: "order.updated_at", CursorParam: "updated_since",
 				TimeField: "order.created_at", MaxBodyBytes: 1 << 20,
 				// The kind's defaults for the keys the file leaves out.
-				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 10, RateBurst: 1}
+				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 10, RateBurst: 1,
+				SlowOnRateLimitHeaders: true}
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}

@@ -2,7 +2,8 @@
 // net/http/httptest. A Server serves a known, finite sequence of JSON
 // records with stable ids in any of the common paging styles, answers
 // scripted faults (429 with Retry-After, 5xx, hangs, malformed or oversize
-// bodies, X-RateLimit headers), supports ETag/304 and gzip, and records
+// bodies, X-RateLimit headers), can enforce a rate-limit window that counts
+// overruns (Options.RateWindow), supports ETag/304 and gzip, and records
 // every request with its time, so tests can assert when requests were
 // sent. With Options.Pipe it runs on an in-memory network, for tests in a
 // testing/synctest bubble. Feed is the simple form: records after a
