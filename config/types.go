@@ -117,6 +117,10 @@ type Source struct {
 	// InflightBatches is how many fetched batches may wait for durability
 	// before the source stops fetching. Default 2.
 	InflightBatches int
+	// MalformedRetries is how many times a malformed answer to one request
+	// is fetched again before it is dead-lettered; 0 dead-letters it at
+	// once. Default 3.
+	MalformedRetries int
 	// Spec is the kind-specific configuration, validated.
 	Spec sources.Spec
 	// Line is the line of the [source.NAME] header.

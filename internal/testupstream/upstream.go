@@ -30,6 +30,9 @@ const (
 	NotJSON    = "this is not json"
 	WrongShape = `{"error":"an object, not an array"}`
 	Empty      = ""
+	// Truncated is a page cut off in the middle of its first record, as a
+	// dropped connection leaves it.
+	Truncated = `[{"id":"ev-1","seq":1,"ts":"2026-11-22T00:00:01Z","bo`
 )
 
 // New starts a feed of total records served pageSize at a time.
