@@ -225,7 +225,11 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "malformed").Inc()
 		a.deps.Metrics.malformed.WithLabelValues(a.cfg.Name).Inc()
 		a.failures = 0
-		attempt, deadLetter := a.malformed.malformed(m.cursor, a.cfg.MalformedRetries)
+		retries := a.cfg.MalformedRetries
+		if !bad.Refetch {
+			retries = 0 // a stream's message cannot be fetched again
+		}
+		attempt, deadLetter := a.malformed.malformed(m.cursor, retries)
 		if !deadLetter {
 			// The cursor has not moved: the same request goes out again.
 			wait := a.retry.Delay(attempt - 1)

@@ -119,7 +119,8 @@ type Source struct {
 	InflightBatches int
 	// MalformedRetries is how many times a malformed answer to one request
 	// is fetched again before it is dead-lettered; 0 dead-letters it at
-	// once. Default 3.
+	// once, as is always done for a payload that cannot be fetched again
+	// (sources.MalformedError.Refetch). Default 3.
 	MalformedRetries int
 	// Spec is the kind-specific configuration, validated.
 	Spec sources.Spec

@@ -87,3 +87,24 @@ func TestMalformedPageDeadLetteredOnceThenResolved(t *testing.T) {
 		t.Errorf("stats count %d dead letters (%v), want 0", st.DeadLetters, err)
 	}
 }
+
+// TestMalformedStreamPayloadIsDeadLetteredAtOnce uses the demo source, whose
+// malformed payloads, like a WebSocket message, cannot be fetched again:
+// with the default malformed_retries each is still dead-lettered at once,
+// never dropped unseen.
+func TestMalformedStreamPayloadIsDeadLetteredAtOnce(t *testing.T) {
+	h := startDaemon(t, "", "", `
+[source.gen]
+kind = "demo"
+interval = "20ms"
+events_per_tick = 2
+malformed_every = 2
+`)
+	testsync.WaitFor(t, "two malformed payloads", 30*time.Second, func() bool {
+		return metric(t, h.d.Registry(), "ingestor_source_malformed_total", "source", "gen") >= 2
+	})
+	testsync.WaitFor(t, "each dead-lettered", 10*time.Second, func() bool { return len(allDeadLetters(t, h)) >= 2 })
+	if c := strings.Count(h.logs.String(), "malformed payload; fetching the page again"); c != 0 {
+		t.Errorf("a demo payload was fetched again %d time(s); it cannot be", c)
+	}
+}
