@@ -25,4 +25,9 @@
 // most inflight_batches fetched batches that are not yet committed and
 // fetches nothing more until one commits; when the queue holds
 // max_pending_events unacked events, sources pause polling.
+//
+// A malformed payload does not move the cursor: the source fetches the same
+// request again, with backoff, up to malformed_retries times, then
+// dead-letters it (malformed.go); a later good fetch of that request marks
+// its dead letters resolved.
 package actors

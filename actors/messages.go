@@ -18,6 +18,8 @@ type fetchDone struct {
 	// panicked is set when the fetch panicked; the actor then fails so that
 	// its supervisor restarts it.
 	panicked any
+	// cursor is the cursor the fetch was made with: its request.
+	cursor string
 }
 
 // persistRaw asks PersistRaw to make a batch's payload durable.
@@ -42,12 +44,16 @@ type rawPersisted struct {
 type deadLetterPayload struct {
 	gen    uint64
 	source string
+	cursor string // the cursor the payload was fetched with
 	err    *sources.MalformedError
 }
 
 // deadLettered is PersistRaw's reply to deadLetterPayload: the payload is
 // in the raw store and listed, or PersistRaw is stopping.
-type deadLettered struct{ gen uint64 }
+type deadLettered struct {
+	gen    uint64
+	cursor string
+}
 
 // appendBatch asks the Publisher to commit a durable batch and send it.
 type appendBatch struct {

@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	src := []string{"source"}
 	m := &Metrics{
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_polls_total",
-			Help: "Fetches by outcome: ok, error (retried with backoff) or malformed (dead-lettered)."}, []string{"source", "result"}),
+			Help: "Fetches by outcome: ok, error (retried with backoff) or malformed (fetched again up to malformed_retries times, then dead-lettered)."}, []string{"source", "result"}),
 		pollDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ingestor_source_poll_duration_seconds",
 			Help: "Duration of one fetch.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, src),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_events_total",
@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_bytes_total",
 			Help: "Raw payload bytes fetched."}, src),
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_malformed_total",
-			Help: "Malformed payloads dead-lettered."}, src),
+			Help: "Malformed payloads, whether fetched again or dead-lettered."}, src),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_last_success_timestamp_seconds",
 			Help: "Unix time of the last fetch whose batch was committed."}, src),
 		ages: &sourceAges{states: make(map[string]*sourceState)},

@@ -68,6 +68,8 @@ type rawWrite struct {
 	body        []byte
 	// deadLetter is the malformed payload's reason, "" for a batch.
 	deadLetter string
+	// cursor is the cursor a malformed payload was fetched with.
+	cursor string
 }
 
 // Receive implements actor.Actor.
@@ -94,7 +96,7 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
 		go func() {
 			p.deadLetter(p.ctx, m)
-			root.Send(sender, &deadLettered{gen: m.gen})
+			root.Send(sender, &deadLettered{gen: m.gen, cursor: m.cursor})
 		}()
 	}
 }
@@ -127,7 +129,7 @@ func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
 		}
 		if attempt+1 == maxAttempts && p.spill != nil {
 			p.spillWrite(w, spillInfo{Key: w.key, Source: w.source, Error: err.Error(), Attempts: attempt + 1,
-				FirstAttempt: first, LastAttempt: time.Now(), DeadLetterReason: w.deadLetter})
+				FirstAttempt: first, LastAttempt: time.Now(), DeadLetterReason: w.deadLetter, DeadLetterCursor: w.cursor})
 			return p.redrive(ctx, w, attempt+1)
 		}
 	}
@@ -216,7 +218,7 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 			p.deps.Logger.Error("read spilled batch; it stays in the spill dir", "key", b.key, "err", err)
 			continue
 		}
-		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason}
+		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason, cursor: b.info.DeadLetterCursor}
 		p.deps.Metrics.rawHeld.Inc()
 		err = p.redrive(ctx, w, 0)
 		p.deps.Metrics.rawHeld.Dec()
@@ -244,7 +246,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // deadLetter keeps a malformed payload under a "deadletter/" key and lists it.
 func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
 	w := rawWrite{source: m.source, key: "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body),
-		body: m.err.Body, deadLetter: m.err.Reason}
+		body: m.err.Body, deadLetter: m.err.Reason, cursor: m.cursor}
 	if err := p.put(ctx, w); err != nil {
 		p.deps.Logger.Error("keep malformed payload", "source", m.source, "err", err)
 		return
@@ -254,7 +256,7 @@ func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
 
 // recordDeadLetter lists w, a malformed payload now in the raw store.
 func (p *PersistRaw) recordDeadLetter(ctx context.Context, w rawWrite) {
-	if err := p.deps.Queue.DeadLetter(ctx, w.source, w.deadLetter, w.key); err != nil {
+	if err := p.deps.Queue.DeadLetter(ctx, w.source, w.deadLetter, w.key, w.cursor); err != nil {
 		p.deps.Logger.Error("record dead letter", "source", w.source, "err", err)
 	}
 }

@@ -51,6 +51,7 @@ type SourceActor struct {
 	chain     *queue.Chain             // orders this incarnation's commits
 	drainer   *actor.PID               // set once a drain was requested
 	retry     backoff.Policy
+	malformed malformedPages // retries of malformed pages, dead letters to resolve
 }
 
 // pendingBatch is a fetched batch on its way to the queue.
@@ -98,6 +99,9 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 	case *deadLettered:
 		if m.gen == a.gen {
 			a.inflight--
+			if a.malformed.listed(m.cursor) {
+				a.resolveDeadLetters(m.cursor)
+			}
 			a.slotFreed(ctx)
 		}
 	case *drainRequest:
@@ -121,6 +125,7 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.pending = make(map[uint64]*pendingBatch)
 	a.nextSeq, a.sendAt, a.inflight, a.fetching, a.ready = 0, 0, 0, false, false
 	a.chain = &queue.Chain{}
+	a.malformed = malformedPages{}
 	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.deps.Limiters})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
@@ -214,7 +219,7 @@ func (a *SourceActor) poll(ctx actor.Context) {
 	fctx, cancel := context.WithTimeout(runCtx, timeout)
 	a.stopFetch = cancel
 	go func() {
-		msg := &fetchDone{gen: gen}
+		msg := &fetchDone{gen: gen, cursor: cursor}
 		defer func() {
 			if r := recover(); r != nil {
 				msg.panicked = r
@@ -250,13 +255,26 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 	if bad, ok := sources.AsMalformed(m.err); ok {
 		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "malformed").Inc()
 		a.deps.Metrics.malformed.WithLabelValues(a.cfg.Name).Inc()
-		a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body))
+		a.failures = 0
+		retries := a.cfg.MalformedRetries
+		if !bad.Refetch {
+			retries = 0 // a stream's message cannot be fetched again
+		}
+		attempt, deadLetter := a.malformed.malformed(m.cursor, retries)
+		if !deadLetter {
+			// The cursor has not moved: the same request goes out again.
+			wait := a.retry.Delay(attempt - 1)
+			a.log.Warn("malformed payload; fetching the page again", "reason", bad.Reason, "bytes", len(bad.Body),
+				"attempt", attempt, "malformed_retries", a.cfg.MalformedRetries, "retry_in", wait)
+			a.schedule(ctx, wait)
+			return
+		}
+		a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body), "attempts", attempt)
 		// Keeping the payload holds a window slot like a batch, so an
 		// outage of the raw store stops the polls instead of piling up
 		// malformed bodies in memory.
 		a.inflight++
-		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, err: bad})
-		a.failures = 0
+		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, cursor: m.cursor, err: bad})
 		a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
 		return
 	}
@@ -298,6 +316,9 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.log.Info("fetch recovered", "after_failures", a.failures)
 	}
 	a.failures, a.permanent = 0, false
+	if a.malformed.succeeded(m.cursor) {
+		a.resolveDeadLetters(m.cursor)
+	}
 	a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "ok").Inc()
 	b := m.batch
 	if b != nil && (len(b.Records) > 0 || b.Cursor != "") {
@@ -320,6 +341,22 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		return
 	}
 	a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
+}
+
+// resolveDeadLetters marks the dead letters of the request cursor resolved,
+// off the mailbox: a later fetch of it succeeded.
+func (a *SourceActor) resolveDeadLetters(cursor string) {
+	runCtx, q, name, log := a.runCtx, a.deps.Queue, a.cfg.Name, a.log
+	go func() {
+		qctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
+		defer cancel()
+		n, err := q.ResolveDeadLetters(qctx, name, cursor)
+		if err != nil {
+			log.Warn("resolving dead letters of a page fetched again", "err", err)
+			return
+		}
+		log.Info("malformed page fetched again; its dead letters are resolved", "dead_letters", n)
+	}()
 }
 
 func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {

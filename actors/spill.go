@@ -34,6 +34,8 @@ type spillInfo struct {
 	// DeadLetterReason is set for a malformed payload: once it is in the
 	// raw store, it is recorded in the dead-letter list with this reason.
 	DeadLetterReason string `json:"dead_letter_reason,omitempty"`
+	// DeadLetterCursor is the cursor the malformed payload was fetched with.
+	DeadLetterCursor string `json:"dead_letter_cursor,omitempty"`
 }
 
 // spillDir keeps batches the raw store could not take, one file per batch

@@ -81,7 +81,7 @@ func TestGoodFiles(t *testing.T) {
 					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
-					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2,
+					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
 			}
 			if !reflect.DeepEqual(cfg, want) {
@@ -120,7 +120,8 @@ func TestGoodFiles(t *testing.T) {
 				IDField: "order.id", CursorField: "order.updated_at", CursorParam: "updated_since",
 				TimeField: "order.created_at", MaxBodyBytes: 1 << 20,
 				// The kind's defaults for the keys the file leaves out.
-				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 10, RateBurst: 1}
+				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 10, RateBurst: 1,
+				SlowOnRateLimitHeaders: true}
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
@@ -169,15 +170,18 @@ func TestGoodFiles(t *testing.T) {
 				interval, timeout time.Duration
 				jitter            float64
 				inflight          int
+				malformedRetries  int
 			}{
-				{"inherits", time.Minute, 5 * time.Second, 0.25, 3},
-				{"overrides", 250 * time.Millisecond, time.Second, 0.025, 64},
-				{"partial", time.Minute, 12 * time.Second, 0.25, 3},
+				{"inherits", time.Minute, 5 * time.Second, 0.25, 3, 5},
+				{"overrides", 250 * time.Millisecond, time.Second, 0.025, 64, 0},
+				{"partial", time.Minute, 12 * time.Second, 0.25, 3, 5},
 			} {
 				s := source(t, cfg, tc.name)
-				if s.Interval != tc.interval || s.Timeout != tc.timeout || s.Jitter != tc.jitter || s.InflightBatches != tc.inflight {
-					t.Errorf("%s: interval %v timeout %v jitter %v inflight %d, want %v %v %v %d", tc.name,
-						s.Interval, s.Timeout, s.Jitter, s.InflightBatches, tc.interval, tc.timeout, tc.jitter, tc.inflight)
+				if s.Interval != tc.interval || s.Timeout != tc.timeout || s.Jitter != tc.jitter || s.InflightBatches != tc.inflight ||
+					s.MalformedRetries != tc.malformedRetries {
+					t.Errorf("%s: interval %v timeout %v jitter %v inflight %d malformed_retries %d, want %v %v %v %d %d", tc.name,
+						s.Interval, s.Timeout, s.Jitter, s.InflightBatches, s.MalformedRetries,
+						tc.interval, tc.timeout, tc.jitter, tc.inflight, tc.malformedRetries)
 				}
 			}
 			if spec := source(t, cfg, "partial").Spec.(*sources.HTTPPollSpec); spec.MaxBodyBytes != 64<<20 {
@@ -254,6 +258,11 @@ func TestBadFiles(t *testing.T) {
 		"missing_poll_url.bad.toml": {want: []string{
 			`missing_poll_url.bad.toml:3: source "github": poll_url: is required for kind http_poll`,
 			`missing_poll_url.bad.toml:3: source "github": cursor_param: is required when cursor_field is set`,
+		}},
+		"malformed_retries.bad.toml": {want: []string{
+			`malformed_retries.bad.toml:2: defaults.malformed_retries: must be between 0 and 100, not 101`,
+			`malformed_retries.bad.toml:6: source "a": malformed_retries: must be between 0 and 100, not -1`,
+			`malformed_retries.bad.toml:10: source "b": malformed_retries: must be an integer`,
 		}},
 		"bad_jitter.bad.toml": {want: []string{
 			`bad_jitter.bad.toml:2: defaults.jitter: must be a percentage from "0%" to "100%" such as "10%", not "150%"`,

@@ -13,10 +13,10 @@
 //
 // The file has four global tables, [daemon], [raw_store], [publish] and
 // [defaults], and one [source.NAME] block per feed. A source block holds the
-// common keys (kind, enabled, interval, jitter, timeout, inflight_batches),
-// inheriting from [defaults] any it leaves out, and the keys of its kind,
-// which are decoded into the kind's sources.Spec and checked by its
-// Validate method.
+// common keys (kind, enabled, interval, jitter, timeout, inflight_batches,
+// malformed_retries), inheriting from [defaults] any it leaves out, and the
+// keys of its kind, which are decoded into the kind's sources.Spec and
+// checked by its Validate method.
 //
 // String values may reference environment variables as ${NAME}, so that
 // secrets stay out of the file; $${ stands for a literal ${. References in a

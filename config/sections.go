@@ -260,10 +260,11 @@ func DefaultAckMaxMessageBytes(maxInflightFrames, eventsPerFrame int) int64 {
 // defaultsTOML is [defaults] as written in the file; sourceTOML holds the
 // same keys for one source.
 type defaultsTOML struct {
-	Interval        duration `toml:"interval"`
-	Jitter          percent  `toml:"jitter"`
-	Timeout         duration `toml:"timeout"`
-	InflightBatches int      `toml:"inflight_batches"`
+	Interval         duration `toml:"interval"`
+	Jitter           percent  `toml:"jitter"`
+	Timeout          duration `toml:"timeout"`
+	InflightBatches  int      `toml:"inflight_batches"`
+	MalformedRetries int      `toml:"malformed_retries"`
 }
 
 // sourceDefaults are the validated [defaults] that sources inherit.
@@ -271,17 +272,19 @@ type sourceDefaults struct {
 	interval, timeout time.Duration
 	jitter            float64
 	inflightBatches   int
+	malformedRetries  int
 }
 
 func (d *decoder) defaults(top map[string]toml.Primitive) sourceDefaults {
-	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2}
+	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3}
 	d.section(top, "defaults", &t)
 	p := []string{"defaults"}
 	return sourceDefaults{
-		interval:        d.duration(child(p, "interval"), t.Interval, 10*time.Second),
-		jitter:          d.percent(child(p, "jitter"), t.Jitter, 0.1),
-		timeout:         d.duration(child(p, "timeout"), t.Timeout, 30*time.Second),
-		inflightBatches: d.inflight(child(p, "inflight_batches"), t.InflightBatches, 2),
+		interval:         d.duration(child(p, "interval"), t.Interval, 10*time.Second),
+		jitter:           d.percent(child(p, "jitter"), t.Jitter, 0.1),
+		timeout:          d.duration(child(p, "timeout"), t.Timeout, 30*time.Second),
+		inflightBatches:  d.inflight(child(p, "inflight_batches"), t.InflightBatches, 2),
+		malformedRetries: d.malformedRetries(child(p, "malformed_retries"), t.MalformedRetries, 3),
 	}
 }
 
@@ -321,6 +324,15 @@ func (d *decoder) percent(path []string, v percent, def float64) float64 {
 // inflight checks inflight_batches at path, returning def when it is invalid.
 func (d *decoder) inflight(path []string, v, def int) int {
 	if d.covered(path) || !d.intRange(path, int64(v), 1, 64) {
+		return def
+	}
+	return v
+}
+
+// malformedRetries checks malformed_retries at path, returning def when it
+// is invalid.
+func (d *decoder) malformedRetries(path []string, v, def int) int {
+	if d.covered(path) || !d.intRange(path, int64(v), 0, 100) {
 		return def
 	}
 	return v

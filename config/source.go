@@ -15,12 +15,13 @@ import (
 // sourceTOML holds the keys every [source.NAME] block takes besides those
 // of its kind.
 type sourceTOML struct {
-	Kind            string   `toml:"kind"`
-	Enabled         bool     `toml:"enabled"`
-	Interval        duration `toml:"interval"`
-	Jitter          percent  `toml:"jitter"`
-	Timeout         duration `toml:"timeout"`
-	InflightBatches int      `toml:"inflight_batches"`
+	Kind             string   `toml:"kind"`
+	Enabled          bool     `toml:"enabled"`
+	Interval         duration `toml:"interval"`
+	Jitter           percent  `toml:"jitter"`
+	Timeout          duration `toml:"timeout"`
+	InflightBatches  int      `toml:"inflight_batches"`
+	MalformedRetries int      `toml:"malformed_retries"`
 }
 
 // sourceName matches a valid NAME in [source.NAME].
@@ -89,6 +90,7 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 
 	src.Kind, src.Enabled = t.Kind, t.Enabled
 	src.Interval, src.Jitter, src.Timeout, src.InflightBatches = def.interval, def.jitter, def.timeout, def.inflightBatches
+	src.MalformedRetries = def.malformedRetries
 	if present["interval"] {
 		src.Interval = d.duration(child(path, "interval"), t.Interval, def.interval)
 	}
@@ -100,6 +102,9 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 	}
 	if present["inflight_batches"] {
 		src.InflightBatches = d.inflight(child(path, "inflight_batches"), t.InflightBatches, def.inflightBatches)
+	}
+	if present["malformed_retries"] {
+		src.MalformedRetries = d.malformedRetries(child(path, "malformed_retries"), t.MalformedRetries, def.malformedRetries)
 	}
 	if known {
 		// A key that already has an error (such as a value of the wrong

@@ -117,6 +117,11 @@ type Source struct {
 	// InflightBatches is how many fetched batches may wait for durability
 	// before the source stops fetching. Default 2.
 	InflightBatches int
+	// MalformedRetries is how many times a malformed answer to one request
+	// is fetched again before it is dead-lettered; 0 dead-letters it at
+	// once, as is always done for a payload that cannot be fetched again
+	// (sources.MalformedError.Refetch). Default 3.
+	MalformedRetries int
 	// Spec is the kind-specific configuration, validated.
 	Spec sources.Spec
 	// Line is the line of the [source.NAME] header.

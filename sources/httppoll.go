@@ -128,9 +128,10 @@ type HTTPPollSpec struct {
 	// RateLimiter names a shared [rate_limiters.NAME] limiter, for sources
 	// that hit one API; every request waits for it (and for RateLimit).
 	RateLimiter string `toml:"rate_limiter"`
-	// SlowOnRateLimitHeaders makes the source honour X-RateLimit-Remaining
-	// and X-RateLimit-Reset: at 0 remaining, no request is sent before the
-	// reset time.
+	// SlowOnRateLimitHeaders makes the source honour the rate-limit headers
+	// (X-RateLimit-Remaining/-Reset, RateLimit-Remaining/-Reset and the
+	// IETF draft's structured RateLimit field): at 0 remaining, no request
+	// is sent before the reset time. Default true.
 	SlowOnRateLimitHeaders bool `toml:"slow_on_ratelimit_headers"`
 	// TLSCAFile is a PEM file of the CA certificates trusted for an https
 	// PollURL, instead of the system's.
@@ -153,6 +154,8 @@ func newHTTPPollSpec() *HTTPPollSpec {
 		MaxPages:     10,
 		RateBurst:    1,
 		MaxBodyBytes: 64 << 20,
+
+		SlowOnRateLimitHeaders: true,
 	}
 }
 

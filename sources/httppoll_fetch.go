@@ -267,7 +267,7 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 	fetchedAt := time.Now()
 	ex, err := p.rules.extract(body)
 	if err != nil {
-		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error()}
+		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error(), Refetch: true}
 	}
 	if ex.missingIDs > 0 {
 		p.missingIDs.Add(int64(ex.missingIDs))

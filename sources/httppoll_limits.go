@@ -66,25 +66,80 @@ func retryAfter(v string, now time.Time) (time.Time, bool) {
 	return until, until.After(now)
 }
 
-// rateLimitReset returns when the X-RateLimit budget resets, if the
-// headers say that none is left: X-RateLimit-Remaining is 0 and
-// X-RateLimit-Reset is unix seconds (a value above 1e9) or seconds from
-// now.
+// rateLimitReset returns when the rate-limit budget resets, if the
+// headers say that none is left. It reads X-RateLimit-Remaining and
+// X-RateLimit-Reset, RateLimit-Remaining and RateLimit-Reset, and the IETF
+// draft's structured RateLimit field, both as `"policy";r=0;t=30` and as
+// the older `limit=10, remaining=0, reset=30`. A reset is unix seconds (a
+// value above 1e9) or seconds from now.
 func rateLimitReset(h http.Header, now time.Time) (time.Time, bool) {
-	rem := strings.TrimSpace(h.Get("X-RateLimit-Remaining"))
-	if n, err := strconv.ParseFloat(rem, 64); err != nil || n > 0 {
+	for _, prefix := range []string{"X-RateLimit-", "RateLimit-"} {
+		if until, ok := resetAt(h.Get(prefix+"Remaining"), h.Get(prefix+"Reset"), now); ok {
+			return until, true
+		}
+	}
+	var until time.Time
+	for _, v := range h.Values("RateLimit") {
+		if t, ok := structuredReset(v, now); ok && t.After(until) {
+			until = t
+		}
+	}
+	return until, !until.IsZero()
+}
+
+// structuredReset reads a RateLimit field: comma-separated members with
+// ";"-separated key=value parameters. Either one member names a policy and
+// carries r (remaining) and t (reset), or the members are themselves the
+// older limit, remaining and reset. The latest reset of an exhausted
+// policy wins.
+func structuredReset(v string, now time.Time) (time.Time, bool) {
+	var until time.Time
+	var dictRemaining, dictReset string
+	for _, member := range strings.Split(v, ",") {
+		var r, t string
+		for _, param := range strings.Split(member, ";") {
+			key, val, ok := strings.Cut(strings.TrimSpace(param), "=")
+			if !ok {
+				continue
+			}
+			val = strings.Trim(strings.TrimSpace(val), `"`)
+			switch strings.ToLower(strings.TrimSpace(key)) {
+			case "r":
+				r = val
+			case "t":
+				t = val
+			case "remaining":
+				dictRemaining = val
+			case "reset":
+				dictReset = val
+			}
+		}
+		if at, ok := resetAt(r, t, now); ok && at.After(until) {
+			until = at
+		}
+	}
+	if at, ok := resetAt(dictRemaining, dictReset, now); ok && at.After(until) {
+		until = at
+	}
+	return until, !until.IsZero()
+}
+
+// resetAt returns the reset time when remaining is 0 and reset is unix
+// seconds (a value above 1e9) or seconds from now.
+func resetAt(remaining, reset string, now time.Time) (time.Time, bool) {
+	if n, err := strconv.ParseFloat(strings.TrimSpace(remaining), 64); err != nil || n > 0 {
 		return time.Time{}, false
 	}
-	reset, err := strconv.ParseFloat(strings.TrimSpace(h.Get("X-RateLimit-Reset")), 64)
-	if err != nil || reset < 0 || math.IsInf(reset, 0) || math.IsNaN(reset) || reset > 1e11 {
+	secs, err := strconv.ParseFloat(strings.TrimSpace(reset), 64)
+	if err != nil || secs < 0 || math.IsInf(secs, 0) || math.IsNaN(secs) || secs > 1e11 {
 		return time.Time{}, false
 	}
 	var until time.Time
-	if reset > 1e9 {
-		sec, frac := math.Modf(reset)
+	if secs > 1e9 {
+		sec, frac := math.Modf(secs)
 		until = time.Unix(int64(sec), int64(frac*1e9))
 	} else {
-		until = now.Add(time.Duration(reset * float64(time.Second)))
+		until = now.Add(time.Duration(secs * float64(time.Second)))
 	}
 	return until, until.After(now)
 }
@@ -97,7 +152,7 @@ func (p *httpPoll) noteRateLimitHeaders(h http.Header, now time.Time, notes *[]s
 	}
 	if until, ok := rateLimitReset(h, now); ok {
 		p.notBefore, p.notBeforeWhy = until, "rate limit exhausted until "+until.UTC().Format(time.RFC3339)
-		*notes = append(*notes, "X-RateLimit-Remaining 0: next request in "+until.Sub(now).Round(time.Millisecond).String())
+		*notes = append(*notes, "rate limit remaining 0: next request in "+until.Sub(now).Round(time.Millisecond).String())
 	}
 }
 

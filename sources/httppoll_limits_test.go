@@ -288,3 +288,72 @@ func reqTimes(reqs []testupstream.Request, start time.Time) []time.Duration {
 	}
 	return out
 }
+
+// TestHTTPPollPoliteByDefault polls a rate-limit window as fast as the
+// source lets it, with the default spec, for each style of rate-limit
+// header: no request may arrive in a window whose budget is spent.
+func TestHTTPPollPoliteByDefault(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		headers testupstream.RateHeaders
+	}{
+		{"X-RateLimit", testupstream.XRateLimit},
+		{"RateLimit-Remaining", testupstream.PlainRateLimit},
+		{"RateLimit structured", testupstream.DraftRateLimit},
+		{"RateLimit dictionary", testupstream.DictRateLimit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := testupstream.NewServer(t, testupstream.Options{Total: 1000, PageSize: 10, Pipe: true,
+					RateWindow: &testupstream.RateWindow{Limit: 3, Window: 10 * time.Second, Headers: tt.headers}})
+				spec := newHTTPPollSpec()
+				spec.PollURL = srv.URL
+				src := openPipe(t, srv, spec, Env{})
+				var failed int
+				for range 12 {
+					if _, err := politeFetch(t, src, ""); err != nil {
+						failed++
+					}
+				}
+				if n := srv.Overruns(); n != 0 || failed != 0 {
+					t.Errorf("%d request(s) overran the rate-limit window, %d fetch(es) failed; want none", n, failed)
+				}
+				if n := len(srv.Requests()); n != 12 {
+					t.Errorf("%d requests, want 12", n)
+				}
+			})
+		})
+	}
+}
+
+func TestRateLimitResetHeaderStyles(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name string
+		h    http.Header
+		wait time.Duration // 0: no wait
+	}{
+		{"X-RateLimit", http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}, 30 * time.Second},
+		{"X-RateLimit unix", http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {strconv.FormatInt(now.Unix()+7, 10)}}, 7 * time.Second},
+		{"RateLimit-Reset", http.Header{"Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"12"}}, 12 * time.Second},
+		{"RateLimit-Remaining left", http.Header{"Ratelimit-Remaining": {"2"}, "Ratelimit-Reset": {"12"}}, 0},
+		{"structured", http.Header{"Ratelimit": {`"default";r=0;t=30`}}, 30 * time.Second},
+		{"structured two policies", http.Header{"Ratelimit": {`"burst";r=5;t=1, "day";r=0;t=600`}}, 10 * time.Minute},
+		{"structured budget left", http.Header{"Ratelimit": {`"default";r=3;t=30`}}, 0},
+		{"dictionary", http.Header{"Ratelimit": {"limit=10, remaining=0, reset=30"}}, 30 * time.Second},
+		{"dictionary budget left", http.Header{"Ratelimit": {"limit=10, remaining=4, reset=30"}}, 0},
+		{"malformed", http.Header{"Ratelimit": {`r=;t=x, remaining=zero`}}, 0},
+		{"none", http.Header{}, 0},
+	} {
+		until, ok := rateLimitReset(tt.h, now)
+		if tt.wait == 0 {
+			if ok {
+				t.Errorf("%s: wait until %v, want none", tt.name, until)
+			}
+			continue
+		}
+		if !ok || until.Sub(now) != tt.wait {
+			t.Errorf("%s: got %v (%v), want a wait of %v", tt.name, until.Sub(now), ok, tt.wait)
+		}
+	}
+}

@@ -321,3 +321,28 @@ func TestHTTPPollPaginationChangedMidPoll(t *testing.T) {
 		t.Errorf("first request query %v, want only since=5", first.Query)
 	}
 }
+
+// TestHTTPPollNullBodyCursorKeepsCursor pins what README promises: a null
+// at cursor_body_field keeps the previous cursor.
+func TestHTTPPollNullBodyCursorKeepsCursor(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := `{"items":[{"id":"a"}],"next_cursor":null}`
+		if r.URL.Query().Get("c") == "" {
+			body = `{"items":[],"next_cursor":"tok-1"}`
+		}
+		if _, err := w.Write([]byte(body)); err != nil {
+			t.Errorf("test server: %v", err)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	src := openPoll(t, &HTTPPollSpec{PollURL: srv.URL, RecordsPath: "items", IDField: "id",
+		CursorFrom: "body", CursorBodyField: "next_cursor", CursorParam: "c"})
+	b, err := src.Fetch(t.Context(), "")
+	if err != nil || b.Cursor != "tok-1" {
+		t.Fatalf("first fetch: cursor %q, %v; want tok-1", b.Cursor, err)
+	}
+	b, err = src.Fetch(t.Context(), "tok-1")
+	if err != nil || len(b.Records) != 1 || b.Cursor != "" {
+		t.Fatalf("null cursor: %d records, cursor %q, %v; want 1 record and the cursor kept (\"\")", len(b.Records), b.Cursor, err)
+	}
+}

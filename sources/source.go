@@ -115,6 +115,12 @@ type MalformedError struct {
 	FetchedAt time.Time
 	// Reason says what is wrong, without the source name.
 	Reason string
+	// Refetch reports that the payload answered a request the caller can
+	// send again with the same cursor (http_poll), which may then succeed:
+	// the caller retries it up to malformed_retries times before
+	// dead-lettering it. A message read from a stream is gone once read,
+	// so it is dead-lettered at once.
+	Refetch bool
 }
 
 func (e *MalformedError) Error() string { return "malformed payload: " + e.Reason }

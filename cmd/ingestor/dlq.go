@@ -65,7 +65,7 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	until := fs.String("until", "", "only dead letters created before this time (RFC 3339)")
 	limit := fs.Int("limit", 100, "list at most this many")
 	after := fs.Int64("after", 0, "list only ids above this one (paging)")
-	replayed := fs.Bool("replayed", false, "list replayed dead letters too")
+	replayed := fs.Bool("replayed", false, "list replayed and resolved dead letters too")
 	all := fs.Bool("all", false, "replay or drop every active dead letter the filters select")
 	yes := fs.Bool("yes", false, "drop without asking")
 	var pos []string

@@ -90,7 +90,7 @@ func TestDLQCommand(t *testing.T) {
 	cfgPath, d, stop := dlqDaemon(t, dir, "")
 	ctx := t.Context()
 	q := d.Queue()
-	if err := q.DeadLetter(ctx, "feed", "not json", "feed/bad"); err != nil {
+	if err := q.DeadLetter(ctx, "feed", "not json", "feed/bad", ""); err != nil {
 		t.Fatal(err)
 	}
 	frames, err := q.Append(ctx, queue.Batch{Source: "feed", RawKey: "feed/ok", FetchedAt: time.Now(),
@@ -168,7 +168,7 @@ func TestDLQCommandToken(t *testing.T) {
 	cfgPath, d, stop := dlqDaemon(t, dir, fmt.Sprintf("admin_addr = %q\nadmin_token_file = %q", sock, tokenFile))
 	ctx := t.Context()
 	for _, reason := range []string{"not json", "bad utf-8", "truncated"} {
-		if err := d.Queue().DeadLetter(ctx, "feed", reason, "feed/bad"); err != nil {
+		if err := d.Queue().DeadLetter(ctx, "feed", reason, "feed/bad", ""); err != nil {
 			t.Fatal(err)
 		}
 	}

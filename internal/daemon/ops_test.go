@@ -62,7 +62,7 @@ func adminRequest(t *testing.T, client *http.Client, method, url, body string, h
 // returns its id.
 func deadLetterOne(t *testing.T, h *harness) int64 {
 	t.Helper()
-	if err := h.d.Queue().DeadLetter(t.Context(), "feed", "not json", "feed/bad"); err != nil {
+	if err := h.d.Queue().DeadLetter(t.Context(), "feed", "not json", "feed/bad", ""); err != nil {
 		t.Fatal(err)
 	}
 	dls, err := h.d.Queue().DeadLetters(t.Context(), 10)

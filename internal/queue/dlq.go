@@ -31,8 +31,11 @@ type DeadLetter struct {
 	// Deliveries is how many times the event's frame had been delivered.
 	Deliveries int
 	CreatedAt  time.Time
-	// ReplayedAt is when the entry was replayed, or zero while it is active.
+	// ReplayedAt is when the entry was replayed, or zero.
 	ReplayedAt time.Time
+	// ResolvedAt is when a later fetch of the payload's request succeeded,
+	// or zero. An entry is active while both are zero.
+	ResolvedAt time.Time
 	// History is set by DeadLetterByID only.
 	History []HistoryEntry
 }
@@ -54,7 +57,7 @@ type DLQFilter struct {
 	AfterID int64
 	// Limit caps List results; default 100. Replay and drop ignore it.
 	Limit int
-	// IncludeReplayed also lists replayed entries.
+	// IncludeReplayed also lists inactive entries: replayed and resolved.
 	IncludeReplayed bool
 }
 
@@ -69,7 +72,7 @@ func (f DLQFilter) where(p string) (string, []any) {
 	conds := []string{"1=1"}
 	var args []any
 	if !f.IncludeReplayed {
-		conds = append(conds, p+"replayed_at = 0")
+		conds = append(conds, p+"replayed_at = 0", p+"resolved_at = 0")
 	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, p+"id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(f.IDs)), ",")+")")
@@ -100,7 +103,7 @@ func (f DLQFilter) where(p string) (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
-const dlCols = `d.id, d.source, d.reason, d.raw_key, d.frame_id, d.seq, d.event_key, d.deliveries, d.created_at, d.replayed_at, d.history,
+const dlCols = `d.id, d.source, d.reason, d.raw_key, d.frame_id, d.seq, d.event_key, d.deliveries, d.created_at, d.replayed_at, d.resolved_at, d.history,
 	coalesce(e.raw_off, 0), coalesce(e.raw_len, 0)`
 
 // dlFrom joins the event still held for an active event dead letter.
@@ -110,15 +113,18 @@ type scanner interface{ Scan(...any) error }
 
 func scanDeadLetter(s scanner, withHistory bool) (DeadLetter, error) {
 	var d DeadLetter
-	var at, replayed int64
+	var at, replayed, resolved int64
 	var history string
-	if err := s.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &d.Seq, &d.Key, &d.Deliveries, &at, &replayed, &history,
+	if err := s.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &d.Seq, &d.Key, &d.Deliveries, &at, &replayed, &resolved, &history,
 		&d.RawOff, &d.RawLen); err != nil {
 		return d, err
 	}
 	d.CreatedAt = time.Unix(0, at).UTC()
 	if replayed != 0 {
 		d.ReplayedAt = time.Unix(0, replayed).UTC()
+	}
+	if resolved != 0 {
+		d.ResolvedAt = time.Unix(0, resolved).UTC()
 	}
 	if withHistory {
 		for _, line := range strings.Split(strings.TrimSpace(history), "\n") {
@@ -136,7 +142,7 @@ func scanDeadLetter(s scanner, withHistory bool) (DeadLetter, error) {
 }
 
 // ListDeadLetters lists the dead letters f selects, oldest first. Replayed
-// ones are left out unless f.IncludeReplayed.
+// and resolved ones are left out unless f.IncludeReplayed.
 func (q *Queue) ListDeadLetters(ctx context.Context, f DLQFilter) ([]DeadLetter, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -180,7 +186,7 @@ func (q *Queue) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error
 // ErrNoDeadLetter is returned for an unknown dead-letter id.
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
-// DeadLetterByID returns one dead letter, replayed or not, with its history.
+// DeadLetterByID returns one dead letter, active or not, with its history.
 func (q *Queue) DeadLetterByID(ctx context.Context, id int64) (DeadLetter, error) {
 	d, err := scanDeadLetter(q.rdb.QueryRowContext(ctx, `SELECT `+dlCols+` FROM `+dlFrom+` WHERE d.id = ?`, id), true)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -25,7 +25,7 @@ func TestReplayDeadLetters(t *testing.T) {
 	if _, err := q.DeadLetterFrame(ctx, old.ID, "not acked after 3 deliveries"); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.DeadLetter(ctx, "a", "malformed", "deadletter/a/x"); err != nil {
+	if err := q.DeadLetter(ctx, "a", "malformed", "deadletter/a/x", ""); err != nil {
 		t.Fatal(err)
 	}
 	all, err := q.DeadLetters(ctx, 10)
@@ -91,7 +91,7 @@ func TestListDeadLettersFilters(t *testing.T) {
 	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 10)
 	ctx := t.Context()
 	for _, s := range []struct{ src, reason string }{{"a", "bad json"}, {"b", "bad json"}, {"a", "empty body"}} {
-		if err := q.DeadLetter(ctx, s.src, s.reason, "deadletter/"+s.src); err != nil {
+		if err := q.DeadLetter(ctx, s.src, s.reason, "deadletter/"+s.src, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,5 +126,45 @@ func TestListDeadLettersFilters(t *testing.T) {
 	}
 	if _, err := q.DeadLetterByID(ctx, first[0].ID); !errors.Is(err, ErrNoDeadLetter) {
 		t.Fatalf("dropped entry by id: %v", err)
+	}
+}
+
+func TestResolveDeadLetters(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	ctx := t.Context()
+	for _, d := range []struct{ source, raw, cursor string }{
+		{"a", "deadletter/a/1", "c1"},
+		{"a", "deadletter/a/2", "c1"},
+		{"a", "deadletter/a/3", "c2"},
+		{"b", "deadletter/b/1", "c1"},
+	} {
+		if err := q.DeadLetter(ctx, d.source, "truncated", d.raw, d.cursor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := q.ResolveDeadLetters(ctx, "a", "c1"); err != nil || n != 2 {
+		t.Fatalf("resolve a/c1: %d, %v; want 2", n, err)
+	}
+	if n, err := q.ResolveDeadLetters(ctx, "a", "c1"); err != nil || n != 0 {
+		t.Fatalf("resolve a/c1 again: %d, %v; want 0", n, err)
+	}
+	active, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(active) != 2 || active[0].RawKey != "deadletter/a/3" || active[1].RawKey != "deadletter/b/1" {
+		t.Fatalf("active dead letters = %+v, %v; want a/3 and b/1", active, err)
+	}
+	if st, err := q.Stats(ctx); err != nil || st.DeadLetters != 2 {
+		t.Errorf("stats count %d dead letters (%v), want 2", st.DeadLetters, err)
+	}
+	all, err := q.ListDeadLetters(ctx, DLQFilter{IncludeReplayed: true})
+	if err != nil || len(all) != 4 || all[0].ResolvedAt.IsZero() || !all[2].ResolvedAt.IsZero() {
+		t.Fatalf("all dead letters = %+v, %v; want 4, the first two resolved", all, err)
+	}
+	d, err := q.DeadLetterByID(ctx, all[0].ID)
+	if err != nil || len(d.History) != 2 || d.History[1].Action != "resolved" {
+		t.Fatalf("dead letter %d history = %+v, %v; want dead-lettered then resolved", all[0].ID, d.History, err)
+	}
+	// A resolved entry is no longer active: dropping everything leaves it.
+	if n, err := q.DropDeadLetters(ctx, DLQFilter{Source: "a"}); err != nil || n != 1 {
+		t.Errorf("drop a: %d, %v; want the one active entry", n, err)
 	}
 }

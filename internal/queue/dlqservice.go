@@ -24,6 +24,7 @@ type DLQEntry struct {
 	Deliveries int            `json:"deliveries"`
 	CreatedAt  time.Time      `json:"created_at"`
 	ReplayedAt time.Time      `json:"replayed_at,omitzero"`
+	ResolvedAt time.Time      `json:"resolved_at,omitzero"`
 	History    []HistoryEntry `json:"history,omitempty"`
 	// Payload is the dead-lettered bytes, read from the raw store (show only).
 	Payload string `json:"payload,omitempty"`
@@ -39,7 +40,7 @@ func entryOf(d DeadLetter) DLQEntry {
 	}
 	return DLQEntry{ID: d.ID, Source: d.Source, Kind: kind, Reason: d.Reason, RawKey: d.RawKey, Frame: d.Frame, Seq: d.Seq,
 		Key: d.Key, RawOff: d.RawOff, RawLen: d.RawLen, Deliveries: d.Deliveries, CreatedAt: d.CreatedAt,
-		ReplayedAt: d.ReplayedAt, History: d.History}
+		ReplayedAt: d.ReplayedAt, ResolvedAt: d.ResolvedAt, History: d.History}
 }
 
 // DLQRequest selects the dead letters to replay or drop: IDs, a filter, or

@@ -446,17 +446,45 @@ func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
 
 // DeadLetter records a payload that could not be queued (for example a
 // malformed upstream response), whose bytes are in the raw store at rawKey.
-func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey string) error {
+// cursor is the source's cursor the payload was fetched with, so that a
+// later good fetch of it can resolve the entry (see ResolveDeadLetters);
+// "" if unknown.
+func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey, cursor string) error {
 	r := &request{apply: func(tx *sql.Tx) error {
 		now := time.Now()
-		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, created_at, history) VALUES (?,?,?,?,?)`,
-			source, reason, rawKey, now.UnixNano(), historyLine(now, "dead-lettered", reason))
+		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, request, created_at, history) VALUES (?,?,?,?,?,?)`,
+			source, reason, rawKey, cursor, now.UnixNano(), historyLine(now, "dead-lettered", reason))
 		return err
 	}}
 	if err := q.submit(ctx, r, nil); err != nil {
 		return fmt.Errorf("dead-letter payload of %q: %w", source, err)
 	}
 	return nil
+}
+
+// ResolveDeadLetters marks the active payload dead letters of source that
+// were fetched with cursor resolved: a later fetch with the same cursor
+// succeeded, so the payload was a transient fault. They leave the default
+// list and stay readable by id, with a "resolved" history entry. It
+// returns how many it resolved.
+func (q *Queue) ResolveDeadLetters(ctx context.Context, source, cursor string) (int, error) {
+	var n int
+	r := &request{apply: func(tx *sql.Tx) error {
+		now := time.Now()
+		res, err := tx.Exec(`UPDATE dead_letters SET resolved_at = ?, history = history || ?
+			WHERE source = ? AND request = ? AND event_key = '' AND resolved_at = 0 AND replayed_at = 0`,
+			now.UnixNano(), historyLine(now, "resolved", "a later fetch of the same request succeeded"), source, cursor)
+		if err != nil {
+			return err
+		}
+		rows, err := res.RowsAffected()
+		n = int(rows)
+		return err
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return 0, fmt.Errorf("resolve dead letters of %q: %w", source, err)
+	}
+	return n, nil
 }
 
 // Stats is a snapshot for startup logs and metrics.
@@ -478,7 +506,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if oldest.Valid {
 		s.OldestPending = time.Unix(0, oldest.Int64)
 	}
-	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters WHERE replayed_at = 0`).Scan(&s.DeadLetters); err != nil {
+	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters WHERE replayed_at = 0 AND resolved_at = 0`).Scan(&s.DeadLetters); err != nil {
 		return s, fmt.Errorf("queue stats: %w", err)
 	}
 	return s, nil

@@ -76,7 +76,17 @@ ALTER TABLE dead_letters ADD COLUMN history     TEXT    NOT NULL DEFAULT '';
 ALTER TABLE dead_letters ADD COLUMN replayed_at INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX dead_letters_active ON dead_letters(replayed_at, id);
 `,
-	// v3: the time before which a source must not ask its upstream again
+	// v3: payload dead letters resolved by a later good fetch.
+	`
+-- request is the source's cursor a malformed payload was fetched with (the
+-- request to fetch again); NULL for an event dead letter and for entries
+-- from before v3, whose request is unknown, so nothing resolves them.
+ALTER TABLE dead_letters ADD COLUMN request     TEXT;
+-- resolved_at is set when a later fetch of the same request succeeded.
+ALTER TABLE dead_letters ADD COLUMN resolved_at INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX dead_letters_request ON dead_letters(source, request) WHERE event_key = '' AND resolved_at = 0;
+`,
+	// v4: the time before which a source must not ask its upstream again
 	// (a Retry-After promise), kept across restarts.
 	`
 CREATE TABLE not_before (

@@ -83,3 +83,44 @@ func attempts(t *testing.T, q *Queue, source, key string) int {
 	}
 	return n
 }
+
+// TestMigrateFromV2 opens a version-2 database with a payload dead letter:
+// it stays active, and no fetch resolves it, since its request is unknown.
+func TestMigrateFromV2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		migrations[0],
+		migrations[1],
+		`PRAGMA user_version = 2`,
+		`INSERT INTO dead_letters(source, reason, raw_key, created_at) VALUES ('a','bad json','deadletter/a/1',1000)`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q := openTest(t, path, 10)
+	ctx := t.Context()
+	var v int
+	if err := q.rdb.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != len(migrations) {
+		t.Fatalf("user_version = %d (err %v), want %d", v, err, len(migrations))
+	}
+	if n, err := q.ResolveDeadLetters(ctx, "a", ""); err != nil || n != 0 {
+		t.Fatalf("resolve a: %d, %v; want the old entry left alone", n, err)
+	}
+	if dl, err := q.DeadLetters(ctx, 10); err != nil || len(dl) != 1 || !dl[0].ResolvedAt.IsZero() {
+		t.Fatalf("dead letters = %+v, %v; want the old entry, active", dl, err)
+	}
+	if err := q.DeadLetter(ctx, "a", "truncated", "deadletter/a/2", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.ResolveDeadLetters(ctx, "a", ""); err != nil || n != 1 {
+		t.Fatalf("resolve a: %d, %v; want the new entry", n, err)
+	}
+}

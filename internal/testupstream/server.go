@@ -79,6 +79,9 @@ type Options struct {
 	// keeps a bubble's clock from advancing). Clients must dial with
 	// DialContext. Create the Server inside the bubble.
 	Pipe bool
+	// RateWindow, when set, enforces a rate-limit window and announces it
+	// in the headers of every response (see RateWindow).
+	RateWindow *RateWindow
 }
 
 // Request is what a Server saw of one request.
@@ -112,6 +115,7 @@ type Server struct {
 	script   []Fault
 	requests []Request
 	served   map[string]bool
+	window   windowState
 }
 
 // NewServer starts a Server, closed when the test ends.
@@ -122,7 +126,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 	if opts.RecordsPath == "" && (opts.Paging == PageBodyURL || opts.Paging == PageBodyToken) {
 		opts.RecordsPath = "data"
 	}
-	s := &Server{opts: opts, served: make(map[string]bool)}
+	s := &Server{opts: opts, served: make(map[string]bool), window: windowState{start: time.Now()}}
 	switch {
 	case opts.Pipe:
 		s.pipe = newPipeListener()
@@ -251,10 +255,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			req.Gzipped = true
 		}
 	}
+	s.mu.Lock()
+	if !resp.hang && s.opts.RateWindow != nil {
+		s.window.limit(*s.opts.RateWindow, req.Time, &resp)
+	}
 	if !resp.hang {
 		req.Status = resp.status
 	}
-	s.mu.Lock()
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 

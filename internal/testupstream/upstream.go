@@ -2,7 +2,8 @@
 // net/http/httptest. A Server serves a known, finite sequence of JSON
 // records with stable ids in any of the common paging styles, answers
 // scripted faults (429 with Retry-After, 5xx, hangs, malformed or oversize
-// bodies, X-RateLimit headers), supports ETag/304 and gzip, and records
+// bodies, X-RateLimit headers), can enforce a rate-limit window that counts
+// overruns (Options.RateWindow), supports ETag/304 and gzip, and records
 // every request with its time, so tests can assert when requests were
 // sent. With Options.Pipe it runs on an in-memory network, for tests in a
 // testing/synctest bubble. Feed is the simple form: records after a
@@ -29,6 +30,9 @@ const (
 	NotJSON    = "this is not json"
 	WrongShape = `{"error":"an object, not an array"}`
 	Empty      = ""
+	// Truncated is a page cut off in the middle of its first record, as a
+	// dropped connection leaves it.
+	Truncated = `[{"id":"ev-1","seq":1,"ts":"2026-11-22T00:00:01Z","bo`
 )
 
 // New starts a feed of total records served pageSize at a time.

@@ -255,3 +255,33 @@ func TestFeedKeepsItsAPI(t *testing.T) {
 		t.Errorf("Served() = %q, want the one non-empty page", served)
 	}
 }
+
+func TestRateWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewServer(t, Options{Total: 5, Pipe: true, RateWindow: &RateWindow{Limit: 2, Window: 10 * time.Second, Headers: DraftRateLimit}})
+		client := &http.Client{Transport: &http.Transport{DialContext: s.DialContext}}
+		t.Cleanup(client.CloseIdleConnections)
+		var got []string
+		for range 3 {
+			resp, _ := get(t, client, s.URL, nil)
+			got = append(got, strconv.Itoa(resp.StatusCode)+" "+resp.Header.Get("RateLimit"))
+		}
+		time.Sleep(4 * time.Second)
+		resp, _ := get(t, client, s.URL, nil) // still the spent window
+		got = append(got, strconv.Itoa(resp.StatusCode)+" "+resp.Header.Get("RateLimit"))
+		time.Sleep(6 * time.Second)
+		resp, _ = get(t, client, s.URL, nil) // a new window
+		got = append(got, strconv.Itoa(resp.StatusCode)+" "+resp.Header.Get("RateLimit"))
+		want := []string{`200 "default";r=1;t=10`, `200 "default";r=0;t=10`, `429 "default";r=0;t=10`,
+			`429 "default";r=0;t=6`, `200 "default";r=1;t=10`}
+		if !slices.Equal(got, want) {
+			t.Errorf("answers %q, want %q", got, want)
+		}
+		if n := s.Overruns(); n != 2 {
+			t.Errorf("%d overruns, want 2", n)
+		}
+		if p := resp.Header.Get("RateLimit-Policy"); p != `"default";q=2;w=10` {
+			t.Errorf("RateLimit-Policy %q", p)
+		}
+	})
+}
