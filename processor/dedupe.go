@@ -5,11 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	// The dedupe store and the exactly-once path use SQLite.
 	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
 
 // processedSchema creates the table of processed (source, key) pairs, used
@@ -38,9 +39,10 @@ type dedupeStore struct {
 
 // openDedupe opens (creating if needed) the dedupe database at path.
 func openDedupe(ctx context.Context, path string, cacheSize int) (*dedupeStore, error) {
-	// The path is escaped, so that a '?', '#' or '%' in it is part of the
-	// name.
-	dsn := (&url.URL{Scheme: "file", Path: path, RawQuery: "_journal_mode=WAL&_synchronous=NORMAL&_busy_timeout=10000&_txlock=immediate"}).String()
+	dsn, err := sqliteuri.File(path, "_journal_mode=WAL&_synchronous=NORMAL&_busy_timeout=10000&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("processor: %w", err)
+	}
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("processor: open dedupe database %s: %w", path, err)

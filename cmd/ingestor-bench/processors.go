@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"sync/atomic"
 
 	_ "github.com/mattn/go-sqlite3" // the exactly-once sink
 
+	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -43,7 +43,11 @@ func (p *processors) start(n int) error {
 		return nil
 	}
 	if p.sinkDB != "" && p.db == nil {
-		db, err := sql.Open("sqlite3", (&url.URL{Scheme: "file", Path: p.sinkDB, RawQuery: "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"}).String())
+		dsn, err := sqliteuri.File(p.sinkDB, "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
+		if err != nil {
+			return fmt.Errorf("open sink: %w", err)
+		}
+		db, err := sql.Open("sqlite3", dsn)
 		if err != nil {
 			return fmt.Errorf("open sink: %w", err)
 		}

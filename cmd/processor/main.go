@@ -53,7 +53,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -66,6 +65,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 	"github.com/ingestorhq/ingestor/processor"
 )
 
@@ -281,7 +281,10 @@ type eventStore struct {
 }
 
 func openEventStore(ctx context.Context, path string, log *slog.Logger) (*eventStore, error) {
-	dsn := (&url.URL{Scheme: "file", Path: path, RawQuery: "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate"}).String()
+	dsn, err := sqliteuri.File(path, "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,6 +18,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // registers the sqlite3 driver
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -230,7 +230,10 @@ func durableCursor(ctx context.Context, qpath, source string) (cursor string, ok
 	if !fileExists(abs + "-wal") {
 		query += "&immutable=1"
 	}
-	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: query}).String()
+	dsn, err := sqliteuri.File(abs, query)
+	if err != nil {
+		return "", false, fmt.Errorf("read durable cursor from %s: %w", qpath, err)
+	}
 	db, err := sql.Open("sqlite3", dsn)
 	if err != nil {
 		return "", false, fmt.Errorf("read durable cursor from %s: %w", qpath, err)

@@ -20,13 +20,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // registers the sqlite3 driver
+
+	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
 
 // Options configure a Queue.
@@ -89,7 +90,15 @@ func Open(o Options) (*Queue, error) {
 	if o.Synchronous == "normal" {
 		sync = "NORMAL"
 	}
-	wdb, err := sql.Open("sqlite3", fileURI(o.Path, "_journal_mode=WAL&_synchronous="+sync+"&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0"))
+	wuri, err := sqliteuri.File(o.Path, "_journal_mode=WAL&_synchronous="+sync+"&_busy_timeout=10000&_txlock=immediate&_foreign_keys=0")
+	if err != nil {
+		return nil, fmt.Errorf("open queue: %w", err)
+	}
+	ruri, err := sqliteuri.File(o.Path, "_journal_mode=WAL&_busy_timeout=10000&_query_only=1")
+	if err != nil {
+		return nil, fmt.Errorf("open queue: %w", err)
+	}
+	wdb, err := sql.Open("sqlite3", wuri)
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, err)
 	}
@@ -102,7 +111,7 @@ func Open(o Options) (*Queue, error) {
 	if err := checkPragmas(wdb); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
-	rdb, err := sql.Open("sqlite3", fileURI(o.Path, "_journal_mode=WAL&_busy_timeout=10000&_query_only=1"))
+	rdb, err := sql.Open("sqlite3", ruri)
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
 	}
@@ -120,12 +129,6 @@ func Open(o Options) (*Queue, error) {
 	}
 	go q.writer()
 	return q, nil
-}
-
-// fileURI is the SQLite URI of the database file at path with query: the
-// path is escaped, so that a '?', '#' or '%' in it is part of the name.
-func fileURI(path, query string) string {
-	return (&url.URL{Scheme: "file", Path: path, RawQuery: query}).String()
 }
 
 // checkPragmas asserts what the DSN asked for: a database opened by an

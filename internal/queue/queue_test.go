@@ -304,3 +304,19 @@ func TestOpenInDirWithURICharacters(t *testing.T) {
 		t.Errorf("files next to the data dir: %q, want only the data dir", stray)
 	}
 }
+
+// TestOpenRelativePath opens a queue by a relative path, as the default
+// data_dir "./data" gives: the database must be created there and work.
+func TestOpenRelativePath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("data", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	q := openTest(t, "data/queue.db", 10)
+	if _, err := q.Append(t.Context(), batch("a", 0, 2, "c1")); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if _, err := os.Stat("data/queue.db"); err != nil {
+		t.Fatalf("the database is not at the path given: %v", err)
+	}
+}
