@@ -197,6 +197,11 @@ func TestGoodFiles(t *testing.T) {
 				t.Errorf("inheader spec %+v", spec)
 			}
 		}},
+		"has_more.good.toml": {check: func(t *testing.T, cfg *Config) {
+			if spec, ok := source(t, cfg, "catchup").Spec.(*sources.HTTPPollSpec); !ok || spec.HasMoreField != "meta.has_more" {
+				t.Errorf("catchup spec %+v", spec)
+			}
+		}},
 		"rate_limiters.good.toml": {check: func(t *testing.T, cfg *Config) {
 			if len(cfg.RateLimiters) != 1 {
 				t.Fatalf("rate limiters = %+v, want one", cfg.RateLimiters)
@@ -325,6 +330,10 @@ func TestBadFiles(t *testing.T) {
 			`websocket_cursor.bad.toml:11: source "nofield": url: uses {cursor} but cursor_field is not set`,
 			`websocket_cursor.bad.toml:16: source "header": headers.X-Since: uses {cursor} but cursor_field is not set`,
 			`websocket_cursor.bad.toml:21: source "initial": initial_cursor: is only used when the source keeps a cursor: set cursor_field`,
+		}},
+		"has_more.bad.toml": {want: []string{
+			`has_more.bad.toml:8: source "record": has_more_field: requires cursor_from = "body" and cursor_body_field`,
+			`has_more.bad.toml:17: source "path": has_more_field: must be a dotted path`,
 		}},
 		"many.bad.toml": {want: []string{
 			`many.bad.toml:3: daemon.log_level: must be one of "debug", "info", "warn" or "error", not "verbose"`,

@@ -87,6 +87,12 @@ type HTTPPollSpec struct {
 	// CursorBodyField is the dotted path of the cursor in the response body;
 	// required with cursor_from = "body".
 	CursorBodyField string `toml:"cursor_body_field"`
+	// HasMoreField is the dotted path of a boolean in the response body;
+	// while it is true (and the cursor at CursorBodyField moved), the next
+	// poll is sent at once with the new cursor instead of after Interval.
+	// Each page is still its own batch, stored with its cursor. Requires
+	// cursor_from = "body".
+	HasMoreField string `toml:"has_more_field"`
 	// CursorHeader is the response header holding the cursor; required with
 	// cursor_from = "header".
 	CursorHeader string `toml:"cursor_header"`
@@ -225,6 +231,7 @@ func (s *HTTPPollSpec) Validate() []FieldError {
 	paths := []struct{ key, val string }{
 		{"records_path", s.RecordsPath}, {"id_field", s.IDField}, {"sequence_field", s.SequenceField},
 		{"time_field", s.TimeField}, {"cursor_field", s.CursorField}, {"cursor_body_field", s.CursorBodyField},
+		{"has_more_field", s.HasMoreField},
 		{"next_url_field", s.NextURLField}, {"next_token_field", s.NextTokenField},
 	}
 	for _, p := range paths {
@@ -282,6 +289,9 @@ func (s *HTTPPollSpec) validateCursor() []FieldError {
 	}
 	if s.CursorBodyField != "" && s.CursorFrom != "body" {
 		bad("cursor_body_field", "is only used with cursor_from = \"body\"")
+	}
+	if s.HasMoreField != "" && (s.CursorFrom != "body" || s.CursorBodyField == "") {
+		bad("has_more_field", "requires cursor_from = \"body\" and cursor_body_field")
 	}
 	if s.CursorHeader != "" && s.CursorFrom != "header" {
 		bad("cursor_header", "is only used with cursor_from = \"header\"")

@@ -292,6 +292,10 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 		next = ""
 	}
 	b.Cursor, b.More = p.batchCursor(c, found, next, stored), next != ""
+	if next == "" && p.hasMore(body, c, found) {
+		*notes = append(*notes, "has_more: next poll at once")
+		b.More = true
+	}
 	if c.Next == "" && p.method == http.MethodGet {
 		if v := (validators{resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")}); v != (validators{}) {
 			p.validators[req.URL.String()] = v

@@ -86,6 +86,18 @@ func (p *httpPoll) finalCursor(c pollCursor) string {
 	return c.Found
 }
 
+// hasMore reports whether the body says, at HasMoreField, that the upstream
+// has more after this page and the cursor moved, so the caller polls again
+// at once with the new cursor. A cursor that did not move would only fetch
+// the same page again, so it waits for the interval.
+func (p *httpPoll) hasMore(body []byte, c pollCursor, found string) bool {
+	if p.spec.HasMoreField == "" || found == "" || found == c.Start {
+		return false
+	}
+	val, kind, ok := jsonscan.Field(body, p.spec.HasMoreField)
+	return ok && kind == jsonscan.Bool && string(val) == "true"
+}
+
 // nextPage works out the page after this response, or "" at the end.
 // reqURL is the URL just requested, cur the page state it was requested
 // with.

@@ -346,3 +346,67 @@ func TestHTTPPollNullBodyCursorKeepsCursor(t *testing.T) {
 		t.Fatalf("null cursor: %d records, cursor %q, %v; want 1 record and the cursor kept (\"\")", len(b.Records), b.Cursor, err)
 	}
 }
+
+// bodyCursorSpec reads testupstream.PageBodyCursor: the cursor in the body,
+// sent back as ?cursor=, and has_more saying whether to poll again at once.
+func bodyCursorSpec(url string) *HTTPPollSpec {
+	return &HTTPPollSpec{PollURL: url, RecordsPath: "data", IDField: "id", CursorFrom: "body",
+		CursorBodyField: "next_cursor", CursorParam: "cursor", HasMoreField: "has_more"}
+}
+
+// TestHTTPPollHasMoreField pins issue 9 item 8: while has_more is true each
+// page's batch has More (the caller polls again at once, not after the
+// interval) and carries that page's next_cursor; the last page has no More.
+func TestHTTPPollHasMoreField(t *testing.T) {
+	srv := testupstream.NewServer(t, testupstream.Options{Total: 25, PageSize: 10, Paging: testupstream.PageBodyCursor})
+	src := openPoll(t, bodyCursorSpec(srv.URL))
+	batches := drain(t, src, "")
+	if got := keys(batches); !slices.Equal(got, ids(1, 25)) {
+		t.Fatalf("keys %v, want ev-1..ev-25 exactly once, in order", got)
+	}
+	want := []string{testupstream.BodyCursor(10), testupstream.BodyCursor(20), testupstream.BodyCursor(25)}
+	if len(batches) != len(want) {
+		t.Fatalf("%d batches, want %d", len(batches), len(want))
+	}
+	for i, b := range batches {
+		if b.Cursor != want[i] || b.More != (i < len(want)-1) {
+			t.Errorf("batch %d: cursor %q more %v; want %q, more %v", i, b.Cursor, b.More, want[i], i < len(want)-1)
+		}
+	}
+	for i, r := range srv.Requests() {
+		if sent, exp := r.Query.Get("cursor"), []string{"", want[0], want[1]}[i]; sent != exp {
+			t.Errorf("request %d sent cursor %q, want %q", i, sent, exp)
+		}
+	}
+	// Caught up: has_more is false, so the caller waits for the interval.
+	b, err := src.Fetch(t.Context(), want[2])
+	if err != nil || len(b.Records) != 0 || b.More || b.Cursor != "" {
+		t.Fatalf("caught up: %v, more %v, cursor %q; want no records, no More, the cursor kept", err, b != nil && b.More, b.Cursor)
+	}
+}
+
+// TestHTTPPollHasMoreWithoutProgress pins that has_more with a cursor that
+// did not move (or none) does not make the caller poll again at once: that
+// would only fetch the same page in a tight loop.
+func TestHTTPPollHasMoreWithoutProgress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := `{"data":[{"id":"a"}],"next_cursor":"c1","has_more":true}`
+		if r.URL.Query().Get("cursor") == "nocursor" {
+			body = `{"data":[],"has_more":true}`
+		}
+		if _, err := w.Write([]byte(body)); err != nil {
+			t.Errorf("test server: %v", err)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	src := openPoll(t, bodyCursorSpec(srv.URL))
+	for _, cursor := range []string{"c1", "nocursor"} {
+		b, err := src.Fetch(t.Context(), cursor)
+		if err != nil || b.More {
+			t.Errorf("from %q: %v, more %v; want no More", cursor, err, b != nil && b.More)
+		}
+	}
+	if b, err := src.Fetch(t.Context(), "c0"); err != nil || !b.More || b.Cursor != "c1" {
+		t.Errorf("from c0: %v; want More and cursor c1", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -46,7 +47,19 @@ const (
 	// PageOffset serves the records that follow the first ?offset=K (0 if
 	// absent); past the end the page is empty.
 	PageOffset
+	// PageBodyCursor keeps the cursor in the body, as many APIs do: it wraps
+	// the records in an object with "next_cursor", an opaque base64 cursor
+	// (see BodyCursor) the client sends back as ?cursor=, present on every
+	// page, and "has_more", true while more records follow. The "since"
+	// parameter is ignored.
+	PageBodyCursor
 )
+
+// BodyCursor is the opaque cursor PageBodyCursor serves after the record
+// with seq n.
+func BodyCursor(n int) string {
+	return base64.URLEncoding.EncodeToString(fmt.Appendf(nil, "seq:%d", n))
+}
 
 // Options configure a Server.
 type Options struct {
@@ -123,7 +136,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 	if opts.PageSize < 1 {
 		opts.PageSize = 100
 	}
-	if opts.RecordsPath == "" && (opts.Paging == PageBodyURL || opts.Paging == PageBodyToken) {
+	if opts.RecordsPath == "" && (opts.Paging == PageBodyURL || opts.Paging == PageBodyToken || opts.Paging == PageBodyCursor) {
 		opts.RecordsPath = "data"
 	}
 	s := &Server{opts: opts, served: make(map[string]bool), window: windowState{start: time.Now()}}
@@ -299,6 +312,13 @@ func (s *Server) normal(r *http.Request) response {
 			ok = ok && strings.HasPrefix(tok, "tok-") && n >= from
 			from = n
 		}
+	case PageBodyCursor:
+		from = 0
+		if c := q.Get("cursor"); c != "" {
+			raw, err := base64.URLEncoding.DecodeString(c)
+			from, ok = atoi(strings.TrimPrefix(string(raw), "seq:"), -1)
+			ok = ok && err == nil && strings.HasPrefix(string(raw), "seq:")
+		}
 	case PagePage:
 		n, ok = atoi(q.Get("page"), 1)
 		ok = ok && n >= 1
@@ -361,7 +381,7 @@ func (s *Server) normal(r *http.Request) response {
 
 func badRequest() response {
 	return response{status: http.StatusBadRequest, header: http.Header{"Content-Type": {"text/plain"}},
-		body: []byte("bad since, after, token, page or offset")}
+		body: []byte("bad since, after, token, cursor, page or offset")}
 }
 
 // wrap puts recs at RecordsPath in an object, with the paging fields.
@@ -378,6 +398,9 @@ func (s *Server) wrap(recs []byte, next string, more bool, last int) []byte {
 	}
 	if more && s.opts.Paging == PageBodyToken {
 		b = fmt.Appendf(b, `,"next_token":"tok-%d"`, last)
+	}
+	if s.opts.Paging == PageBodyCursor {
+		b = fmt.Appendf(b, `,"next_cursor":%q,"has_more":%t`, BodyCursor(last), more)
 	}
 	return fmt.Appendf(b, `,"last_seq":%d}`, last)
 }

@@ -104,6 +104,25 @@ func TestServerPagingStyles(t *testing.T) {
 			return page{v.Data, s.URL + "/e?since=2&token=" + url.QueryEscape(v.Token)}
 		},
 	}
+	bodyCursorEnd := ""
+	styles[PageBodyCursor] = func(s *Server, _ *http.Response, body []byte, _ string) page {
+		var v struct {
+			Data    json.RawMessage
+			Cursor  string `json:"next_cursor"`
+			HasMore *bool  `json:"has_more"`
+		}
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.HasMore == nil || v.Cursor == "" {
+			t.Fatalf("body cursor page %s: want next_cursor and has_more on every page", body)
+		}
+		if !*v.HasMore {
+			bodyCursorEnd = v.Cursor
+			return page{v.Data, ""}
+		}
+		return page{v.Data, s.URL + "/e?cursor=" + url.QueryEscape(v.Cursor)}
+	}
 	counter := func(param string) func(*Server, *http.Response, []byte, string) page {
 		return func(s *Server, _ *http.Response, body []byte, reqURL string) page {
 			if string(body) == "[]" {
@@ -129,6 +148,8 @@ func TestServerPagingStyles(t *testing.T) {
 			u += "&page=1"
 		case PageOffset:
 			u += "&offset=0"
+		case PageBodyCursor:
+			u = s.URL + "/e?cursor=" + url.QueryEscape(BodyCursor(2))
 		}
 		var got []int
 		for range 20 {
@@ -145,6 +166,9 @@ func TestServerPagingStyles(t *testing.T) {
 		if !slices.Equal(got, span(3, 23)) {
 			t.Errorf("paging %d: seqs %v, want 3..23 exactly once", paging, got)
 		}
+	}
+	if bodyCursorEnd != BodyCursor(23) {
+		t.Errorf("last next_cursor %q, want %q", bodyCursorEnd, BodyCursor(23))
 	}
 }
 
