@@ -60,7 +60,8 @@ has_more_field = "has_more"
 		}
 	}
 	// Caught up (has_more false): the next poll is due one interval after
-	// the last page, so none goes out for half of it.
+	// the last page, so none goes out for half of it. The sleep is the
+	// observation window of that absence, not a wait for a condition.
 	time.Sleep(time.Until(reqs[4].Time.Add(interval / 2)))
 	if n := len(srv.Requests()); n != 5 {
 		t.Errorf("%d requests within half an interval of the last page, want none after it", n-5)

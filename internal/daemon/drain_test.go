@@ -131,18 +131,7 @@ cursor_param = "since"
 		t.Fatalf("shutdown took %v with a request stalled: it waited for the fetch instead of cancelling it", took)
 	}
 
-	h := &harness{t: t, dir: dir, pub: pub, ack: ack, logs: logs}
-	h.d, err = Start(t.Context(), cfg, Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := h.d.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown after restart: %v", err)
-		}
-	})
+	h := startConfig(t, &harness{t: t, dir: dir, pub: pub, ack: ack, logs: logs}, cfg, Options{})
 	seen := newSeenSet()
 	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
 		seen.add(ev.Key)

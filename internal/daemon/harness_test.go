@@ -65,8 +65,19 @@ ack_endpoint = %q
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, text)
 	}
-	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	o.Logger = log
+	return startConfig(t, h, cfg, o)
+}
+
+// startConfig starts a daemon on cfg for h, whose dir and endpoints are
+// cfg's and whose logs (debug level) are kept in h.logs, and shuts it down
+// when the test ends, showing the logs if it failed.
+func startConfig(t *testing.T, h *harness, cfg *config.Config, o Options) *harness {
+	t.Helper()
+	if h.logs == nil {
+		h.logs = &testsync.LockedBuffer{}
+	}
+	o.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var err error
 	h.d, err = Start(t.Context(), cfg, o)
 	if err != nil {
 		t.Fatal(err)

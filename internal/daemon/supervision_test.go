@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,18 +56,7 @@ events_per_tick = 10
 	var opens atomic.Int64
 	cfg.Sources = append(cfg.Sources, config.Source{Name: "boom", Kind: "crashing", Enabled: true,
 		Interval: 10 * time.Millisecond, Timeout: time.Second, InflightBatches: 1, Spec: crashingSpec{opens: &opens}})
-	h := &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint, logs: &testsync.LockedBuffer{}}
-	h.d, err = Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := h.d.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	h := startConfig(t, &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}, cfg, Options{})
 	seen := newSeenSet()
 	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
 		seen.add(ev.Key)
