@@ -134,3 +134,21 @@ func (a *sourceAges) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// Pushed records a push source's committed events (package internal/push
+// calls it after each group commit), on the same per-source metrics as a
+// polled source's: events, duplicates, bytes, lag and last success.
+func (m *Metrics) Pushed(source string, newEvents, duplicates, bytes int, newest time.Time) {
+	m.events.WithLabelValues(source).Add(float64(newEvents))
+	m.duplicates.WithLabelValues(source).Add(float64(duplicates))
+	m.bytes.WithLabelValues(source).Add(float64(bytes))
+	st := m.ages.state(source)
+	for t := st.newestRecord.Load(); !newest.IsZero() && newest.UnixNano() > t; t = st.newestRecord.Load() {
+		if st.newestRecord.CompareAndSwap(t, newest.UnixNano()) {
+			break
+		}
+	}
+	now := time.Now()
+	st.lastSuccess.Store(now.UnixNano())
+	m.lastSuccess.WithLabelValues(source).Set(float64(now.UnixNano()) / 1e9)
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/backoff"
+	"github.com/ingestorhq/ingestor/sources"
 )
 
 // restartStrategy restarts only the failed child, after a capped
@@ -118,8 +119,8 @@ func (s *supervisorActor) Receive(ctx actor.Context) {
 	s.p.mu.Lock()
 	defer s.p.mu.Unlock()
 	for _, src := range s.srcs {
-		if !src.Enabled {
-			continue
+		if _, push := src.Spec.(sources.PushSpec); !src.Enabled || push {
+			continue // a push source is served by the push listener, not polled
 		}
 		pid, err := spawn("source-"+src.Name, func() actor.Actor { return newSourceActor(src, d) })
 		if err != nil {

@@ -66,7 +66,7 @@ func checkAdminAddr(addr string) string {
 		return ""
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return `must be host:port such as "127.0.0.1:9465", or unix:PATH such as "unix:/run/ingestor/admin.sock"`
+		return `must be host:port such as "127.0.0.1:9463", or unix:PATH such as "unix:/run/ingestor/admin.sock"`
 	}
 	return ""
 }
@@ -92,7 +92,7 @@ func (d Daemon) AdminProblem() string {
 	msg := fmt.Sprintf("serves the admin endpoints (/dlq: read payloads, replay and drop dead letters) on %q, which is not loopback, "+
 		"so they need a token: set daemon.admin_token (e.g. \"${INGESTOR_ADMIN_TOKEN}\") or daemon.admin_token_file", addr)
 	if d.AdminAddr == "" {
-		msg += `, or serve them on a private address with daemon.admin_addr (e.g. "127.0.0.1:9465" or "unix:/run/ingestor/admin.sock")`
+		msg += `, or serve them on a private address with daemon.admin_addr (e.g. "127.0.0.1:9463" or "unix:/run/ingestor/admin.sock")`
 	}
 	return msg
 }

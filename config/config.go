@@ -73,7 +73,7 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg := &Config{File: file}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
 		switch k {
-		case "daemon", "raw_store", "publish", "defaults", "source", "rate_limiters":
+		case "daemon", "raw_store", "publish", "push", "defaults", "source", "rate_limiters":
 		default:
 			d.unknown([]string{k})
 		}
@@ -81,10 +81,12 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg.Daemon = d.daemon(top)
 	cfg.RawStore = d.rawStore(top, cfg.Daemon.DataDir)
 	cfg.Publish = d.publish(top)
+	cfg.Push = d.push(top)
 	defaults := d.defaults(top)
 	cfg.Sources = d.sources(top, defaults)
 	cfg.RateLimiters = d.rateLimiters(top)
 	d.checkLimiterNames(cfg.Sources, cfg.RateLimiters)
+	d.checkPush(cfg.Push, cfg.Daemon, cfg.Sources)
 	d.undecoded()
 
 	if len(d.errs) > 0 {

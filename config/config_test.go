@@ -80,6 +80,7 @@ func TestGoodFiles(t *testing.T) {
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
+				Push: Push{Addr: "127.0.0.1:9465"},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -254,11 +255,17 @@ func TestBadFiles(t *testing.T) {
 			`rate_limiters.bad.toml:10: source "issues": rate_limiter: no [rate_limiters.gitlab] block defines "gitlab"`,
 			`rate_limiters.bad.toml:11: source "issues": rate_limit:`,
 		}},
+		"push.bad.toml": {want: []string{
+			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
+			`push.bad.toml:9: source "hooks": kind: a webhook source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,
+			`push.bad.toml:10: source "hooks": max_body_bytes: must be between 1 and 67108864 (64 MiB)`,
+			`push.bad.toml:13: source "devices": kind: a ws_ingress source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,
+		}},
 		"missing_kind.bad.toml": {want: []string{
-			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll" or "websocket")`,
+			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll", "webhook", "websocket" or "ws_ingress")`,
 		}},
 		"unknown_kind.bad.toml": {want: []string{
-			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo", "http_poll" or "websocket")`,
+			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo", "http_poll", "webhook", "websocket" or "ws_ingress")`,
 		}},
 		"missing_poll_url.bad.toml": {want: []string{
 			`missing_poll_url.bad.toml:3: source "github": poll_url: is required for kind http_poll`,

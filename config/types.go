@@ -13,6 +13,7 @@ type Config struct {
 	Daemon   Daemon
 	RawStore RawStore
 	Publish  Publish
+	Push     Push
 	// Sources holds every [source.NAME] block, enabled or not, sorted by name.
 	Sources []Source
 	// RateLimiters are the shared limiters, sorted by name.

@@ -181,9 +181,11 @@ type Spec interface {
 
 // kinds maps a kind name to a constructor of its Spec with defaults applied.
 var kinds = map[string]func() Spec{
-	"demo":      func() Spec { return newDemoSpec() },
-	"http_poll": func() Spec { return newHTTPPollSpec() },
-	"websocket": func() Spec { return newWebSocketSpec() },
+	"demo":       func() Spec { return newDemoSpec() },
+	"http_poll":  func() Spec { return newHTTPPollSpec() },
+	"websocket":  func() Spec { return newWebSocketSpec() },
+	"webhook":    func() Spec { return newWebhookSpec() },
+	"ws_ingress": func() Spec { return newWSIngressSpec() },
 }
 
 // NewSpec returns a new Spec with defaults for kind, or false for an unknown kind.

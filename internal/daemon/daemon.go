@@ -24,6 +24,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/delivery"
+	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -51,8 +52,10 @@ type Daemon struct {
 	sender   *delivery.Sender
 	system   *actor.ActorSystem
 	pipeline *actors.Pipeline
-	httpSrv  *opsServer // serves daemon.http_addr
-	adminSrv *opsServer // serves daemon.admin_addr when set
+	httpSrv  *opsServer   // serves daemon.http_addr
+	adminSrv *opsServer   // serves daemon.admin_addr when set
+	inbox    *push.Inbox  // nil without an enabled push source
+	pushSrv  *push.Server // serves push.addr when a push source is enabled
 	ready    atomic.Bool
 
 	stopSender context.CancelFunc
@@ -198,6 +201,13 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources); err != nil {
 		return nil, err
 	}
+	// Registered with or without a push source, like the CURVE counter.
+	pm := push.NewMetrics(d.reg)
+	if config.PushEnabled(cfg.Sources) {
+		if err := d.startPush(deps.Metrics, pm); err != nil {
+			return nil, err
+		}
+	}
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	d.stopPrune, d.pruneDone = stopPrune, make(chan struct{})
 	go d.prune(pruneCtx)
@@ -213,7 +223,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	d.ready.Store(true)
 	log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint,
-		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", cfg.Daemon.AdminToken != "")
+		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", cfg.Daemon.AdminToken != "",
+		"push", d.PushAddr())
 	return d, nil
 }
 
@@ -234,6 +245,26 @@ func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*deliv
 	}
 	log.Info("curve security enabled: only authorized processors can connect", "authorized_keys", len(authorized))
 	return curve, nil
+}
+
+// startPush starts the push inbox and listener; their events count on
+// the pipeline's per-source metrics.
+func (d *Daemon) startPush(m *actors.Metrics, pm *push.Metrics) error {
+	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Raw: d.raw, Sender: d.sender,
+		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm,
+		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
+	var err error
+	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
+		Logger: d.log, Metrics: pm, Registry: d.reg})
+	return err
+}
+
+// PushAddr returns the address the push listener is bound to ("" if none).
+func (d *Daemon) PushAddr() string {
+	if d.pushSrv == nil {
+		return ""
+	}
+	return d.pushSrv.Addr()
 }
 
 // HTTPAddr returns the address /metrics, /healthz and /readyz listen on
@@ -314,6 +345,12 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.ready.Store(false)
 	d.log.Info("draining", "grace", d.cfg.Daemon.ShutdownGrace)
 	var errs []error
+	// Push senders are answered first: the listener stops taking requests
+	// and those in progress get their commit's answer.
+	if d.pushSrv != nil {
+		errs = append(errs, d.pushSrv.Shutdown(ctx))
+		d.pushSrv = nil
+	}
 	if err := d.pipeline.Drain(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -346,6 +383,14 @@ func (d *Daemon) close() error {
 	if d.stopPrune != nil {
 		d.stopPrune()
 		<-d.pruneDone
+	}
+	if d.pushSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		errs = append(errs, d.pushSrv.Shutdown(sctx))
+		cancel()
+	}
+	if d.inbox != nil {
+		d.inbox.Close()
 	}
 	if d.pipeline != nil {
 		errs = append(errs, d.pipeline.Stop())

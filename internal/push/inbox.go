@@ -1,0 +1,334 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
+)
+
+// Event is one event of a pushed body.
+type Event struct {
+	// Key is the idempotency key, unique within the source.
+	Key string
+	// Time is the event's own time, or zero.
+	Time time.Time
+	// Off and Len locate the event's bytes in the body.
+	Off, Len int
+}
+
+// Outcome is what a commit did with one event.
+type Outcome struct {
+	queue.EventStatus
+	// New is true for an event the ledger did not know; false for a
+	// duplicate, whose status is the stored event's.
+	New bool
+}
+
+// BusyError is returned by Commit when the inbox takes nothing more for now:
+// the queue holds max_pending_events, or the commit group is saturated.
+// Nothing of the refused commit is stored.
+type BusyError struct {
+	// Reason says which limit was hit.
+	Reason string
+	// RetryAfter is how long the sender should wait before trying again.
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string { return "busy: " + e.Reason }
+
+// ErrClosed is returned by Commit once the inbox is closed (the daemon is
+// stopping).
+var ErrClosed = errors.New("push inbox closed")
+
+// Sender takes the frames of new events for delivery to processors.
+type Sender interface {
+	Submit(frames []queue.Frame)
+}
+
+// CommitStats describe one source's share of a committed group, for the
+// per-source metrics.
+type CommitStats struct {
+	New, Duplicates, Bytes int
+	// Newest is the newest event time among the new events, or zero.
+	Newest time.Time
+}
+
+// InboxOptions configure an Inbox.
+type InboxOptions struct {
+	Queue  *queue.Queue
+	Raw    rawstore.Store
+	Sender Sender
+	// MaxPendingEvents is publish.max_pending_events: at that many
+	// unacked events in the queue, Commit answers BusyError.
+	MaxPendingEvents int64
+	// MaxWaiting is how many commits may wait for a group; beyond it,
+	// Commit answers BusyError. Default 4096.
+	MaxWaiting int
+	// RawTimeout bounds one raw-store write. Default 30s.
+	RawTimeout time.Duration
+	Logger     *slog.Logger
+	Metrics    *Metrics
+	// OnCommit, when set, is called after each group commit with each
+	// source's share.
+	OnCommit func(source string, s CommitStats)
+}
+
+// Inbox makes pushed events durable with group commit: every commit waiting
+// when a worker takes work shares one raw object per source (one write and
+// one fsync) and one queue transaction, and each Commit returns only once
+// both are durable. Two workers alternate, so one group's raw write overlaps
+// the previous group's queue commit.
+type Inbox struct {
+	o       InboxOptions
+	reqs    chan *commit
+	closeMu sync.RWMutex
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// commit is one Commit call waiting for its group.
+type commit struct {
+	source string
+	body   []byte
+	events []Event
+	done   chan commitResult
+}
+
+type commitResult struct {
+	outcomes []Outcome
+	err      error
+}
+
+const (
+	// inboxWorkers commit groups concurrently.
+	inboxWorkers = 2
+	// maxGroupCommits and maxGroupBytes cap one group.
+	maxGroupCommits = 1024
+	maxGroupBytes   = 16 << 20
+	// busyRetryAfter is the Retry-After of a BusyError.
+	busyRetryAfter = time.Second
+)
+
+// NewInbox starts an Inbox; Close stops it.
+func NewInbox(o InboxOptions) *Inbox {
+	if o.MaxWaiting <= 0 {
+		o.MaxWaiting = 4096
+	}
+	if o.RawTimeout <= 0 {
+		o.RawTimeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	in := &Inbox{o: o, reqs: make(chan *commit, o.MaxWaiting)}
+	for range inboxWorkers {
+		in.wg.Go(in.work)
+	}
+	return in
+}
+
+// Commit stores body (raw) and its events (ledger rows) durably and returns
+// one Outcome per event, in order. It returns a *BusyError when the inbox
+// is full and ErrClosed once closed; then nothing is stored. Once a commit
+// is accepted, Commit waits for its outcome even if ctx ends, so that the
+// caller knows what happened. events must locate bytes inside body.
+func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events []Event) ([]Outcome, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	c := &commit{source: source, body: body, events: events, done: make(chan commitResult, 1)}
+	in.closeMu.RLock()
+	if in.closed {
+		in.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
+	if n := in.o.Queue.PendingEvents(); n >= in.o.MaxPendingEvents {
+		in.closeMu.RUnlock()
+		in.o.Metrics.busy.WithLabelValues(source, "queue_full").Inc()
+		return nil, &BusyError{Reason: fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), RetryAfter: busyRetryAfter}
+	}
+	select {
+	case in.reqs <- c:
+		in.closeMu.RUnlock()
+	default:
+		in.closeMu.RUnlock()
+		in.o.Metrics.busy.WithLabelValues(source, "saturated").Inc()
+		return nil, &BusyError{Reason: "the group commit is saturated", RetryAfter: busyRetryAfter}
+	}
+	r := <-c.done
+	return r.outcomes, r.err
+}
+
+// Close refuses new commits, finishes those already accepted and returns
+// when they are answered.
+func (in *Inbox) Close() {
+	in.closeMu.Lock()
+	if !in.closed {
+		in.closed = true
+		close(in.reqs)
+	}
+	in.closeMu.Unlock()
+	in.wg.Wait()
+}
+
+// EventBySeq and EventByKey look up an event of source in the ledger.
+func (in *Inbox) EventBySeq(ctx context.Context, source string, seq int64) (queue.EventStatus, bool, error) {
+	return in.o.Queue.EventBySeq(ctx, source, seq)
+}
+
+// EventByKey looks up the event of source with idempotency key key.
+func (in *Inbox) EventByKey(ctx context.Context, source, key string) (queue.EventStatus, bool, error) {
+	return in.o.Queue.EventByKey(ctx, source, key)
+}
+
+// work takes every commit waiting, up to a group's caps, and commits them.
+func (in *Inbox) work() {
+	group := make([]*commit, 0, maxGroupCommits)
+	for c := range in.reqs {
+		group = append(group[:0], c)
+		size := len(c.body)
+	fill:
+		for len(group) < maxGroupCommits && size < maxGroupBytes {
+			select {
+			case c, ok := <-in.reqs:
+				if !ok {
+					break fill
+				}
+				group = append(group, c)
+				size += len(c.body)
+			default:
+				break fill
+			}
+		}
+		in.commitGroup(group)
+		clear(group)
+	}
+}
+
+// commitGroup commits a group, one raw object and one queue batch per
+// source, the sources in parallel so that their batches share the queue's
+// transaction, and answers every commit of the group.
+func (in *Inbox) commitGroup(group []*commit) {
+	start := time.Now()
+	bySource := make(map[string][]*commit)
+	var order []string
+	for _, c := range group {
+		if _, ok := bySource[c.source]; !ok {
+			order = append(order, c.source)
+		}
+		bySource[c.source] = append(bySource[c.source], c)
+	}
+	var wg sync.WaitGroup
+	for _, source := range order {
+		wg.Go(func() { in.commitSource(source, bySource[source]) })
+	}
+	wg.Wait()
+	in.o.Metrics.groupSize.Observe(float64(len(group)))
+	in.o.Metrics.commitDuration.Observe(time.Since(start).Seconds())
+}
+
+// commitSource makes the commits of one source durable: their bodies, each
+// followed by a newline, as one raw object, then their events as one
+// batch.
+func (in *Inbox) commitSource(source string, cs []*commit) {
+	fetchedAt := time.Now()
+	size, n := 0, 0
+	for _, c := range cs {
+		size += len(c.body) + 1
+		n += len(c.events)
+	}
+	raw := make([]byte, 0, size)
+	b := queue.Batch{Source: source, FetchedAt: fetchedAt, Events: make([]queue.NewEvent, 0, n)}
+	for _, c := range cs {
+		base := len(raw)
+		raw = append(append(raw, c.body...), '\n')
+		for _, e := range c.events {
+			off := base + e.Off
+			b.Events = append(b.Events, queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: off, RawLen: e.Len,
+				Payload: raw[off : off+e.Len : off+e.Len]})
+		}
+	}
+	b.RawKey = rawstore.Key(source, fetchedAt, raw)
+	fail := func(err error) {
+		for _, c := range cs {
+			c.done <- commitResult{err: err}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), in.o.RawTimeout)
+	err := in.o.Raw.Put(ctx, b.RawKey, raw)
+	cancel()
+	if err != nil {
+		in.o.Metrics.rawErrors.Inc()
+		in.o.Logger.Error("push: raw store write failed; senders are told to retry", "source", source, "err", err)
+		fail(fmt.Errorf("make the raw payload durable: %w", err))
+		return
+	}
+	frames, err := in.o.Queue.Append(context.Background(), b)
+	if err != nil {
+		in.o.Logger.Error("push: queue commit failed; senders are told to retry", "source", source, "err", err)
+		fail(fmt.Errorf("commit to the queue: %w", err))
+		return
+	}
+	in.o.Sender.Submit(frames)
+	in.answer(source, cs, b, frames)
+}
+
+// answer sends each commit its outcomes. The new events are those in
+// frames, in batch order; every other event of b was a duplicate, whose
+// status is read from the ledger.
+func (in *Inbox) answer(source string, cs []*commit, b queue.Batch, frames []queue.Frame) {
+	var added []queue.Event
+	for _, f := range frames {
+		added = append(added, f.Events...)
+	}
+	stats := CommitStats{Bytes: 0}
+	i, next := 0, 0
+	for _, c := range cs {
+		stats.Bytes += len(c.body)
+		outs := make([]Outcome, len(c.events))
+		var err error
+		for j := range c.events {
+			e := &b.Events[i]
+			i++
+			if next < len(added) && added[next].RawOff == e.RawOff && added[next].Key == e.Key {
+				a := added[next]
+				next++
+				outs[j] = Outcome{New: true, EventStatus: queue.EventStatus{Seq: a.Seq, Source: source, Key: a.Key,
+					Status: queue.StatusQueued, Received: 1, CreatedAt: b.FetchedAt, UpdatedAt: b.FetchedAt}}
+				stats.New++
+				if e.EventTime.After(stats.Newest) {
+					stats.Newest = e.EventTime
+				}
+				continue
+			}
+			stats.Duplicates++
+			st, ok, lerr := in.o.Queue.EventByKey(context.Background(), source, e.Key)
+			if lerr == nil && !ok {
+				// Only a prune racing this very commit could forget it.
+				lerr = fmt.Errorf("event %q was a duplicate but the ledger no longer knows it", e.Key)
+			}
+			if lerr != nil {
+				err = fmt.Errorf("read the status of a duplicate: %w", lerr)
+				continue
+			}
+			outs[j] = Outcome{EventStatus: st}
+		}
+		if err != nil {
+			c.done <- commitResult{err: err}
+			continue
+		}
+		c.done <- commitResult{outcomes: outs}
+	}
+	if in.o.OnCommit != nil {
+		in.o.OnCommit(source, stats)
+	}
+}

@@ -1,0 +1,39 @@
+package push
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the push listener's metrics. The per-source event, duplicate
+// and byte counters are the pipeline's (ingestor_source_*), fed through
+// InboxOptions.OnCommit.
+type Metrics struct {
+	// Requests counts answered push requests by source and HTTP status
+	// code (a WebSocket envelope counts as a request, by the status code
+	// its answer stands for).
+	Requests       *prometheus.CounterVec
+	busy           *prometheus.CounterVec
+	groupSize      prometheus.Histogram
+	commitDuration prometheus.Histogram
+	rawErrors      prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_push_requests_total",
+			Help: "Push requests answered, by source and HTTP status code."}, []string{"source", "code"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_push_busy_total",
+			Help: "Push commits refused for now (answered 429), by source and reason: queue_full or saturated."}, []string{"source", "reason"}),
+		groupSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_push_commit_group_size",
+			Help:    "Push requests made durable together by one group commit (one raw write per source, one queue transaction).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
+		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_push_commit_duration_seconds",
+			Help:    "Time to make one push group durable: raw write and queue commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		rawErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_push_raw_errors_total",
+			Help: "Push groups whose raw write failed; their senders were told to retry."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Requests, m.busy, m.groupSize, m.commitDuration, m.rawErrors)
+	}
+	return m
+}

@@ -1,0 +1,189 @@
+package push
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Push is the [push] section: address and TLS.
+	Push config.Push
+	// Sources are the configured sources; the enabled push kinds among
+	// them are served.
+	Sources []config.Source
+	Inbox   *Inbox
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Registry takes the metrics a kind's handler adds (nil: none).
+	Registry prometheus.Registerer
+}
+
+// Server is the push listener: /ingest/NAME and below, for each enabled
+// push source.
+type Server struct {
+	srv      *http.Server
+	ln       net.Listener
+	handlers map[string]handler
+	log      *slog.Logger
+	closing  atomic.Bool
+	done     chan struct{}
+}
+
+// handler serves one push source. Close runs once the listener stopped
+// taking requests: a handler that keeps connections of its own (WebSocket)
+// finishes what they sent and closes them.
+type handler interface {
+	http.Handler
+	Close()
+}
+
+// handlerEnv is what a kind's handler is built with.
+type handlerEnv struct {
+	source  config.Source
+	inbox   *Inbox
+	log     *slog.Logger // carries the source name
+	metrics *Metrics
+	reg     prometheus.Registerer
+}
+
+// Limits of the push listener's connections. A webhook handler bounds the
+// time to read its body itself (WebSocket connections are long-lived).
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+// Start listens on o.Push.Addr and serves the enabled push sources of
+// o.Sources.
+func Start(o ServerOptions) (*Server, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	s := &Server{handlers: make(map[string]handler), log: o.Logger, done: make(chan struct{})}
+	for _, src := range o.Sources {
+		if !src.Enabled {
+			continue
+		}
+		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry}
+		var h handler
+		var err error
+		switch spec := src.Spec.(type) {
+		case *sources.WebhookSpec:
+			h, err = newWebhook(env, spec)
+		case *sources.WSIngressSpec:
+			h, err = newWSIngress(env, spec)
+		default:
+			continue
+		}
+		if err != nil {
+			s.closeHandlers()
+			return nil, fmt.Errorf("source %q: %w", src.Name, err)
+		}
+		s.handlers[src.Name] = h
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ingest/{name}", s.dispatch)
+	mux.HandleFunc("/ingest/{name}/{rest...}", s.dispatch)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		WriteError(w, http.StatusNotFound, "not found: push sources are served under /ingest/NAME")
+	})
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)}
+	ln, err := net.Listen("tcp", o.Push.Addr)
+	if err != nil {
+		s.closeHandlers()
+		return nil, fmt.Errorf("push listen %s: %w", o.Push.Addr, err)
+	}
+	if o.Push.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.Push.TLSCertFile, o.Push.TLSKeyFile)
+		if err != nil {
+			s.closeHandlers()
+			return nil, errors.Join(fmt.Errorf("push.tls_cert_file: %w", err), ln.Close())
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"}})
+	}
+	s.ln = ln
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("push listener stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr returns the address the listener is bound to.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// dispatch routes a request to its source's handler.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	h, ok := s.handlers[r.PathValue("name")]
+	if !ok {
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("no push source %q is enabled", r.PathValue("name")))
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// Shutdown stops taking requests, waits for those in progress (each ends
+// once its commit is answered) until ctx ends, then lets every handler
+// close its own connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.closing.Swap(true) {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(fmt.Errorf("push listener shutdown: %w", err), s.srv.Close())
+	}
+	<-s.done
+	s.closeHandlers()
+	return err
+}
+
+func (s *Server) closeHandlers() {
+	for _, h := range s.handlers {
+		h.Close()
+	}
+}
+
+// errorBody is the JSON body of an error answer.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// WriteJSON answers code with v as JSON.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		code, body = http.StatusInternalServerError, []byte(`{"error":"encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// WriteError answers code with {"error": msg}.
+func WriteError(w http.ResponseWriter, code int, msg string) {
+	WriteJSON(w, code, errorBody{Error: msg})
+}
