@@ -11,10 +11,15 @@
 // Their tests are the KIND*_test.go files. A new kind adds its files and
 // one line to the kinds map in source.go.
 //
+// The push kinds, webhook (webhook.go) and ws_ingress (wsingress.go),
+// hold only their Spec here: their upstreams send to the daemon's push
+// listener, which package internal/push serves.
+//
 // This file holds what every kind shares: Source, Spec, Env, Batch,
 // Record and the errors a Fetch returns. cursor.go, ratelimit.go and
 // tls.go hold what several kinds use: cursor comparison, named rate
-// limiters and client TLS settings.
+// limiters and client TLS settings; push.go what the push kinds share
+// (PushSpec).
 package sources
 
 import (
