@@ -118,7 +118,7 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("url: %s", msg))
 	}
 	if o.Token == "" {
-		errs = append(errs, errors.New("token: is required (the daemon answers 401 without it): set token_file or token"))
+		errs = append(errs, errors.New("token: is required (the daemon answers 401 without it): set -token-file or -token-env, or token or token_file in the [edge] table"))
 	} else if msg := CheckToken(o.Token); msg != "" {
 		errs = append(errs, fmt.Errorf("token: %s", msg))
 	}
