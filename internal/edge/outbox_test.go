@@ -161,7 +161,7 @@ func TestOutboxSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := ob.stats()
-	if s.Events != 1 || s.Retrying != 1 || s.DeadLetters != 1 || s.LastDeadLetter != "bad type" || s.Bytes != int64(len(envs[2].raw)) {
+	if s.Events != 1 || s.Retried != 1 || s.DeadLetters != 1 || s.LastDeadLetter != "bad type" || s.Bytes != int64(len(envs[2].raw)) {
 		t.Fatalf("stats = %+v", s)
 	}
 	if n, b := ob.backlog(); n != 1 || b != int64(len(envs[2].raw)) {

@@ -16,8 +16,9 @@ type Stats struct {
 	Events, Bytes int64
 	// Oldest is when the oldest of them was accepted (zero when none).
 	Oldest time.Time
-	// Retrying counts those held back by a "retry" answer.
-	Retrying int64
+	// Retried counts those the daemon answered "retry" at least once
+	// since the forwarder started.
+	Retried int64
 	// DeadLetters counts the envelopes the daemon rejected.
 	DeadLetters int64
 	// LastDeadLetter is the newest dead letter's reason and time.
@@ -30,7 +31,7 @@ func readStats(ctx context.Context, db *sql.DB) (Stats, error) {
 	var s Stats
 	var oldest sql.NullInt64
 	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(size), 0), MIN(created_at),
-		COALESCE(SUM(next_attempt > 0), 0) FROM outbox`).Scan(&s.Events, &s.Bytes, &oldest, &s.Retrying)
+		COALESCE(SUM(next_attempt > 0), 0) FROM outbox`).Scan(&s.Events, &s.Bytes, &oldest, &s.Retried)
 	if err != nil {
 		return s, fmt.Errorf("read the backlog: %w", err)
 	}
@@ -73,8 +74,8 @@ func (s Stats) Print(w io.Writer, path string, now time.Time) error {
 	if !s.Oldest.IsZero() {
 		age = now.Sub(s.Oldest).Round(time.Second).String()
 	}
-	_, err := fmt.Fprintf(w, "outbox:        %s\npending:       %d events, %d bytes\noldest:        %s\nretrying:      %d\ndead letters:  %d\n",
-		path, s.Events, s.Bytes, age, s.Retrying, s.DeadLetters)
+	_, err := fmt.Fprintf(w, "outbox:        %s\npending:       %d events, %d bytes\noldest:        %s\nretried:       %d\ndead letters:  %d\n",
+		path, s.Events, s.Bytes, age, s.Retried, s.DeadLetters)
 	if err == nil && s.DeadLetters > 0 {
 		_, err = fmt.Fprintf(w, "last rejected: %s ago: %s\n", now.Sub(s.LastDeadLetterTime).Round(time.Second), s.LastDeadLetter)
 	}
