@@ -77,8 +77,9 @@ type Options struct {
 	ReconnectBase, ReconnectMax time.Duration
 	// Logger receives the forwarder's log; default slog.Default().
 	Logger *slog.Logger
-	// Registerer, when set, gets the metrics instead of the registry
-	// MetricsAddr serves.
+	// Registerer, when set, gets the metrics instead of a registry of the
+	// forwarder's own; MetricsAddr then serves it if it is also a
+	// prometheus.Gatherer (such as a *prometheus.Registry).
 	Registerer prometheus.Registerer
 }
 
@@ -261,6 +262,9 @@ func Start(ctx context.Context, o Options) (*Forwarder, error) {
 		retry: backoff.Policy{Base: o.ReconnectBase, Max: o.ReconnectMax},
 		fill:  &filler{deviceID: o.DeviceID, sessionID: newID(), maxBytes: o.MaxEnvelopeBytes, now: time.Now}}
 	reg, gather := o.Registerer, prometheus.Gatherer(nil)
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		gather = g
+	}
 	if reg == nil {
 		r := prometheus.NewRegistry()
 		reg, gather = r, r
@@ -320,7 +324,7 @@ func (f *Forwarder) listen(gather prometheus.Gatherer) error {
 	}
 	if f.opts.MetricsAddr != "" {
 		if gather == nil {
-			return errors.New("metrics: a Registerer was given, so serve its metrics there")
+			return errors.New("metrics: the Registerer given is not a Gatherer, so serve its metrics where it is gathered")
 		}
 		if f.metricsLn, err = net.Listen("tcp", f.opts.MetricsAddr); err != nil {
 			return fmt.Errorf("metrics: %w", err)
