@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -169,6 +170,8 @@ func TestStdinPausesWhenFull(t *testing.T) {
 	o.MaxOutboxBytes = 2048
 	pr, pw := io.Pipe()
 	o.Stdin = pr
+	var logs testsync.LockedBuffer
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	f := startForwarder(t, o)
 	written := make(chan error, 1)
 	go func() {
@@ -180,9 +183,8 @@ func TestStdinPausesWhenFull(t *testing.T) {
 		}
 		written <- pw.Close()
 	}()
-	testsync.WaitFor(t, "a full outbox", 10*time.Second, func() bool {
-		_, b := f.ob.backlog()
-		return b > 2048-500
+	testsync.WaitFor(t, "stdin paused on a full outbox", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "stdin: paused") && strings.Contains(logs.String(), "outbox full")
 	})
 	select {
 	case err := <-written:
