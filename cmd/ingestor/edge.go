@@ -46,6 +46,23 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return cmdEdgeStatus(args[1:], stdout, stderr)
 	}
+	o, code := edgeSettings(args, stdin, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := edge.Run(ctx, o); err != nil {
+		o.Logger.Error("edge forwarder", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// edgeSettings returns the forwarder's options from the flags in args and
+// the -c file they name, validated, and -1; or, when the command is done
+// (-h, or a problem it has reported on stderr), its exit code.
+func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edge.Options, int) {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("c", "", "config `file` with an [edge] table (see config/edge.example.toml)")
@@ -70,16 +87,16 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fs.SetOutput(stdout)
 			fs.Usage()
-			return 0
+			return edge.Options{}, 0
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return edge.Options{}, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ingestor edge: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
-		return 2
+		return edge.Options{}, 2
 	}
 	o := edge.Options{URL: *url, CAFile: *caFile, DeviceID: *deviceID, Outbox: *outbox, MaxOutboxBytes: *maxOutbox,
 		MaxEnvelopeBytes: *maxEnvelope, HTTPAddr: *httpAddr, Socket: *socket, MetricsAddr: *metrics, Window: *window}
@@ -88,7 +105,7 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		cfg, err := config.LoadEdge(*path)
 		if err != nil {
 			printConfigError(stderr, err)
-			return 1
+			return edge.Options{}, 1
 		}
 		o = edgeOptions(cfg)
 		stdinOn = cfg.Stdin
@@ -123,7 +140,7 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	token, err := flagToken(*tokenFile, *tokenEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "ingestor edge: %v\n", err)
-		return 1
+		return edge.Options{}, 1
 	}
 	if token != "" {
 		o.Token = token
@@ -134,15 +151,9 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	o.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	if err := o.Validate(); err != nil {
 		fmt.Fprintf(stderr, "ingestor edge: invalid settings:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-		return 2
+		return edge.Options{}, 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := edge.Run(ctx, o); err != nil {
-		o.Logger.Error("edge forwarder", "err", err)
-		return 1
-	}
-	return 0
+	return o, -1
 }
 
 // edgeOptions returns the forwarder options of a loaded [edge] table.

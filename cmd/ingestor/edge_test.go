@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ingestorhq/ingestor/internal/edge"
 )
@@ -108,5 +109,45 @@ func TestEdgeStatus(t *testing.T) {
 	}
 	if code := run([]string{"edge", "status", "-outbox", filepath.Join(dir, "none.db")}, &out, &errb); code != 1 {
 		t.Errorf("status of a missing outbox: exit %d", code)
+	}
+}
+
+// TestEdgeSettings checks how the -c file and the flags combine: the
+// file's keys, each flag given overriding its key, the token from
+// -token-env, and stdin only when asked for.
+func TestEdgeSettings(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "edge.toml")
+	if err := os.WriteFile(cfg, []byte(`[edge]
+url = "ws://127.0.0.1:9465/ingest/devices/ws"
+token = "${TEST_EDGE_TOKEN}"
+device_id = "from-file"
+outbox = "/var/lib/edge/outbox.db"
+http = "127.0.0.1:9470"
+window = 8
+ack_timeout = "5s"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEST_EDGE_TOKEN", "file-token")
+	t.Setenv("OTHER_EDGE_TOKEN", "env-token")
+	stdin := strings.NewReader("")
+	var out, errb bytes.Buffer
+	o, code := edgeSettings([]string{"-c", cfg, "-device-id", "from-flag", "-stdin", "-token-env", "OTHER_EDGE_TOKEN"}, stdin, &out, &errb)
+	if code != -1 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if o.URL != "ws://127.0.0.1:9465/ingest/devices/ws" || o.DeviceID != "from-flag" || o.Token != "env-token" ||
+		o.Outbox != "/var/lib/edge/outbox.db" || o.HTTPAddr != "127.0.0.1:9470" || o.Window != 8 ||
+		o.AckTimeout != 5*time.Second || o.Stdin != stdin || o.MaxOutboxBytes != edge.DefaultMaxOutboxBytes {
+		t.Errorf("options = %+v", o)
+	}
+	o, code = edgeSettings([]string{"-c", cfg}, stdin, &out, &errb)
+	if code != -1 || o.Token != "file-token" || o.DeviceID != "from-file" || o.Stdin != nil {
+		t.Errorf("file only: exit %d, options %+v", code, o)
+	}
+	o, code = edgeSettings([]string{"-url", "wss://h/ingest/d/ws", "-token-env", "OTHER_EDGE_TOKEN", "-device-id", "d", "-socket", filepath.Join(dir, "s")}, stdin, &out, &errb)
+	if code != -1 || o.URL != "wss://h/ingest/d/ws" || o.Outbox != edge.DefaultOutbox || o.Socket == "" || o.Window != edge.DefaultWindow {
+		t.Errorf("flags only: exit %d, options %+v (%s)", code, o, errb.String())
 	}
 }

@@ -244,3 +244,37 @@ func TestWrongTokenKeepsEverything(t *testing.T) {
 		t.Errorf("log shows the token, or not the 401:\n%s", out)
 	}
 }
+
+// TestAckTimeoutReconnectsAndResends lets the daemon swallow the first
+// copy of an event: after ack_timeout the forwarder drops the connection
+// and sends it again on a new one.
+func TestAckTimeoutReconnectsAndResends(t *testing.T) {
+	d := newFakeDaemon(t)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	d.setOnEnvelope(func(c *fakeConn, env fakeEnvelope) {
+		mu.Lock()
+		first := !seen[env.EventID]
+		seen[env.EventID] = true
+		mu.Unlock()
+		if !first {
+			c.store(env)
+		}
+	})
+	o := testOptions(t, d)
+	o.AckTimeout = 200 * time.Millisecond
+	f := startForwarder(t, o)
+	_, r := post(t, f.HTTPAddr(), `{"type":"t","payload":1}`)
+	testsync.WaitFor(t, "the event stored", 10*time.Second, func() bool { return d.storedCount() == 1 })
+	waitEmpty(t, f)
+	got := d.receivedOf(r.EventIDs[0])
+	if len(got) != 2 || got[1].at.Sub(got[0].at) < o.AckTimeout {
+		t.Fatalf("event sent %d times (want 2, the second after ack_timeout)", len(got))
+	}
+	d.mu.Lock()
+	conns := len(d.conns)
+	d.mu.Unlock()
+	if conns < 2 {
+		t.Errorf("%d connections, want a new one after the ack timeout", conns)
+	}
+}
