@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -212,12 +213,17 @@ const maxRequestBytes = 16 << 20
 // handleEvents is POST /events: a body of one JSON object, or NDJSON.
 // The whole body is stored in one commit or not at all, and the answer
 // goes out after the commit: 200 with the event ids, 400 naming every
-// invalid line, 413 for a body over maxRequestBytes, 503 with Retry-After
-// when the outbox is full, 500 when the commit failed.
+// invalid line, 403 for a request a web page made, 413 for a body over
+// maxRequestBytes, 503 with Retry-After when the outbox is full, 500 when
+// the commit failed.
 func (f *Forwarder) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		f.writeReply(w, http.StatusMethodNotAllowed, reply{Status: replyInvalid, Error: "use POST"})
+		return
+	}
+	if why := fromBrowser(r); why != "" {
+		f.writeReply(w, http.StatusForbidden, reply{Status: replyInvalid, Error: why})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
@@ -270,6 +276,28 @@ func (f *Forwarder) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		f.writeReply(w, http.StatusOK, reply{Status: replyAccepted, EventIDs: ids})
 	}
+}
+
+// fromBrowser returns why r looks like a request a web page made, or "".
+// The HTTP input has no authentication, so a page shown by a browser on
+// the device must not post events to it: browsers mark cross-site
+// requests with Origin and Sec-Fetch-Site, and a DNS rebinding attack
+// shows as a Host that is not a loopback address or localhost.
+func fromBrowser(r *http.Request) string {
+	if r.Header.Get("Origin") != "" {
+		return "requests from web pages (with an Origin header) are refused"
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "none" {
+		return "requests from web pages (Sec-Fetch-Site " + site + ") are refused"
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Sprintf("host %q is not a loopback address or localhost", r.Host)
+	}
+	return ""
 }
 
 // fullRetryAfter is the Retry-After of a 503 for a full outbox.

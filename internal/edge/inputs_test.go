@@ -33,7 +33,8 @@ func holdAll(d *fakeDaemon) (release func()) {
 
 // TestHTTPInput checks the answers of POST /events: one JSON object
 // (even spread over lines), NDJSON, a body with an invalid line (400,
-// nothing stored), an empty body, another method.
+// nothing stored), an empty body, another method, and requests a web page
+// could make (403).
 func TestHTTPInput(t *testing.T) {
 	d := newFakeDaemon(t)
 	release := holdAll(d)
@@ -65,6 +66,27 @@ func TestHTTPInput(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d", resp.StatusCode)
+	}
+	for _, h := range []http.Header{{"Origin": {"http://evil.example"}}, {"Sec-Fetch-Site": {"cross-site"}}, {"Host": {"evil.example:9470"}}} {
+		req, err := http.NewRequest(http.MethodPost, "http://"+f.HTTPAddr()+"/events", strings.NewReader(`{"type":"t","payload":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = h
+		req.Host = h.Get("Host")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := resp.Body.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("request with %v: %d, want 403", h, resp.StatusCode)
+		}
+	}
+	if n, _ := f.ob.backlog(); n != 3 {
+		t.Errorf("outbox holds %d events, want 3 (nothing from a web page)", n)
 	}
 	release()
 	waitEmpty(t, f)
