@@ -254,14 +254,17 @@ func (o *outbox) nextDue(ctx context.Context) (time.Time, bool, error) {
 
 // sent counts one more attempt for each of ids.
 func (o *outbox) sent(ctx context.Context, ids []int64) error {
-	return o.tx(ctx, "count attempts", func(tx *sql.Tx) error {
-		for _, id := range ids {
-			if _, err := tx.ExecContext(ctx, `UPDATE outbox SET attempts = attempts + 1 WHERE id = ?`, id); err != nil {
-				return err
-			}
+	return o.tx(ctx, "count attempts", func(tx *sql.Tx) error { return countAttempts(ctx, tx, ids) })
+}
+
+// countAttempts adds one to the attempts of each of ids in tx.
+func countAttempts(ctx context.Context, tx *sql.Tx, ids []int64) error {
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, `UPDATE outbox SET attempts = attempts + 1 WHERE id = ?`, id); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // outcome is the daemon's answer about one stored row.
@@ -273,13 +276,17 @@ type outcome struct {
 	retryAt time.Time
 }
 
-// settle applies outcomes in one transaction: a stored row is deleted, a
-// rejected one moved to the dead letters with its reason, a retried one
-// kept with its next attempt time and the reason as its last error. It
-// returns how many dead letters were dropped to respect maxDeadLetters.
-func (o *outbox) settle(ctx context.Context, outs []outcome) (dropped int64, err error) {
+// settle counts one more attempt for each of sent, then applies outcomes,
+// in one transaction: a stored row is deleted, a rejected one moved to the
+// dead letters with its reason, a retried one kept with its next attempt
+// time and the reason as its last error. It returns how many dead letters
+// were dropped to respect maxDeadLetters.
+func (o *outbox) settle(ctx context.Context, sent []int64, outs []outcome) (dropped int64, err error) {
 	var freed, gone int64
 	err = o.tx(ctx, "settle acks", func(tx *sql.Tx) error {
+		if err := countAttempts(ctx, tx, sent); err != nil {
+			return err
+		}
 		now := time.Now().UnixMilli()
 		for _, out := range outs {
 			var size int64

@@ -126,7 +126,7 @@ func TestOutboxFullRefusesAndStoresNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ob.settle(t.Context(), []outcome{{id: rows[0].id, status: statusStored}}); err != nil {
+	if _, err := ob.settle(t.Context(), nil, []outcome{{id: rows[0].id, status: statusStored}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ob.add(t.Context(), batch); err != nil {
@@ -153,7 +153,7 @@ func TestOutboxSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	retryAt := time.Now().Add(time.Hour)
-	if _, err := ob.settle(t.Context(), []outcome{
+	if _, err := ob.settle(t.Context(), []int64{rows[1].id, rows[2].id}, []outcome{
 		{id: rows[0].id, status: statusStored},
 		{id: rows[1].id, status: statusRejected, reason: "bad type"},
 		{id: rows[2].id, status: statusRetry, reason: "busy", retryAt: retryAt},
@@ -176,12 +176,14 @@ func TestOutboxSettle(t *testing.T) {
 	}
 	var attempts int
 	var lastErr string
-	if err := ob.db.QueryRow(`SELECT attempts, last_error FROM outbox`).Scan(&attempts, &lastErr); err != nil || attempts != 1 || lastErr != "busy" {
+	if err := ob.db.QueryRow(`SELECT attempts, last_error FROM outbox`).Scan(&attempts, &lastErr); err != nil || attempts != 2 || lastErr != "busy" {
 		t.Errorf("attempts, last_error = %d, %q (%v)", attempts, lastErr, err)
 	}
 	var env []byte
-	if err := ob.db.QueryRow(`SELECT envelope FROM dead_letters`).Scan(&env); err != nil || !bytes.Equal(env, envs[1].raw) {
-		t.Errorf("dead letter = %s (%v), want %s", env, err, envs[1].raw)
+	var dlAttempts int
+	if err := ob.db.QueryRow(`SELECT envelope, attempts FROM dead_letters`).Scan(&env, &dlAttempts); err != nil ||
+		!bytes.Equal(env, envs[1].raw) || dlAttempts != 1 {
+		t.Errorf("dead letter = %s after %d attempts (%v), want %s after 1", env, dlAttempts, err, envs[1].raw)
 	}
 	if err := ob.close(); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,17 @@ type flight struct {
 	sentAt time.Time
 }
 
+// window is what one connection has sent and not had answered.
+type window struct {
+	// inflight holds the unanswered rows by event_id, ids their row ids.
+	inflight map[string]flight
+	ids      map[int64]bool
+	// attempts are the rows sent whose attempt the outbox has not counted
+	// yet: it counts them in the transaction of the next answers, so that
+	// a send costs no commit of its own.
+	attempts []int64
+}
+
 // run connects, sends and reconnects until ctx ends. A connection that
 // ends is retried after a capped exponential backoff with full jitter,
 // restarted from the first wait once a connection has had an answer.
@@ -108,24 +119,28 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 		defer close(done)
 		readErr <- readAcks(rctx, conn, acks)
 	}()
+	w := &window{inflight: map[string]flight{}, ids: map[int64]bool{}}
 	defer func() {
 		stopReader()
 		err = errors.Join(err, ignoreClosed(conn.CloseNow()))
 		<-done
+		if len(w.attempts) > 0 {
+			// Count the attempts of what went unanswered, even on a shutdown.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err = errors.Join(err, s.ob.sent(fctx, w.attempts))
+			cancel()
+		}
 	}()
-
-	inflight := map[string]flight{}
-	ids := map[int64]bool{}
 	ackTimer := time.NewTimer(time.Hour)
 	defer ackTimer.Stop()
 	dueTimer := time.NewTimer(time.Hour)
 	defer dueTimer.Stop()
 	for {
-		if err := s.fill(ctx, conn, inflight, ids); err != nil {
+		if err := s.fill(ctx, conn, w); err != nil {
 			return answered, err
 		}
 		resetTimer(dueTimer, time.Hour)
-		if len(inflight) < s.window {
+		if len(w.inflight) < s.window {
 			due, ok, err := s.ob.nextDue(ctx)
 			if err != nil {
 				return answered, err
@@ -136,13 +151,13 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 		}
 		resetTimer(ackTimer, time.Hour)
 		oldest := ""
-		for eid, f := range inflight {
-			if oldest == "" || f.sentAt.Before(inflight[oldest].sentAt) {
+		for eid, f := range w.inflight {
+			if oldest == "" || f.sentAt.Before(w.inflight[oldest].sentAt) {
 				oldest = eid
 			}
 		}
 		if oldest != "" {
-			resetTimer(ackTimer, time.Until(inflight[oldest].sentAt.Add(s.ackTimeout)))
+			resetTimer(ackTimer, time.Until(w.inflight[oldest].sentAt.Add(s.ackTimeout)))
 		}
 		select {
 		case <-ctx.Done():
@@ -153,7 +168,7 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 			return answered, err
 		case a := <-acks:
 			answered = true
-			if err := s.settle(ctx, a, acks, inflight, ids); err != nil {
+			if err := s.settle(ctx, a, acks, w); err != nil {
 				return answered, err
 			}
 		case <-s.ob.notify:
@@ -204,45 +219,40 @@ func readAcks(ctx context.Context, conn *websocket.Conn, acks chan<- ackMessage)
 	}
 }
 
-// fill sends due rows until window envelopes are unanswered, and counts
-// the attempt of each one sent.
-func (s *sender) fill(ctx context.Context, conn *websocket.Conn, inflight map[string]flight, ids map[int64]bool) error {
-	free := s.window - len(inflight)
+// fill sends due rows until window envelopes are unanswered.
+func (s *sender) fill(ctx context.Context, conn *websocket.Conn, w *window) error {
+	free := s.window - len(w.inflight)
 	if free <= 0 {
 		return nil
 	}
-	rows, err := s.ob.pending(ctx, free, ids)
+	rows, err := s.ob.pending(ctx, free, w.ids)
 	if err != nil {
 		return err
 	}
-	var sent []int64
 	for _, r := range rows {
-		if _, dup := inflight[r.eventID]; dup {
+		if _, dup := w.inflight[r.eventID]; dup {
 			continue // the same event_id stored twice goes once its first copy is answered
 		}
 		wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 		err := conn.Write(wctx, websocket.MessageText, r.env)
 		cancel()
 		if err != nil {
-			return errors.Join(fmt.Errorf("send event %s: %w", r.eventID, err), s.ob.sent(ctx, sent))
+			return fmt.Errorf("send event %s: %w", r.eventID, err)
 		}
-		inflight[r.eventID] = flight{id: r.id, sentAt: time.Now()}
-		ids[r.id] = true
-		sent = append(sent, r.id)
+		w.inflight[r.eventID] = flight{id: r.id, sentAt: time.Now()}
+		w.ids[r.id] = true
+		w.attempts = append(w.attempts, r.id)
 		s.m.sent.Inc()
 	}
-	if len(sent) == 0 {
-		return nil
-	}
-	return s.ob.sent(ctx, sent)
+	return nil
 }
 
 // settle applies first and every other ACK already waiting to the outbox
-// in one transaction.
-func (s *sender) settle(ctx context.Context, first ackMessage, acks <-chan ackMessage, inflight map[string]flight, ids map[int64]bool) error {
+// in one transaction, with the attempts not counted yet.
+func (s *sender) settle(ctx context.Context, first ackMessage, acks <-chan ackMessage, w *window) error {
 	var outs []outcome
 	add := func(a ackMessage) {
-		f, ok := inflight[a.EventID]
+		f, ok := w.inflight[a.EventID]
 		if !ok {
 			s.log.Warn("ACK for an event not in flight, ignored", "event_id", a.EventID, "status", a.Status, "reason", a.Reason)
 			return
@@ -265,8 +275,8 @@ func (s *sender) settle(ctx context.Context, first ackMessage, acks <-chan ackMe
 			s.log.Warn("ACK with an unknown status, ignored", "event_id", a.EventID, "status", a.Status)
 			return
 		}
-		delete(inflight, a.EventID)
-		delete(ids, f.id)
+		delete(w.inflight, a.EventID)
+		delete(w.ids, f.id)
 		outs = append(outs, out)
 	}
 	add(first)
@@ -278,10 +288,11 @@ func (s *sender) settle(ctx context.Context, first ackMessage, acks <-chan ackMe
 			more = false
 		}
 	}
-	dropped, err := s.ob.settle(ctx, outs)
+	dropped, err := s.ob.settle(ctx, w.attempts, outs)
 	if err != nil {
 		return err
 	}
+	w.attempts = nil
 	if dropped > 0 {
 		s.log.Warn("local dead letters over their limit, oldest dropped", "dropped", dropped, "limit", maxDeadLetters)
 	}
