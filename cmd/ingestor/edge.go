@@ -79,6 +79,9 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 	useStdin := fs.Bool("stdin", false, "read NDJSON events from standard input")
 	metrics := fs.String("metrics", "", "serve GET /metrics on this `address`, e.g. 127.0.0.1:9466")
 	window := fs.Int("window", edge.DefaultWindow, "send at most `n` envelopes ahead of their ACKs")
+	ackTimeout := fs.Duration("ack-timeout", edge.DefaultAckTimeout, "reconnect and resend when an envelope has no answer within `d`")
+	reconnectBase := fs.Duration("reconnect-base", edge.DefaultReconnectBase, "first reconnection wait `d` (capped exponential backoff, full jitter)")
+	reconnectMax := fs.Duration("reconnect-max", edge.DefaultReconnectMax, "longest reconnection wait `d`")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), edgeUsage)
 		fs.PrintDefaults()
@@ -99,7 +102,8 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 		return edge.Options{}, 2
 	}
 	o := edge.Options{URL: *url, CAFile: *caFile, DeviceID: *deviceID, Outbox: *outbox, MaxOutboxBytes: *maxOutbox,
-		MaxEnvelopeBytes: *maxEnvelope, HTTPAddr: *httpAddr, Socket: *socket, MetricsAddr: *metrics, Window: *window}
+		MaxEnvelopeBytes: *maxEnvelope, HTTPAddr: *httpAddr, Socket: *socket, MetricsAddr: *metrics, Window: *window,
+		AckTimeout: *ackTimeout, ReconnectBase: *reconnectBase, ReconnectMax: *reconnectMax}
 	stdinOn := *useStdin
 	if *path != "" {
 		cfg, err := config.LoadEdge(*path)
@@ -134,6 +138,12 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 				o.MetricsAddr = *metrics
 			case "window":
 				o.Window = *window
+			case "ack-timeout":
+				o.AckTimeout = *ackTimeout
+			case "reconnect-base":
+				o.ReconnectBase = *reconnectBase
+			case "reconnect-max":
+				o.ReconnectMax = *reconnectMax
 			}
 		})
 	}

@@ -24,7 +24,7 @@ func TestEdgeHelp(t *testing.T) {
 	}
 	for _, want := range []string{"usage:", "ingestor edge -c FILE", "ingestor edge status", "Nothing\naccepted is lost",
 		"-url URL", "-token-file file", "-token-env NAME", "-device-id id", "-outbox file", "-max-outbox-bytes n",
-		"-http address", "-socket path", "-stdin", "-metrics address", "-window n", "-ca-file file"} {
+		"-http address", "-socket path", "-stdin", "-metrics address", "-window n", "-ca-file file", "-ack-timeout d", "-reconnect-base d", "-reconnect-max d"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, out.String())
 		}
@@ -133,13 +133,14 @@ ack_timeout = "5s"
 	t.Setenv("OTHER_EDGE_TOKEN", "env-token")
 	stdin := strings.NewReader("")
 	var out, errb bytes.Buffer
-	o, code := edgeSettings([]string{"-c", cfg, "-device-id", "from-flag", "-stdin", "-token-env", "OTHER_EDGE_TOKEN"}, stdin, &out, &errb)
+	o, code := edgeSettings([]string{"-c", cfg, "-device-id", "from-flag", "-stdin", "-token-env", "OTHER_EDGE_TOKEN", "-reconnect-max", "2s"}, stdin, &out, &errb)
 	if code != -1 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if o.URL != "ws://127.0.0.1:9465/ingest/devices/ws" || o.DeviceID != "from-flag" || o.Token != "env-token" ||
 		o.Outbox != "/var/lib/edge/outbox.db" || o.HTTPAddr != "127.0.0.1:9470" || o.Window != 8 ||
-		o.AckTimeout != 5*time.Second || o.Stdin != stdin || o.MaxOutboxBytes != edge.DefaultMaxOutboxBytes {
+		o.AckTimeout != 5*time.Second || o.Stdin != stdin || o.MaxOutboxBytes != edge.DefaultMaxOutboxBytes ||
+		o.ReconnectMax != 2*time.Second || o.ReconnectBase != edge.DefaultReconnectBase {
 		t.Errorf("options = %+v", o)
 	}
 	o, code = edgeSettings([]string{"-c", cfg}, stdin, &out, &errb)
