@@ -226,3 +226,60 @@ func TestStdinPausesWhenFull(t *testing.T) {
 	}
 	waitEmpty(t, f)
 }
+
+// TestSocketFullReply fills a small outbox through the Unix socket while
+// the daemon answers nothing: the event that does not fit gets a "full"
+// line, and the connection goes on.
+func TestSocketFullReply(t *testing.T) {
+	d := newFakeDaemon(t)
+	release := holdAll(d)
+	defer release()
+	o := testOptions(t, d)
+	o.HTTPAddr = ""
+	o.Socket = filepath.Join(t.TempDir(), "edge.sock")
+	o.MaxEnvelopeBytes = 1024
+	o.MaxOutboxBytes = 2048
+	f := startForwarder(t, o)
+	c, err := net.Dial("unix", o.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	sc := bufio.NewScanner(c)
+	event := `{"type":"t","payload":"` + strings.Repeat("x", 500) + `"}` + "\n"
+	for i := 0; ; i++ {
+		if i > 4 {
+			t.Fatalf("%d events of ~650 bytes accepted in a 2048-byte outbox", i)
+		}
+		if _, err := io.WriteString(c, event); err != nil {
+			t.Fatal(err)
+		}
+		if !sc.Scan() {
+			t.Fatalf("no reply: %v", sc.Err())
+		}
+		var r reply
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Status == replyAccepted {
+			continue
+		}
+		if r.Status != replyFull || !strings.Contains(r.Error, "outbox full") {
+			t.Fatalf("reply %+v, want full", r)
+		}
+		break
+	}
+	release()
+	waitEmpty(t, f)
+	if _, err := io.WriteString(c, event); err != nil {
+		t.Fatal(err)
+	}
+	var r reply
+	if !sc.Scan() || json.Unmarshal(sc.Bytes(), &r) != nil || r.Status != replyAccepted {
+		t.Fatalf("after the daemon stored the backlog: %q (%v)", sc.Bytes(), sc.Err())
+	}
+}
