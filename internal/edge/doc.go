@@ -12,6 +12,8 @@
 // WAL mode with synchronous = FULL: the row survives kill -9, a power cut
 // and a reboot. A row is deleted only when the daemon answers "stored" for
 // its event_id, which the daemon sends only after its own durable commit.
+// Producers that send at the same time share one commit (a group commit),
+// each request stored whole or refused whole.
 //
 // Delivery to the daemon is at least once. A row is sent again after a
 // reconnection, a restart of either side, or a "retry" answer, always as

@@ -214,7 +214,7 @@ func testOptions(t testing.TB, d *fakeDaemon) Options {
 }
 
 // startForwarder starts a forwarder with o, stopped at the end of the test.
-func startForwarder(t *testing.T, o Options) *Forwarder {
+func startForwarder(t testing.TB, o Options) *Forwarder {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f, err := Start(ctx, o)

@@ -56,8 +56,9 @@ var ErrOutboxFull = errors.New("outbox full")
 const maxDeadLetters = 10_000
 
 // outbox is the forwarder's SQLite file. Every method is safe for
-// concurrent use; writes are serialized by mu, which also guards the byte
-// count that enforces the limit.
+// concurrent use. New events go through one committer goroutine, which
+// stores the requests waiting together in one transaction (a group
+// commit: one fsync for many producers).
 type outbox struct {
 	path     string
 	maxBytes int64
@@ -66,12 +67,27 @@ type outbox struct {
 	unlock   func() error
 	// notify has a value when rows were added since the sender last looked.
 	notify chan struct{}
+	// adds takes requests to the committer; stopping is closed by close,
+	// committed when the committer has returned.
+	adds      chan *addRequest
+	stopping  chan struct{}
+	committed chan struct{}
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards what follows
 	bytes  int64
 	events int64
 	closed bool
 }
+
+// addRequest is one caller's items waiting for the group commit.
+type addRequest struct {
+	ctx   context.Context
+	items []*envelope
+	done  chan error
+}
+
+// maxGroup bounds how many waiting requests one commit takes.
+const maxGroup = 256
 
 // row is one pending envelope as the sender sees it.
 type row struct {
@@ -97,10 +113,12 @@ func openOutbox(ctx context.Context, path string, maxBytes int64, log *slog.Logg
 	if err != nil {
 		return nil, errors.Join(err, unlock())
 	}
-	o := &outbox{path: path, maxBytes: maxBytes, log: log, db: db, unlock: unlock, notify: make(chan struct{}, 1)}
+	o := &outbox{path: path, maxBytes: maxBytes, log: log, db: db, unlock: unlock, notify: make(chan struct{}, 1),
+		adds: make(chan *addRequest), stopping: make(chan struct{}), committed: make(chan struct{})}
 	if err := o.init(ctx); err != nil {
 		return nil, errors.Join(err, db.Close(), unlock())
 	}
+	go o.commitLoop()
 	return o, nil
 }
 
@@ -132,14 +150,18 @@ func (o *outbox) init(ctx context.Context) error {
 	return nil
 }
 
-// close closes the database and releases the lock. Add fails afterwards.
+// close stops the committer (after the group it is committing), closes
+// the database and releases the lock. Add fails afterwards.
 func (o *outbox) close() error {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.closed {
+		o.mu.Unlock()
 		return nil
 	}
 	o.closed = true
+	o.mu.Unlock()
+	close(o.stopping)
+	<-o.committed
 	return errors.Join(o.db.Close(), o.unlock())
 }
 
@@ -153,57 +175,142 @@ func (o *outbox) backlog() (events, bytes int64) {
 // add stores items in one transaction, giving each envelope that lacks a
 // seq the next value of its device's counter, and sets each item's raw to
 // the bytes stored. It returns only after the commit is on disk; on any
-// error nothing was stored (and items may be passed again). It fails with
-// ErrOutboxFull when the items do not fit under the byte limit.
-func (o *outbox) add(ctx context.Context, items []*envelope) (err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
+// error nothing of items was stored (and they may be passed again). It
+// fails with ErrOutboxFull when the items do not fit under the byte
+// limit. Concurrent calls share one commit. Once the committer has taken
+// the items, they are committed even if ctx ends meanwhile.
+func (o *outbox) add(ctx context.Context, items []*envelope) error {
+	req := &addRequest{ctx: ctx, items: items, done: make(chan error, 1)}
+	select {
+	case o.adds <- req:
+		return <-req.done
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-o.stopping:
 		return errors.New("outbox is closed")
 	}
+}
+
+// commitLoop is the committer: it takes a request and every other one
+// already waiting, up to maxGroup, and commits them together, until close.
+func (o *outbox) commitLoop() {
+	defer close(o.committed)
+	for {
+		var group []*addRequest
+		select {
+		case r := <-o.adds:
+			group = append(group, r)
+		case <-o.stopping:
+			return
+		}
+	more:
+		for len(group) < maxGroup {
+			select {
+			case r := <-o.adds:
+				group = append(group, r)
+			default:
+				break more
+			}
+		}
+		o.commitGroup(group)
+	}
+}
+
+// commitGroup stores the requests of group in one transaction, each whole
+// or not at all, and answers each.
+func (o *outbox) commitGroup(group []*addRequest) {
+	results := make([]error, len(group))
+	answer := func(err error) {
+		for i, r := range group {
+			if err != nil && results[i] == nil {
+				results[i] = err
+			}
+			r.done <- results[i]
+		}
+	}
+	o.mu.Lock()
+	pending := o.bytes
+	o.mu.Unlock()
+	// The commit is not cut short by one caller's context: a request the
+	// committer took is committed, or failed for every caller, as a whole.
+	ctx := context.Background()
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("outbox: begin: %w", err)
+		answer(fmt.Errorf("outbox: begin: %w", err))
+		return
 	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, tx.Rollback())
-		}
-	}()
 	now := time.Now().UnixMilli()
-	var added int64
+	var added, events int64
+	for i, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			results[i] = err // the producer left before its turn: it heard no OK
+			continue
+		}
+		size, err := o.store(ctx, tx, r.items, now, pending+added)
+		if err != nil && !errors.Is(err, ErrOutboxFull) {
+			answer(errors.Join(err, tx.Rollback()))
+			return
+		}
+		results[i] = err
+		if err == nil {
+			added += size
+			events += int64(len(r.items))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		answer(fmt.Errorf("outbox: commit: %w", err))
+		return
+	}
+	o.mu.Lock()
+	o.bytes += added
+	o.events += events
+	o.mu.Unlock()
+	if events > 0 {
+		select {
+		case o.notify <- struct{}{}:
+		default:
+		}
+	}
+	answer(nil)
+}
+
+// store stores items in tx under a savepoint, so that a request that
+// does not fit on top of pending bytes leaves nothing behind (not even
+// the seq values it took). It returns the bytes stored.
+func (o *outbox) store(ctx context.Context, tx *sql.Tx, items []*envelope, now, pending int64) (int64, error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT add_request`); err != nil {
+		return 0, fmt.Errorf("outbox: savepoint: %w", err)
+	}
+	var size int64
 	for _, e := range items {
 		e.raw = e.base
 		if e.needSeq {
 			var seq int64
 			if err := tx.QueryRowContext(ctx, `INSERT INTO seq (device_id, last) VALUES (?, 1)
 				ON CONFLICT (device_id) DO UPDATE SET last = last + 1 RETURNING last`, e.deviceID).Scan(&seq); err != nil {
-				return fmt.Errorf("outbox: next seq of device %q: %w", e.deviceID, err)
+				return 0, fmt.Errorf("outbox: next seq of device %q: %w", e.deviceID, err)
 			}
 			e.raw = withSeq(e.base, seq)
 		}
-		added += int64(len(e.raw))
+		size += int64(len(e.raw))
 	}
-	if o.bytes+added > o.maxBytes {
-		return fmt.Errorf("%w: %d bytes pending of max_outbox_bytes %d, %d event(s) of %d bytes refused",
-			ErrOutboxFull, o.bytes, o.maxBytes, len(items), added)
+	if pending+size > o.maxBytes {
+		if _, err := tx.ExecContext(ctx, `ROLLBACK TO add_request; RELEASE add_request`); err != nil {
+			return 0, fmt.Errorf("outbox: roll back to the savepoint: %w", err)
+		}
+		return 0, fmt.Errorf("%w: %d bytes pending of max_outbox_bytes %d, %d event(s) of %d bytes refused",
+			ErrOutboxFull, pending, o.maxBytes, len(items), size)
 	}
 	for _, e := range items {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO outbox (event_id, envelope, size, created_at) VALUES (?, ?, ?, ?)`,
 			e.eventID, e.raw, len(e.raw), now); err != nil {
-			return fmt.Errorf("outbox: store event %s: %w", e.eventID, err)
+			return 0, fmt.Errorf("outbox: store event %s: %w", e.eventID, err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("outbox: commit: %w", err)
+	if _, err := tx.ExecContext(ctx, `RELEASE add_request`); err != nil {
+		return 0, fmt.Errorf("outbox: release the savepoint: %w", err)
 	}
-	o.bytes += added
-	o.events += int64(len(items))
-	select {
-	case o.notify <- struct{}{}:
-	default:
-	}
-	return nil
+	return size, nil
 }
 
 // stats reads the backlog for a scrape; a failed read is logged and

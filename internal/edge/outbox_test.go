@@ -272,3 +272,46 @@ func TestParseEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxGroupCommit adds from many goroutines at once into an outbox
+// with room for about half: each request is stored whole or refused
+// whole, the byte count matches the rows, and the seq values stored are
+// 1..n without the gaps a refused request would leave.
+func TestOutboxGroupCommit(t *testing.T) {
+	ob := openTestOutbox(t, filepath.Join(t.TempDir(), "outbox.db"), 20_000)
+	defer func() {
+		if err := ob.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	const workers = 64
+	results := make(chan error, workers)
+	for range workers {
+		envs := envelopes(t, `{"type":"a","payload":"`+strings.Repeat("x", 200)+`"}`, `{"type":"b","payload":2}`)
+		go func() { results <- ob.add(t.Context(), envs) }()
+	}
+	stored := 0
+	for range workers {
+		switch err := <-results; {
+		case err == nil:
+			stored++
+		case !errors.Is(err, ErrOutboxFull):
+			t.Fatal(err)
+		}
+	}
+	if stored == 0 || stored == workers {
+		t.Fatalf("%d of %d requests stored, want some refused by a 20000-byte limit", stored, workers)
+	}
+	var rows, sum, maxSeq int64
+	if err := ob.db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(size), 0) FROM outbox`).Scan(&rows, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.db.QueryRow(`SELECT last FROM seq WHERE device_id = 'dev-1'`).Scan(&maxSeq); err != nil {
+		t.Fatal(err)
+	}
+	events, size := ob.backlog()
+	if rows != int64(2*stored) || events != rows || size != sum || maxSeq != rows {
+		t.Errorf("%d requests stored: %d rows of %d bytes, backlog %d events of %d bytes, last seq %d",
+			stored, rows, sum, events, size, maxSeq)
+	}
+}
