@@ -34,6 +34,11 @@ type fakeDaemon struct {
 	t   testing.TB
 	srv *httptest.Server
 
+	// wg counts the handlers and the goroutines started by spawn; done is
+	// closed when the test ends, so that none outlives it.
+	wg   sync.WaitGroup
+	done chan struct{}
+
 	mu sync.Mutex
 	// onEnvelope decides the answer to each envelope; nil stores and acks.
 	onEnvelope func(c *fakeConn, env fakeEnvelope)
@@ -64,10 +69,33 @@ type fakeConn struct {
 }
 
 func newFakeDaemon(t testing.TB) *fakeDaemon {
-	d := &fakeDaemon{t: t, stored: map[string][]byte{}}
+	d := &fakeDaemon{t: t, stored: map[string][]byte{}, done: make(chan struct{})}
 	d.srv = httptest.NewServer(http.HandlerFunc(d.handle))
-	t.Cleanup(d.srv.Close)
+	// Registered first, this runs after the forwarder's cleanup: it stops
+	// the server, drops the WebSocket connections (which Close does not
+	// track) and waits for every goroutine that could still log.
+	t.Cleanup(func() {
+		d.srv.Close()
+		close(d.done)
+		d.mu.Lock()
+		for _, c := range d.conns {
+			if err := c.conn.CloseNow(); err != nil && !strings.Contains(err.Error(), "closed") {
+				t.Logf("fake daemon: close: %v", err)
+			}
+		}
+		d.mu.Unlock()
+		d.wg.Wait()
+	})
 	return d
+}
+
+// spawn runs fn in a goroutine that the end of the test waits for.
+func (d *fakeDaemon) spawn(fn func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		fn()
+	}()
 }
 
 // url is the ws:// URL of the endpoint.
@@ -76,6 +104,8 @@ func (d *fakeDaemon) url() string {
 }
 
 func (d *fakeDaemon) handle(w http.ResponseWriter, r *http.Request) {
+	d.wg.Add(1)
+	defer d.wg.Done()
 	d.mu.Lock()
 	d.handshakes++
 	d.mu.Unlock()

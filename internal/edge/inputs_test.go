@@ -22,10 +22,13 @@ import (
 func holdAll(d *fakeDaemon) (release func()) {
 	ch := make(chan struct{})
 	d.setOnEnvelope(func(c *fakeConn, env fakeEnvelope) {
-		go func() {
-			<-ch
-			c.store(env)
-		}()
+		d.spawn(func() {
+			select {
+			case <-ch:
+				c.store(env)
+			case <-d.done:
+			}
+		})
 	})
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }

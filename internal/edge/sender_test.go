@@ -191,10 +191,13 @@ func TestWindowBoundsUnacked(t *testing.T) {
 		mu.Lock()
 		held = append(held, env)
 		mu.Unlock()
-		go func() {
-			<-release
-			c.store(env)
-		}()
+		d.spawn(func() {
+			select {
+			case <-release:
+				c.store(env)
+			case <-d.done:
+			}
+		})
 	})
 	o := testOptions(t, d)
 	o.Window = 3
