@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"github.com/BurntSushi/toml"
 )
 
 // minAdminToken is the shortest admin token accepted, so that a
@@ -15,15 +17,23 @@ const minAdminToken = 16
 // admin_token_file (surrounding whitespace trimmed), reporting a problem at
 // the key that has it. Messages never quote the token.
 func (d *decoder) adminToken(p []string, token, file string) string {
-	tokenPath, filePath := child(p, "admin_token"), child(p, "admin_token_file")
+	return d.token(child(p, "admin_token"), child(p, "admin_token_file"), token, file, "admin token", checkToken)
+}
+
+// token returns the secret set at tokenPath, or read from the file named
+// at filePath (surrounding whitespace trimmed), checked by check (which
+// returns what is wrong, or ""); what names the secret in messages. A
+// problem is reported at the key that has it. Messages never quote the
+// token.
+func (d *decoder) token(tokenPath, filePath []string, token, file, what string, check func(string) string) string {
 	switch {
 	case token != "" && file != "":
-		d.errAt(filePath, "set daemon.admin_token or daemon.admin_token_file, not both")
+		d.errAt(filePath, "set %s or %s, not both", toml.Key(tokenPath), toml.Key(filePath))
 		return ""
 	case file != "":
 		data, err := os.ReadFile(file)
 		if err != nil {
-			d.errAt(filePath, "read the admin token: %v", err)
+			d.errAt(filePath, "read the %s: %v", what, err)
 			return ""
 		}
 		token = strings.TrimSpace(string(data))
@@ -31,12 +41,12 @@ func (d *decoder) adminToken(p []string, token, file string) string {
 			d.errAt(filePath, "the file %s is empty", d.show(filePath, file))
 			return ""
 		}
-		if msg := checkToken(token); msg != "" {
+		if msg := check(token); msg != "" {
 			d.errAt(filePath, "the token in %s %s", d.show(filePath, file), msg)
 			return ""
 		}
 	case token != "":
-		if msg := checkToken(token); msg != "" {
+		if msg := check(token); msg != "" {
 			d.errAt(tokenPath, "the token %s", msg)
 			return ""
 		}

@@ -54,21 +54,9 @@ func Default() *Config {
 // sources, so a secret need not be set for a source that is off; $${ stands
 // for a literal ${.
 func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
-	if lookup == nil {
-		lookup = os.LookupEnv
-	}
-	var top map[string]toml.Primitive
-	md, err := toml.Decode(string(data), &top)
+	d, top, err := newDecoder(file, data, lookup)
 	if err != nil {
-		return nil, syntaxError(file, err)
-	}
-	d := &decoder{
-		file:    file,
-		md:      md,
-		lines:   indexLines(string(data)),
-		lookup:  lookup,
-		flagged: map[string]bool{},
-		raw:     map[string]string{},
+		return nil, err
 	}
 	cfg := &Config{File: file}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
@@ -89,11 +77,41 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	d.checkPush(cfg.Push, cfg.Daemon, cfg.Sources)
 	d.undecoded()
 
-	if len(d.errs) > 0 {
-		slices.SortStableFunc(d.errs, func(a, b *Error) int { return a.Line - b.Line })
-		return nil, d.errs
+	if err := d.result(); err != nil {
+		return nil, err
 	}
 	return cfg, nil
+}
+
+// newDecoder parses data, the TOML text of file, into its top-level
+// tables and a decoder for them that resolves ${NAME} with lookup (nil:
+// the process environment). A syntax error is returned as Errors.
+func newDecoder(file string, data []byte, lookup func(string) (string, bool)) (*decoder, map[string]toml.Primitive, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var top map[string]toml.Primitive
+	md, err := toml.Decode(string(data), &top)
+	if err != nil {
+		return nil, nil, syntaxError(file, err)
+	}
+	return &decoder{
+		file:    file,
+		md:      md,
+		lines:   indexLines(string(data)),
+		lookup:  lookup,
+		flagged: map[string]bool{},
+		raw:     map[string]string{},
+	}, top, nil
+}
+
+// result returns every problem found, sorted by line, or nil.
+func (d *decoder) result() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int { return a.Line - b.Line })
+	return d.errs
 }
 
 // syntaxError turns a toml decode error into Errors with its line.

@@ -23,6 +23,10 @@
 // disabled source are left as written, so its secrets need not be set.
 // Error messages never contain a value taken from the environment.
 //
+// The edge forwarder (`ingestor edge -c FILE`) has a file of its own with
+// one [edge] table, read by LoadEdge with the same decoder and rules, and
+// documented by EdgeExampleTOML (edge.example.toml).
+//
 // ExampleTOML, embedded from ingestor.example.toml, documents every key with
 // its default; tests keep it loadable, complete, and identical to the copy
 // at the repository root.

@@ -6,6 +6,8 @@
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
 //	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
+//	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
+//	ingestor edge status          print the forwarder's outbox backlog
 //	ingestor version
 package main
 
@@ -37,6 +39,11 @@ const usage = `usage:
                                daemon's ops endpoints, or the queue when it is stopped)
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
+  ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
+                               run the edge forwarder on a device: store events in a local
+                               outbox, send them to a ws_ingress source (ingestor edge -h)
+  ingestor edge status (-c FILE | -outbox FILE)
+                               print the forwarder's backlog: pending events, bytes, oldest, dead letters
 `
 
 func main() {
@@ -61,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDLQ(args[1:], os.Stdin, stdout, stderr)
 	case "curve-keygen":
 		return cmdCurveKeygen(args[1:], stdout, stderr)
+	case "edge":
+		return cmdEdge(args[1:], os.Stdin, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

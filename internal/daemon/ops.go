@@ -8,11 +8,12 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ingestorhq/ingestor/internal/unixsock"
 )
 
 // opsLimits bound every connection of the ops HTTP servers, so that a
@@ -98,21 +99,9 @@ func listenAdmin(addr string) (net.Listener, error) {
 		}
 		return ln, nil
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			return nil, errors.Join(fmt.Errorf("admin listen %s: the socket is in use by another process", addr), c.Close())
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("admin listen %s: remove stale socket: %w", addr, err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := unixsock.Listen(path)
 	if err != nil {
-		return nil, fmt.Errorf("admin listen %s: %w", addr, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		return nil, errors.Join(fmt.Errorf("admin listen %s: %w", addr, err), ln.Close())
+		return nil, fmt.Errorf("admin %w", err)
 	}
 	return ln, nil
 }

@@ -1,0 +1,466 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ingestorhq/ingestor/internal/backoff"
+	"github.com/ingestorhq/ingestor/internal/unixsock"
+)
+
+// The defaults of Options.
+const (
+	DefaultOutbox           = "./edge/outbox.db"
+	DefaultMaxOutboxBytes   = 256 << 20
+	DefaultMaxEnvelopeBytes = 1 << 20
+	DefaultWindow           = 64
+	DefaultAckTimeout       = 30 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultReconnectBase    = 500 * time.Millisecond
+	DefaultReconnectMax     = 30 * time.Second
+)
+
+// Options configure a forwarder. The zero value of a field means its
+// default, except for URL, Token and DeviceID, which are required.
+type Options struct {
+	// URL is the daemon's ws_ingress endpoint,
+	// ws://HOST:PORT/ingest/NAME/ws or wss://....
+	URL string
+	// Token is the bearer token sent on the handshake. It is never logged.
+	Token string
+	// CAFile, when set, is a PEM file of the CAs that sign the daemon's
+	// certificate (wss:// with a private CA); default the system's.
+	CAFile string
+	// DeviceID fills the device_id of events that have none.
+	DeviceID string
+	// Outbox is the SQLite file of the outbox. Default DefaultOutbox.
+	Outbox string
+	// MaxOutboxBytes bounds the bytes of the envelopes waiting for their
+	// ACK; new events are refused beyond it. Default 256 MiB.
+	MaxOutboxBytes int64
+	// MaxEnvelopeBytes bounds one envelope; it must not exceed what the
+	// daemon accepts in one message. Default 1 MiB.
+	MaxEnvelopeBytes int
+	// HTTPAddr, when set, serves POST /events on this loopback address.
+	HTTPAddr string
+	// Socket, when set, is the path of a Unix socket (mode 0600) taking
+	// NDJSON, one reply line per event.
+	Socket string
+	// Stdin, when set, is read as NDJSON (os.Stdin for -stdin).
+	Stdin io.Reader
+	// MetricsAddr, when set, serves GET /metrics.
+	MetricsAddr string
+	// Window is how many envelopes may wait for their ACK at once.
+	// Default 64.
+	Window int
+	// AckTimeout is how long an envelope may wait for its answer before
+	// the connection is dropped and made again (which resends it).
+	// Default 30s.
+	AckTimeout time.Duration
+	// ReconnectBase and ReconnectMax are the capped exponential backoff,
+	// with full jitter, between connection attempts. Default 500ms, 30s.
+	ReconnectBase, ReconnectMax time.Duration
+	// Logger receives the forwarder's log; default slog.Default().
+	Logger *slog.Logger
+	// Registerer, when set, gets the metrics instead of a registry of the
+	// forwarder's own; MetricsAddr then serves it if it is also a
+	// prometheus.Gatherer (such as a *prometheus.Registry).
+	Registerer prometheus.Registerer
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	set := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	if o.Outbox == "" {
+		o.Outbox = DefaultOutbox
+	}
+	if o.MaxOutboxBytes == 0 {
+		o.MaxOutboxBytes = DefaultMaxOutboxBytes
+	}
+	if o.MaxEnvelopeBytes == 0 {
+		o.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
+	}
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+	}
+	set(&o.AckTimeout, DefaultAckTimeout)
+	set(&o.ReconnectBase, DefaultReconnectBase)
+	set(&o.ReconnectMax, DefaultReconnectMax)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Validate returns every problem with o (after its defaults), joined.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	if msg := CheckURL(o.URL); msg != "" {
+		errs = append(errs, fmt.Errorf("url: %s", msg))
+	}
+	if o.Token == "" {
+		errs = append(errs, errors.New("token: is required (the daemon answers 401 without it): set -token-file or -token-env, or token or token_file in the [edge] table"))
+	} else if msg := CheckToken(o.Token); msg != "" {
+		errs = append(errs, fmt.Errorf("token: %s", msg))
+	}
+	if msg := CheckID(o.DeviceID); msg != "" {
+		errs = append(errs, fmt.Errorf("device_id: %s", msg))
+	}
+	if o.MaxOutboxBytes < int64(o.MaxEnvelopeBytes) {
+		errs = append(errs, fmt.Errorf("max_outbox_bytes: %d is less than max_envelope_bytes %d", o.MaxOutboxBytes, o.MaxEnvelopeBytes))
+	}
+	if o.MaxEnvelopeBytes < 1024 {
+		errs = append(errs, fmt.Errorf("max_envelope_bytes: must be at least 1024, not %d", o.MaxEnvelopeBytes))
+	}
+	if o.HTTPAddr != "" {
+		if msg := CheckHTTPAddr(o.HTTPAddr); msg != "" {
+			errs = append(errs, fmt.Errorf("http: %s", msg))
+		}
+	}
+	if o.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("metrics: must be host:port such as \"127.0.0.1:9466\", not %q", o.MetricsAddr))
+		}
+	}
+	if o.HTTPAddr == "" && o.Socket == "" && o.Stdin == nil {
+		errs = append(errs, errors.New("no input: set http, socket or stdin"))
+	}
+	if o.Window < 1 || o.Window > 10_000 {
+		errs = append(errs, fmt.Errorf("window: must be between 1 and 10000, not %d", o.Window))
+	}
+	for name, d := range map[string]time.Duration{"ack_timeout": o.AckTimeout, "reconnect_base": o.ReconnectBase, "reconnect_max": o.ReconnectMax} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, not %v", name, d))
+		}
+	}
+	if o.ReconnectMax < o.ReconnectBase {
+		errs = append(errs, fmt.Errorf("reconnect_max: %v is less than reconnect_base %v", o.ReconnectMax, o.ReconnectBase))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckURL returns what is wrong with a daemon URL, or "".
+func CheckURL(s string) string {
+	if s == "" {
+		return `is required, e.g. "ws://127.0.0.1:9465/ingest/NAME/ws"`
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return `must be a ws:// or wss:// URL such as "wss://ingest.example.com:9465/ingest/NAME/ws"`
+	}
+	return ""
+}
+
+// CheckToken returns what is wrong with a bearer token, or "". Messages
+// never quote the token.
+func CheckToken(token string) string {
+	for i := range len(token) {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
+		}
+	}
+	return ""
+}
+
+// CheckID returns what is wrong with a device id, or "".
+func CheckID(id string) string {
+	switch {
+	case id == "":
+		return "is required: it fills the device_id of every event that has none"
+	case len(id) > maxIDBytes:
+		return fmt.Sprintf("is %d bytes long, over the limit of %d", len(id), maxIDBytes)
+	}
+	return ""
+}
+
+// CheckHTTPAddr returns what is wrong with the address of the HTTP input,
+// or "". It has no authentication, so it must be loopback.
+func CheckHTTPAddr(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("must be a loopback host:port such as \"127.0.0.1:9470\", not %q", addr)
+	}
+	if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Sprintf("must be a loopback address such as \"127.0.0.1:9470\", not %q: the HTTP input has no authentication "+
+			"(use a Unix socket, whose mode is 0600, to take events from other users' processes)", addr)
+	}
+	return ""
+}
+
+// Forwarder is a running edge forwarder: started by Start, stopped by
+// cancelling its context, then waited for with Wait.
+type Forwarder struct {
+	opts  Options
+	log   *slog.Logger
+	ob    *outbox
+	fill  *filler
+	m     *metrics
+	retry backoff.Policy
+
+	httpLn, metricsLn, sockLn net.Listener
+	servers                   []served
+
+	wg   sync.WaitGroup
+	done chan struct{}
+	err  error
+}
+
+// served is an HTTP server and its listener.
+type served struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Run starts a forwarder and returns once ctx ends and it has stopped.
+func Run(ctx context.Context, o Options) error {
+	f, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	return f.Wait()
+}
+
+// Start validates o, opens the outbox, starts the inputs and the sender,
+// and returns. Every event accepted from then on is committed to the
+// outbox before its producer hears OK. Cancelling ctx stops the
+// forwarder: inputs close, the connection closes, the outbox is closed
+// with every unacknowledged envelope still in it.
+func Start(ctx context.Context, o Options) (*Forwarder, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	client, err := httpClient(o.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	ob, err := openOutbox(ctx, o.Outbox, o.MaxOutboxBytes, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	f := &Forwarder{opts: o, log: o.Logger, ob: ob, done: make(chan struct{}),
+		retry: backoff.Policy{Base: o.ReconnectBase, Max: o.ReconnectMax},
+		fill:  &filler{deviceID: o.DeviceID, sessionID: newID(), maxBytes: o.MaxEnvelopeBytes, now: time.Now}}
+	reg, gather := o.Registerer, prometheus.Gatherer(nil)
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		gather = g
+	}
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gather = r, r
+	}
+	if f.m, err = newMetrics(reg, ob); err != nil {
+		return nil, errors.Join(fmt.Errorf("register metrics: %w", err), ob.close())
+	}
+	if err := f.listen(gather); err != nil {
+		return nil, errors.Join(err, f.closeListeners(true), ob.close())
+	}
+	s := &sender{url: o.URL, header: http.Header{"Authorization": {"Bearer " + o.Token}}, client: client,
+		window: o.Window, ackTimeout: o.AckTimeout, writeTimeout: DefaultWriteTimeout, reconnect: f.retry,
+		ob: ob, log: o.Logger, m: f.m}
+	events, bytes := ob.backlog()
+	f.log.Info("edge forwarder started", "outbox", o.Outbox, "pending_events", events, "pending_bytes", bytes,
+		"url", o.URL, "device_id", o.DeviceID, "session_id", f.fill.sessionID)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		s.run(ctx)
+	}()
+	f.serve(ctx)
+	go f.stop(ctx)
+	return f, nil
+}
+
+// httpClient returns the client the sender dials with: the default one,
+// or one trusting the CAs in caFile.
+func httpClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
+// listen opens the listeners of the HTTP input, the Unix socket and the
+// metrics endpoint, so that Start fails when one cannot be had.
+func (f *Forwarder) listen(gather prometheus.Gatherer) error {
+	var err error
+	if f.opts.HTTPAddr != "" {
+		if f.httpLn, err = net.Listen("tcp", f.opts.HTTPAddr); err != nil {
+			return fmt.Errorf("http input: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/events", f.handleEvents)
+		f.servers = append(f.servers, served{f.server(f.httpLn, mux), f.httpLn})
+	}
+	if f.opts.MetricsAddr != "" {
+		if gather == nil {
+			return errors.New("metrics: the Registerer given is not a Gatherer, so serve its metrics where it is gathered")
+		}
+		if f.metricsLn, err = net.Listen("tcp", f.opts.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+		f.servers = append(f.servers, served{f.server(f.metricsLn, mux), f.metricsLn})
+	}
+	if f.opts.Socket != "" {
+		if f.sockLn, err = unixsock.Listen(f.opts.Socket); err != nil {
+			return fmt.Errorf("socket input: %w", err)
+		}
+	}
+	return nil
+}
+
+// server returns an HTTP server for ln with limits against slow clients.
+func (f *Forwarder) server(ln net.Listener, h http.Handler) *http.Server {
+	return &http.Server{Addr: ln.Addr().String(), Handler: h, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(f.log.Handler(), slog.LevelWarn)}
+}
+
+// serve starts the goroutines of the inputs.
+func (f *Forwarder) serve(ctx context.Context) {
+	for _, s := range f.servers {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				f.log.Error("http server", "addr", s.srv.Addr, "err", err)
+			}
+		}()
+	}
+	if f.sockLn != nil {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.acceptSocket(ctx)
+		}()
+	}
+	if f.opts.Stdin != nil {
+		// Not in wg: a read of stdin cannot be interrupted, so a stop
+		// does not wait for it. The outbox refuses its commits once closed.
+		go func() {
+			if err := f.readStdin(ctx, f.opts.Stdin); err != nil {
+				f.log.Error("stdin input stopped", "err", err)
+			}
+		}()
+	}
+}
+
+// acceptSocket serves each connection to the Unix socket until the
+// listener closes.
+func (f *Forwarder) acceptSocket(ctx context.Context) {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := f.sockLn.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				f.log.Error("socket input: accept", "err", err)
+			}
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			stop := context.AfterFunc(ctx, func() {
+				if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+					f.log.Debug("socket input: close", "err", err)
+				}
+			})
+			defer stop()
+			if err := f.serveSocket(ctx, c); err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				f.log.Warn("socket input: connection", "err", err)
+			}
+		}()
+	}
+}
+
+// HTTPAddr returns the address the HTTP input listens on ("" when off).
+func (f *Forwarder) HTTPAddr() string {
+	if f.httpLn == nil {
+		return ""
+	}
+	return f.httpLn.Addr().String()
+}
+
+// MetricsAddr returns the address of the metrics endpoint ("" when off).
+func (f *Forwarder) MetricsAddr() string {
+	if f.metricsLn == nil {
+		return ""
+	}
+	return f.metricsLn.Addr().String()
+}
+
+// stop waits for ctx to end, then stops the inputs, waits for the sender
+// and the inputs, and closes the outbox.
+func (f *Forwarder) stop(ctx context.Context) {
+	<-ctx.Done()
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, s := range f.servers {
+		errs = append(errs, s.srv.Shutdown(shut))
+	}
+	errs = append(errs, f.closeListeners(false))
+	f.wg.Wait()
+	errs = append(errs, f.ob.close())
+	f.err = errors.Join(errs...)
+	f.log.Info("edge forwarder stopped", "err", f.err)
+	close(f.done)
+}
+
+// closeListeners closes the Unix socket listener, which removes its file,
+// and with all the HTTP listeners too (which Shutdown closes otherwise).
+func (f *Forwarder) closeListeners(all bool) error {
+	lns := []net.Listener{f.sockLn}
+	if all {
+		lns = append(lns, f.httpLn, f.metricsLn)
+	}
+	var errs []error
+	for _, ln := range lns {
+		if ln == nil {
+			continue
+		}
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Wait returns once the forwarder has stopped, with any error stopping it.
+func (f *Forwarder) Wait() error {
+	<-f.done
+	return f.err
+}
