@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/edge"
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+// edgeToken is the ws_ingress token of the chaos test.
+const edgeToken = "edge-chaos-token-0123456789abcdef"
+
+// proc is a process of the built binary that the chaos test kills.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startProc(t *testing.T, logs *testsync.LockedBuffer, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), "EDGE_TOKEN="+edgeToken)
+	p.cmd.Stdout, p.cmd.Stderr = logs, logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	return p
+}
+
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+func (p *proc) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// TestEdgeChaosLosesNothing runs the built daemon with a ws_ingress source
+// and the built forwarder feeding it, while four producers post events to
+// the forwarder and a processor acks. Twenty times, at a random moment, it
+// SIGKILLs the daemon, the forwarder or both and starts them again. In the
+// end every event the forwarder accepted (answered 200) reached the
+// processor, and the forwarder's outbox is empty.
+func TestEdgeChaosLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the daemon and the forwarder repeatedly")
+	}
+	const cycles = 20
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	httpAddr, pushAddr, edgeAddr := testsync.FreePort(t), testsync.FreePort(t), testsync.FreePort(t)
+	pub, ack := "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
+	cfgPath := filepath.Join(dir, "ingestor.toml")
+	cfg := fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = %q
+log_format = "json"
+shutdown_grace = "10s"
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+ack_timeout = "2s"
+
+[push]
+addr = %q
+
+[source.devices]
+kind = "ws_ingress"
+token = "${EDGE_TOKEN}"
+`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, pushAddr)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outbox := filepath.Join(dir, "edge", "outbox.db")
+
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	c, err := processor.New(processor.Options{Endpoint: pub, AckEndpoint: ack, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stopProcessor := context.WithCancel(context.Background())
+	pdone := make(chan error, 1)
+	go func() {
+		pdone <- c.Run(pctx, func(_ context.Context, ev *processor.Event) error {
+			var env struct {
+				Payload struct {
+					N int64 `json:"n"`
+				} `json:"payload"`
+			}
+			if err := json.Unmarshal(ev.Payload, &env); err != nil {
+				return processor.Permanent(err)
+			}
+			mu.Lock()
+			seen[env.Payload.N] = true
+			mu.Unlock()
+			return nil
+		})
+	}()
+	defer func() {
+		stopProcessor()
+		if err := <-pdone; err != nil {
+			t.Errorf("processor: %v", err)
+		}
+	}()
+
+	var logs testsync.LockedBuffer
+	startDaemon := func() *proc {
+		p := startProc(t, &logs, bin, "run", "-c", cfgPath)
+		waitReady(t, httpAddr, p.cmd)
+		return p
+	}
+	startEdge := func() *proc {
+		p := startProc(t, &logs, bin, "edge", "-url", "ws://"+pushAddr+"/ingest/devices/ws", "-token-env", "EDGE_TOKEN",
+			"-device-id", "dev-chaos", "-outbox", outbox, "-http", edgeAddr, "-window", "16",
+			"-reconnect-base", "10ms", "-reconnect-max", "200ms", "-ack-timeout", "5s")
+		testsync.WaitFor(t, "the forwarder's HTTP input", 30*time.Second, func() bool {
+			if p.exited() {
+				t.Fatalf("the forwarder exited before it was ready\n%s", tail(logs.String()))
+			}
+			resp, err := http.Get("http://" + edgeAddr + "/events")
+			return err == nil && resp.Body.Close() == nil
+		})
+		return p
+	}
+
+	var next atomic.Int64
+	var accepted []int64
+	produce := func(stop <-chan struct{}, wg *sync.WaitGroup) {
+		defer wg.Done()
+		client := &http.Client{Timeout: 10 * time.Second}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := next.Add(1)
+			resp, err := client.Post("http://"+edgeAddr+"/events", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"type":"chaos","payload":{"n":%d}}`, n)))
+			if err != nil {
+				time.Sleep(5 * time.Millisecond) // the forwarder is down: a producer retries later, not a wait for a condition
+				continue
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				mu.Lock()
+				accepted = append(accepted, n)
+				mu.Unlock()
+			}
+		}
+	}
+	acceptedCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(accepted)
+	}
+
+	daemon, fwd := startDaemon(), startEdge()
+	stop := make(chan struct{})
+	var producers sync.WaitGroup
+	for range 4 {
+		producers.Add(1)
+		go produce(stop, &producers)
+	}
+	for i := range cycles {
+		target := acceptedCount() + 10
+		testsync.WaitFor(t, fmt.Sprintf("cycle %d: 10 more events accepted", i), 60*time.Second, func() bool {
+			return acceptedCount() >= target
+		})
+		time.Sleep(time.Duration(rand.Int64N(int64(200 * time.Millisecond)))) // a random kill moment, not a wait for a condition
+		switch rand.IntN(3) {
+		case 0:
+			daemon.kill(t)
+			daemon = startDaemon()
+		case 1:
+			fwd.kill(t)
+			fwd = startEdge()
+		default:
+			daemon.kill(t)
+			fwd.kill(t)
+			daemon, fwd = startDaemon(), startEdge()
+		}
+	}
+	close(stop)
+	producers.Wait()
+	total := acceptedCount()
+	t.Logf("after %d kill cycles: %d events accepted by the forwarder", cycles, total)
+
+	testsync.WaitFor(t, "every accepted event at the processor", 2*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range accepted {
+			if !seen[n] {
+				return false
+			}
+		}
+		return true
+	})
+	testsync.WaitFor(t, "an empty outbox", time.Minute, func() bool {
+		s, err := edge.ReadStatus(t.Context(), outbox)
+		return err == nil && s.Events == 0
+	})
+	for _, p := range []*proc{fwd, daemon} {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-p.done; err != nil {
+			t.Fatalf("graceful stop after SIGTERM: %v\n%s", err, tail(logs.String()))
+		}
+	}
+}
