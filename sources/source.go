@@ -12,9 +12,10 @@
 // one line to the kinds map in source.go.
 //
 // This file holds what every kind shares: Source, Spec, Env, Batch,
-// Record and the errors a Fetch returns. cursor.go, ratelimit.go and
-// tls.go hold what several kinds use: cursor comparison, named rate
-// limiters and client TLS settings.
+// Record and the errors a Fetch returns. cursor.go, push.go, ratelimit.go
+// and tls.go hold what several kinds use: cursor comparison, what the push
+// kinds (webhook, ws_ingress) share, named rate limiters and client TLS
+// settings.
 package sources
 
 import (
