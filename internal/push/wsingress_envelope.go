@@ -35,10 +35,10 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 	var d jsonscan.Decoder
 	d.Reset(msg)
 	if k := d.Peek(); k != jsonscan.Object {
-		if k == jsonscan.Invalid {
+		if _, _, err := d.Value(); err != nil || d.End() != nil {
 			return env, errors.New("the envelope is not JSON")
 		}
-		return env, fmt.Errorf("the envelope must be a JSON object, not %s %s", article(k), k)
+		return env, fmt.Errorf("the envelope must be a JSON object, not %s", kindPhrase(k))
 	}
 	var seen [len(envelopeFields)]bool
 	strs := map[string]*string{"event_id": &env.EventID, "type": &env.Type, "session_id": &env.SessionID, "device_id": &env.DeviceID}
@@ -69,7 +69,7 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 		}
 		if key == "schema_version" {
 			if kind != jsonscan.Number {
-				return fmt.Errorf("schema_version must be the number 1, not %s %s", article(kind), kind)
+				return fmt.Errorf("schema_version must be the number 1, not %s", kindPhrase(kind))
 			}
 			if v, perr := strconv.ParseFloat(string(val), 64); perr != nil || v != 1 {
 				return fmt.Errorf("schema_version %s is not supported (only 1 is)", val)
@@ -77,7 +77,7 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 			return nil
 		}
 		if kind != jsonscan.String {
-			return fmt.Errorf("%s must be a string, not %s %s", key, article(kind), kind)
+			return fmt.Errorf("%s must be a string, not %s", key, kindPhrase(kind))
 		}
 		s, uerr := jsonscan.Unquote(val)
 		if uerr != nil {
@@ -125,13 +125,17 @@ func fieldIndex(key string) int {
 	return -1
 }
 
-// article returns "a" or "an" for a kind's name.
-func article(k jsonscan.Kind) string {
+// kindPhrase names a kind of JSON value in a sentence: "an array", "null".
+func kindPhrase(k jsonscan.Kind) string {
 	switch k {
+	case jsonscan.Null:
+		return "null"
+	case jsonscan.Bool:
+		return "a boolean"
 	case jsonscan.Object, jsonscan.Array:
-		return "an"
+		return "an " + k.String()
 	}
-	return "a"
+	return "a " + k.String()
 }
 
 // The statuses of an answer to an envelope.

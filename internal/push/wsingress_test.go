@@ -306,6 +306,8 @@ func TestWSIngressRejectsInvalidEnvelopes(t *testing.T) {
 		name, msg, eventID, reason string
 	}{
 		{"not JSON", `hello`, "", "not JSON"},
+		{"not JSON, null-like", `nothing`, "", "not JSON"},
+		{"a string", `"x"`, "", "must be a JSON object, not a string"},
 		{"truncated", `{"event_id":"t1","type":`, "t1", "not valid JSON"},
 		{"trailing data", without("", "") + ` {}`, "x1", "not valid JSON"},
 		{"array", `[1,2]`, "", "must be a JSON object, not an array"},
@@ -319,7 +321,7 @@ func TestWSIngressRejectsInvalidEnvelopes(t *testing.T) {
 		{"empty event_id", without("event_id", `""`), "", "event_id is empty"},
 		{"empty type", without("type", `""`), "x1", "type is empty"},
 		{"numeric event_id", without("event_id", `42`), "", "event_id must be a string, not a number"},
-		{"null device_id", without("device_id", `null`), "x1", "device_id must be a string, not a null"},
+		{"null device_id", without("device_id", `null`), "x1", "device_id must be a string, not null"},
 		{"long event_id", without("event_id", long), strings.Repeat("x", 257), "event_id is longer than 256 bytes"},
 		{"long session_id", without("session_id", long), "x1", "session_id is longer than 256 bytes"},
 		{"bad ts", without("ts", `"yesterday"`), "x1", "not an RFC 3339 time"},
