@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestWSIngressManyDevices(t *testing.T) {
 // the silent one hangs; the silent one is dropped after read_timeout while
 // the quiet one, connected as long, stays.
 func TestWSIngressSilentDeviceIsDropped(t *testing.T) {
-	r := startWS(t, func(s *sources.WSIngressSpec) { s.ReadTimeout, s.PingInterval = "2s", "200ms" })
+	r := startWS(t, func(s *sources.WSIngressSpec) { s.ReadTimeout, s.PingInterval = "3s", "100ms" })
 	silent, err := dialWS(t, r.url, tokenA)
 	if err != nil {
 		t.Fatal(err)
@@ -124,5 +125,71 @@ func TestWSIngressSilentDeviceIsDropped(t *testing.T) {
 	}
 	if got := r.connected(t); got != 2 {
 		t.Errorf("%v devices connected, want 2 (quiet and active)", got)
+	}
+}
+
+// TestWSIngressMaxConnections answers a handshake beyond max_connections
+// 503 with Retry-After, and takes one again once a connection has closed.
+func TestWSIngressMaxConnections(t *testing.T) {
+	r := startWS(t, func(s *sources.WSIngressSpec) { s.MaxConnections = 2 })
+	first := dialDevice(t, r.url, tokenA)
+	dialDevice(t, r.url, tokenB)
+	_, err := dialWS(t, r.url, sharedToken)
+	if err == nil || !strings.Contains(err.Error(), "answered 503") {
+		t.Fatalf("third connection: err = %v, want a 503", err)
+	}
+	if got := metricValue(t, r.metrics.Requests.WithLabelValues("devices", "503")); got != 1 {
+		t.Errorf("requests{code=503} = %v, want 1", got)
+	}
+	if err := first.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Fatal(err)
+	}
+	testsync.WaitFor(t, "the first connection to be gone", 10*time.Second, func() bool { return r.connected(t) == 1 })
+	d := dialDevice(t, r.url, sharedToken)
+	d.send(envelopeFor("dev-z", "z1"))
+	if a := d.next(); a.Status != ackStored {
+		t.Fatalf("after a connection closed: %+v, want stored", a)
+	}
+}
+
+// TestWSIngressRetryWhenQueueFull answers "retry" with retry_after_ms
+// while the queue holds max_pending_events, and stores nothing.
+func TestWSIngressRetryWhenQueueFull(t *testing.T) {
+	r := startWSPending(t, 1, nil)
+	d := dialDevice(t, r.url, tokenA)
+	d.send(envelopeFor("dev-a", "first"))
+	if a := d.next(); a.Status != ackStored {
+		t.Fatalf("first: %+v, want stored", a)
+	}
+	d.send(envelopeFor("dev-a", "second"))
+	a := d.next()
+	if a.Status != ackRetry || a.EventID != "second" || a.RetryAfterMS <= 0 || !strings.Contains(a.Reason, "max_pending_events") {
+		t.Fatalf("second: %+v, want retry with retry_after_ms and the reason", a)
+	}
+	if r.stored(t, "second") {
+		t.Error("an envelope answered retry is in the ledger")
+	}
+	if got := metricValue(t, r.metrics.Requests.WithLabelValues("devices", "429")); got != 1 {
+		t.Errorf("requests{code=429} = %v, want 1", got)
+	}
+}
+
+// TestDeviceLabelsAreCapped gives the first maxDeviceLabels devices their
+// own label and every later one otherDevice.
+func TestDeviceLabelsAreCapped(t *testing.T) {
+	var l deviceLabels
+	for i := range maxDeviceLabels {
+		if got := l.label(fmt.Sprint("d", i)); got != fmt.Sprint("d", i) {
+			t.Fatalf("device %d labelled %q", i, got)
+		}
+	}
+	if got := l.label("late"); got != otherDevice {
+		t.Errorf("device beyond the cap labelled %q, want %q", got, otherDevice)
+	}
+	if got := l.label("d7"); got != "d7" {
+		t.Errorf("a known device labelled %q after the cap", got)
+	}
+	if got := l.label(""); got != otherDevice {
+		t.Errorf("no device labelled %q, want %q", got, otherDevice)
 	}
 }

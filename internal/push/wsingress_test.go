@@ -46,8 +46,14 @@ type wsRig struct {
 // devices "dev-a" and "dev-b", and the spec's defaults changed by tune.
 func startWS(t *testing.T, tune func(*sources.WSIngressSpec)) *wsRig {
 	t.Helper()
+	return startWSPending(t, 1_000_000, tune)
+}
+
+// startWSPending is startWS with publish.max_pending_events maxPending.
+func startWSPending(t *testing.T, maxPending int64, tune func(*sources.WSIngressSpec)) *wsRig {
+	t.Helper()
 	dir := t.TempDir()
-	in, q, _, frames := openInboxIn(t, dir, 1_000_000)
+	in, q, _, frames := openInboxIn(t, dir, maxPending)
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("# device tokens\ndev-a "+tokenA+"\n\ndev-b "+tokenB+"\n"), 0o600); err != nil {
 		t.Fatal(err)
