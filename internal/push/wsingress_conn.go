@@ -64,8 +64,8 @@ func (c *wsConn) serve() {
 		log = log.With("device", c.device)
 	}
 	log.Debug("ws_ingress: device connected")
-	// Answers, pings and the close below need no reader's limit: read
-	// checks max_message_bytes itself, to close with 1008 as promised.
+	// The library would close an oversize message with 1009; read checks
+	// max_message_bytes itself, to close with 1008 as the protocol says.
 	c.conn.SetReadLimit(-1)
 	ctx, cancel := context.WithCancel(context.Background())
 	pinged := make(chan struct{})
@@ -96,6 +96,9 @@ func (c *wsConn) serve() {
 	}
 	if ended != nil {
 		<-ended // the reader ends once the connection is closed
+	}
+	if why.status == websocket.StatusPolicyViolation {
+		log.Info("ws_ingress: closed a connection that broke the protocol", "reason", why.reason)
 	}
 	log.Debug("ws_ingress: device disconnected", "status", int(why.status), "reason", why.reason, "close_err", err)
 }
