@@ -7,11 +7,9 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
-)
 
-// minAdminToken is the shortest admin token accepted, so that a
-// placeholder such as "changeme" is not mistaken for protection.
-const minAdminToken = 16
+	"github.com/ingestorhq/ingestor/sources"
+)
 
 // adminToken returns the admin token set by admin_token or read from
 // admin_token_file (surrounding whitespace trimmed), reporting a problem at
@@ -55,17 +53,7 @@ func (d *decoder) token(tokenPath, filePath []string, token, file, what string, 
 }
 
 // checkToken returns what is wrong with an admin token, or "".
-func checkToken(token string) string {
-	if len(token) < minAdminToken {
-		return fmt.Sprintf("must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", minAdminToken)
-	}
-	for i := range len(token) {
-		if c := token[i]; c <= ' ' || c > '~' {
-			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
-		}
-	}
-	return ""
-}
+func checkToken(token string) string { return sources.CheckToken(token) }
 
 // checkAdminAddr returns what is wrong with a set admin_addr, or "".
 func checkAdminAddr(addr string) string {

@@ -153,6 +153,19 @@ func TestGoodFiles(t *testing.T) {
 				}
 			},
 		},
+		"ws_ingress.good.toml": {
+			env: map[string]string{"DEVICES_TOKEN": "devices-0123456789abcdef"},
+			check: func(t *testing.T, cfg *Config) {
+				want := &sources.WSIngressSpec{MaxMessageBytes: 1 << 20, Token: "devices-0123456789abcdef",
+					TokensFile: "../testdata/config/device-tokens", MaxInflight: 8, ReadTimeout: "30s", PingInterval: "10s", MaxConnections: 500}
+				if got := source(t, cfg, "devices").Spec; !reflect.DeepEqual(got, want) {
+					t.Errorf("spec = %+v, want %+v", got, want)
+				}
+				if !source(t, cfg, "devices").Spec.(sources.PushSpec).Authenticated() {
+					t.Error("a source with tokens is not Authenticated")
+				}
+			},
+		},
 		"admin.good.toml": {
 			env: map[string]string{"INGESTOR_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef"},
 			check: func(t *testing.T, cfg *Config) {
@@ -255,6 +268,15 @@ func TestBadFiles(t *testing.T) {
 			`rate_limiters.bad.toml:10: source "issues": rate_limiter: no [rate_limiters.gitlab] block defines "gitlab"`,
 			`rate_limiters.bad.toml:11: source "issues": rate_limit:`,
 		}},
+		"ws_ingress.bad.toml": {want: []string{
+			`ws_ingress.bad.toml:3: source "devices": token: the token must be at least 16 characters`,
+			`ws_ingress.bad.toml:4: source "devices": tokens_file: ../testdata/config/device-tokens.bad:3: want "DEVICE_ID TOKEN", found 1 fields`,
+			`ws_ingress.bad.toml:5: source "devices": max_inflight: must be between 1 and 4096`,
+			`ws_ingress.bad.toml:7: source "devices": ping_interval: must be shorter than read_timeout (10s)`,
+			`ws_ingress.bad.toml:8: source "devices": max_connections: must be between 1 and 1000000`,
+			`ws_ingress.bad.toml:9: source "devices": max_message_bytes: must be between 1 and 67108864`,
+			`ws_ingress.bad.toml:13: source "gateway": read_timeout: must be a positive duration such as "30s", not "soon"`,
+		}, absent: []string{"tiny-tok", "0123456789abcdef"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
 			`push.bad.toml:9: source "hooks": kind: a webhook source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,

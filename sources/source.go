@@ -16,10 +16,10 @@
 // listener, which package internal/push serves.
 //
 // This file holds what every kind shares: Source, Spec, Env, Batch,
-// Record and the errors a Fetch returns. cursor.go, ratelimit.go and
-// tls.go hold what several kinds use: cursor comparison, named rate
-// limiters and client TLS settings; push.go what the push kinds share
-// (PushSpec).
+// Record and the errors a Fetch returns. cursor.go, push.go, ratelimit.go
+// and tls.go hold what several kinds use: cursor comparison, what the push
+// kinds (webhook, ws_ingress) share, named rate limiters and client TLS
+// settings.
 package sources
 
 import (

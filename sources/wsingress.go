@@ -1,15 +1,70 @@
 package sources
 
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+)
+
 // WSIngressSpec configures kind "ws_ingress": devices connect to
 // /ingest/NAME/ws on the push listener and send envelopes, each
-// acknowledged only once it is durable.
+// acknowledged only once it is durable. The wire protocol is in README,
+// "Devices over WebSocket".
 type WSIngressSpec struct {
-	// MaxMessageBytes caps one envelope. Default 1 MiB.
+	// MaxMessageBytes caps one envelope; a larger message closes the
+	// connection with 1008. Default 1 MiB.
 	MaxMessageBytes int64 `toml:"max_message_bytes"`
+	// Token is a bearer token shared by every device (typically
+	// "${ENV_NAME}"): a device presenting it may send envelopes of any
+	// device_id. Never logged.
+	Token string `toml:"token"`
+	// TokensFile names a file of per-device tokens, one "DEVICE_ID TOKEN"
+	// a line ('#' starts a comment). A device presenting its token may only
+	// send envelopes whose device_id is DEVICE_ID. It is read when the
+	// config is loaded and when the daemon starts.
+	TokensFile string `toml:"tokens_file"`
+	// MaxInflight is how many envelopes of one connection may wait for
+	// their commit at once; at that many, the connection is not read until
+	// one is answered (backpressure). Default 64.
+	MaxInflight int `toml:"max_inflight"`
+	// ReadTimeout is how long a connection may stay silent (no message and
+	// no pong) while the daemon waits for it before it is dropped; it also
+	// bounds the write of one answer. Default "60s".
+	ReadTimeout string `toml:"read_timeout"`
+	// PingInterval is how often the daemon pings each connection; shorter
+	// than ReadTimeout. Default "20s".
+	PingInterval string `toml:"ping_interval"`
+	// MaxConnections caps the connections open at once; beyond it a
+	// handshake is answered 503 with Retry-After. Default 10000.
+	MaxConnections int `toml:"max_connections"`
 }
 
 func newWSIngressSpec() *WSIngressSpec {
-	return &WSIngressSpec{MaxMessageBytes: 1 << 20}
+	return &WSIngressSpec{MaxMessageBytes: 1 << 20, MaxInflight: 64, ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000}
+}
+
+// MinTokenLen is the shortest bearer token accepted (a ws_ingress token,
+// the admin token), so that a placeholder such as "changeme" is not
+// mistaken for protection.
+const MinTokenLen = 16
+
+// MaxDeviceIDLen is the longest device id (and envelope string field).
+const MaxDeviceIDLen = 256
+
+// CheckToken returns what is wrong with a bearer token, or "". It never
+// quotes the token.
+func CheckToken(token string) string {
+	if len(token) < MinTokenLen {
+		return fmt.Sprintf("must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinTokenLen)
+	}
+	for i := range len(token) {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
+		}
+	}
+	return ""
 }
 
 // Validate implements Spec.
@@ -18,7 +73,74 @@ func (s *WSIngressSpec) Validate() []FieldError {
 	if s.MaxMessageBytes < 1 || s.MaxMessageBytes > 64<<20 {
 		errs = append(errs, FieldError{"max_message_bytes", "must be between 1 and 67108864 (64 MiB)"})
 	}
+	if s.Token != "" {
+		if msg := CheckToken(s.Token); msg != "" {
+			errs = append(errs, FieldError{"token", "the token " + msg})
+		}
+	}
+	if s.TokensFile != "" {
+		if _, err := ReadDeviceTokens(s.TokensFile); err != nil {
+			errs = append(errs, FieldError{"tokens_file", err.Error()})
+		}
+	}
+	if s.MaxInflight < 1 || s.MaxInflight > 4096 {
+		errs = append(errs, FieldError{"max_inflight", "must be between 1 and 4096"})
+	}
+	if s.MaxConnections < 1 || s.MaxConnections > 1_000_000 {
+		errs = append(errs, FieldError{"max_connections", "must be between 1 and 1000000"})
+	}
+	ping, pingOK := positiveDuration(&errs, "ping_interval", s.PingInterval)
+	read, readOK := positiveDuration(&errs, "read_timeout", s.ReadTimeout)
+	if pingOK && readOK && ping >= read {
+		errs = append(errs, FieldError{"ping_interval", fmt.Sprintf("must be shorter than read_timeout (%s), or a quiet device that answers every ping is dropped", s.ReadTimeout)})
+	}
 	return errs
+}
+
+// ReadDeviceTokens reads a tokens_file: one "DEVICE_ID TOKEN" a line,
+// blank lines and lines starting with '#' ignored. It returns the device id
+// of each token. Device ids and tokens must be unique; errors name the line
+// but never quote a token.
+func ReadDeviceTokens(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the device tokens: %w", err)
+	}
+	byToken := make(map[string]string)
+	devices := make(map[string]int)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s:%d: want \"DEVICE_ID TOKEN\", found %d fields", path, n, len(fields))
+		}
+		device, token := fields[0], fields[1]
+		if len(device) > MaxDeviceIDLen {
+			return nil, fmt.Errorf("%s:%d: the device id is longer than %d bytes", path, n, MaxDeviceIDLen)
+		}
+		if msg := CheckToken(token); msg != "" {
+			return nil, fmt.Errorf("%s:%d: the token of device %q %s", path, n, device, msg)
+		}
+		if prev, ok := devices[device]; ok {
+			return nil, fmt.Errorf("%s:%d: device %q already has a token on line %d", path, n, device, prev)
+		}
+		if other, ok := byToken[token]; ok {
+			return nil, fmt.Errorf("%s:%d: device %q has the same token as device %q: each device needs its own", path, n, device, other)
+		}
+		devices[device] = n
+		byToken[token] = device
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read the device tokens from %s: %w", path, err)
+	}
+	if len(byToken) == 0 {
+		return nil, fmt.Errorf("%s holds no \"DEVICE_ID TOKEN\" line", path)
+	}
+	return byToken, nil
 }
 
 // Open implements Spec: a ws_ingress source has nothing to fetch.
@@ -29,5 +151,6 @@ func (s *WSIngressSpec) Open(env Env) (Source, error) {
 	return pushSource{name: env.Name, kind: "ws_ingress"}, nil
 }
 
-// Authenticated implements PushSpec.
-func (s *WSIngressSpec) Authenticated() bool { return false }
+// Authenticated implements PushSpec: every handshake must present the
+// shared token or a device's token.
+func (s *WSIngressSpec) Authenticated() bool { return s.Token != "" || s.TokensFile != "" }

@@ -39,7 +39,13 @@ func (l *frameLog) events() int {
 // temporary directory.
 func openInbox(t *testing.T, maxPending int64) (*Inbox, *queue.Queue, rawstore.Store, *frameLog) {
 	t.Helper()
-	dir := t.TempDir()
+	return openInboxIn(t, t.TempDir(), maxPending)
+}
+
+// openInboxIn is openInbox in dir: the queue is dir/queue.db, the raw
+// store dir/raw.
+func openInboxIn(t *testing.T, dir string, maxPending int64) (*Inbox, *queue.Queue, rawstore.Store, *frameLog) {
+	t.Helper()
 	q, err := queue.Open(queue.Options{Path: filepath.Join(dir, "queue.db")})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ type Metrics struct {
 	groupSize      prometheus.Histogram
 	commitDuration prometheus.Histogram
 	rawErrors      prometheus.Counter
+	ws             *wsMetrics
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -31,9 +32,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		rawErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_push_raw_errors_total",
 			Help: "Push groups whose raw write failed; their senders were told to retry."}),
+		ws: newWSMetrics(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.busy, m.groupSize, m.commitDuration, m.rawErrors)
+		reg.MustRegister(m.ws.collectors()...)
 	}
 	return m
 }

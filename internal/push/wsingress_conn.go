@@ -1,0 +1,246 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// wsConn is one device connection. Its reader goroutine reads envelopes
+// while the window (slots) has room, and commits each valid one in a
+// goroutine of its own, so that the envelopes of one connection share the
+// inbox's group commits; each answer is written when its commit returns,
+// in whatever order they finish.
+type wsConn struct {
+	h      *wsIngress
+	conn   *websocket.Conn
+	device string // the token's device id; "" for the shared token
+	remote string
+	// slots holds one token per envelope read and not yet answered: at
+	// max_inflight, reading pauses (backpressure).
+	slots chan struct{}
+	// stop is closed by shutdown: read nothing more.
+	stop     chan struct{}
+	stopOnce sync.Once
+	// readTimer cancels the read in progress after read_timeout; a pong
+	// restarts it.
+	readTimer atomic.Pointer[time.Timer]
+
+	mu       sync.Mutex
+	stopping bool           // no envelope read from now on is committed
+	pending  sync.WaitGroup // envelopes read and not yet answered
+}
+
+// closeReason is why a connection ends: the close status sent, or none
+// (status -1) when the connection is already gone.
+type closeReason struct {
+	status websocket.StatusCode
+	reason string
+}
+
+var (
+	goingAway  = closeReason{websocket.StatusGoingAway, "the daemon is shutting down"}
+	connIsGone = closeReason{status: -1}
+)
+
+// serve runs the connection until the device leaves, breaks the protocol
+// or goes silent, or the handler closes: then it reads nothing more, waits
+// until every envelope read is answered, and closes the connection.
+func (c *wsConn) serve() {
+	h := c.h
+	source := h.env.source.Name
+	gauge := h.env.metrics.ws.connected.WithLabelValues(source)
+	gauge.Inc()
+	defer gauge.Dec()
+	log := h.env.log.With("remote", c.remote)
+	if c.device != "" {
+		log = log.With("device", c.device)
+	}
+	log.Debug("ws_ingress: device connected")
+	// The library would close an oversize message with 1009; read checks
+	// max_message_bytes itself, to close with 1008 as the protocol says.
+	c.conn.SetReadLimit(-1)
+	ctx, cancel := context.WithCancel(context.Background())
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		c.ping(ctx)
+	}()
+	ended := make(chan closeReason, 1)
+	go func() { ended <- c.readLoop() }()
+	var why closeReason
+	select {
+	case why = <-ended:
+		ended = nil
+	case <-c.stop:
+		why = goingAway
+	}
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	c.pending.Wait()
+	cancel()
+	<-pinged
+	var err error
+	if why.status >= 0 {
+		err = c.conn.Close(why.status, why.reason)
+	} else {
+		err = c.conn.CloseNow()
+	}
+	if ended != nil {
+		<-ended // the reader ends once the connection is closed
+	}
+	if why.status == websocket.StatusPolicyViolation {
+		log.Info("ws_ingress: closed a connection that broke the protocol", "reason", why.reason)
+	}
+	log.Debug("ws_ingress: device disconnected", "status", int(why.status), "reason", why.reason, "close_err", err)
+}
+
+// shutdown makes the connection stop reading and close with 1001 once its
+// envelopes are answered.
+func (c *wsConn) shutdown() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+// pong restarts the read deadline: the device is alive.
+func (c *wsConn) pong(context.Context, []byte) {
+	if t := c.readTimer.Load(); t != nil {
+		t.Reset(c.h.readTimeout)
+	}
+}
+
+// ping pings the device every ping_interval until ctx ends. A pong
+// restarts the read deadline (pong); a missing one is judged by the read
+// deadline, not here.
+func (c *wsConn) ping(ctx context.Context) {
+	t := time.NewTicker(c.h.pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.h.readTimeout)
+		err := c.conn.Ping(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			c.h.env.log.Debug("ws_ingress: ping unanswered", "remote", c.remote, "err", err)
+		}
+	}
+}
+
+// readLoop reads envelopes until the connection ends or stop is closed,
+// and says how to close the connection.
+func (c *wsConn) readLoop() closeReason {
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.stop:
+			return goingAway
+		}
+		msg, why, ok := c.read()
+		if !ok {
+			<-c.slots
+			return why
+		}
+		c.mu.Lock()
+		if c.stopping {
+			// Read after the shutdown began: not committed, not answered;
+			// the device sends it again to the next daemon.
+			c.mu.Unlock()
+			<-c.slots
+			continue
+		}
+		c.pending.Add(1)
+		c.mu.Unlock()
+		env, err := decodeEnvelope(msg)
+		if err == nil && c.device != "" && env.DeviceID != c.device {
+			err = fmt.Errorf("device_id %q is not the device of the token (%q)", env.DeviceID, c.device)
+		}
+		if err != nil {
+			// Counted under the token's device: an invalid envelope's
+			// device_id is not to be trusted as a label.
+			c.answer(ack{EventID: env.EventID, Status: ackRejected, Reason: err.Error()}, c.device, 400)
+			continue
+		}
+		go c.commit(msg, env)
+	}
+}
+
+// read reads the next message under the read deadline. ok is false when
+// the connection ended (why says how to close it).
+func (c *wsConn) read() (msg []byte, why closeReason, ok bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t := time.AfterFunc(c.h.readTimeout, cancel)
+	c.readTimer.Store(t)
+	defer t.Stop()
+	typ, r, err := c.conn.Reader(ctx)
+	if err == nil {
+		if typ != websocket.MessageText {
+			return nil, closeReason{websocket.StatusPolicyViolation, "envelopes are text messages, not binary"}, false
+		}
+		msg, err = io.ReadAll(io.LimitReader(r, c.h.maxMessage+1))
+		if err == nil && int64(len(msg)) > c.h.maxMessage {
+			return nil, closeReason{websocket.StatusPolicyViolation, "message over max_message_bytes (" + strconv.FormatInt(c.h.maxMessage, 10) + ")"}, false
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil && websocket.CloseStatus(err) == -1 {
+			c.h.env.log.Info("ws_ingress: dropped a silent device: no message and no pong within read_timeout",
+				"remote", c.remote, "device", c.device, "read_timeout", c.h.readTimeout)
+		}
+		return nil, connIsGone, false
+	}
+	return msg, closeReason{}, true
+}
+
+// commit makes one envelope durable and answers it.
+func (c *wsConn) commit(msg []byte, env envelope) {
+	h := c.h
+	outs, err := h.env.inbox.Commit(context.Background(), h.env.source.Name, msg,
+		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg)}})
+	var busy *BusyError
+	switch {
+	case err == nil && outs[0].New:
+		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 202)
+	case err == nil:
+		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 200)
+	case errors.As(err, &busy):
+		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, 429)
+	case errors.Is(err, ErrClosed):
+		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: "the daemon is shutting down", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
+	default:
+		h.env.log.Error("ws_ingress: commit failed; the device is told to retry", "remote", c.remote, "event_id", env.EventID, "err", err)
+		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: "the daemon could not store it", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
+	}
+}
+
+// now is the time of an answer.
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+// answer writes a's answer, counts it and frees the envelope's slot. code
+// is the HTTP status the answer stands for in the request metrics.
+func (c *wsConn) answer(a ack, device string, code int) {
+	defer c.pending.Done()
+	defer func() { <-c.slots }()
+	h := c.h
+	status := a.Status
+	if code == 200 {
+		status = "duplicate"
+	}
+	h.env.metrics.Requests.WithLabelValues(h.env.source.Name, strconv.Itoa(code)).Inc()
+	h.env.metrics.ws.envelopes.WithLabelValues(h.env.source.Name, h.labels.label(device), status).Inc()
+	ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
+	defer cancel()
+	if err := c.conn.Write(ctx, websocket.MessageText, a.encode()); err != nil {
+		h.env.log.Debug("ws_ingress: answer not delivered; the device sends the envelope again", "remote", c.remote,
+			"event_id", a.EventID, "status", a.Status, "err", err)
+	}
+}

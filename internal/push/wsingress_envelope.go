@@ -1,0 +1,164 @@
+package push
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// envelope is what the daemon reads of a device's envelope; the envelope
+// itself, as received, is the event.
+type envelope struct {
+	EventID, Type, SessionID, DeviceID string
+	TS                                 time.Time
+}
+
+// envelopeFields are the top-level keys of an envelope the daemon reads;
+// every one but schema_version is required.
+var envelopeFields = [...]string{"schema_version", "event_id", "type", "ts", "session_id", "device_id", "payload"}
+
+// decodeEnvelope reads and validates one envelope (see README, "Devices
+// over WebSocket"). On error, env holds the event_id if one could be read,
+// so that the rejection names it. Unknown top-level keys are allowed and
+// kept; a known key written twice is an error, since readers of the stored
+// envelope could disagree on which one counts.
+func decodeEnvelope(msg []byte) (env envelope, err error) {
+	if !utf8.Valid(msg) {
+		return env, errors.New("the envelope is not valid UTF-8")
+	}
+	var d jsonscan.Decoder
+	d.Reset(msg)
+	if k := d.Peek(); k != jsonscan.Object {
+		if _, _, err := d.Value(); err != nil || d.End() != nil {
+			return env, errors.New("the envelope is not JSON")
+		}
+		return env, fmt.Errorf("the envelope must be a JSON object, not %s", kindPhrase(k))
+	}
+	var seen [len(envelopeFields)]bool
+	strs := map[string]*string{"event_id": &env.EventID, "type": &env.Type, "session_id": &env.SessionID, "device_id": &env.DeviceID}
+	var ts string
+	strs["ts"] = &ts
+	err = d.Object(func(rawKey []byte, plain bool) error {
+		key := string(rawKey)
+		if !plain {
+			var uerr error
+			if key, uerr = jsonscan.Unquote(rawKey); uerr != nil {
+				return nil // the syntax error is reported by Object
+			}
+		}
+		i := fieldIndex(key)
+		if i < 0 {
+			return nil // an unknown key: kept, not read
+		}
+		if seen[i] {
+			return fmt.Errorf("%s appears twice", key)
+		}
+		seen[i] = true
+		if key == "payload" {
+			return nil // any JSON value, validated as it is skipped
+		}
+		val, kind, verr := d.Value()
+		if verr != nil {
+			return verr
+		}
+		if key == "schema_version" {
+			if kind != jsonscan.Number {
+				return fmt.Errorf("schema_version must be the number 1, not %s", kindPhrase(kind))
+			}
+			if v, perr := strconv.ParseFloat(string(val), 64); perr != nil || v != 1 {
+				return fmt.Errorf("schema_version %s is not supported (only 1 is)", val)
+			}
+			return nil
+		}
+		if kind != jsonscan.String {
+			return fmt.Errorf("%s must be a string, not %s", key, kindPhrase(kind))
+		}
+		s, uerr := jsonscan.Unquote(val)
+		if uerr != nil {
+			return fmt.Errorf("%s: %w", key, uerr)
+		}
+		*strs[key] = s
+		return nil
+	})
+	if err == nil {
+		err = d.End()
+	}
+	var syn *jsonscan.SyntaxError
+	if errors.As(err, &syn) {
+		return env, fmt.Errorf("the envelope is not valid JSON: %w", err)
+	}
+	if err != nil {
+		return env, err
+	}
+	for i, key := range envelopeFields {
+		if !seen[i] && key != "schema_version" {
+			return env, fmt.Errorf("%s is missing", key)
+		}
+	}
+	for _, key := range []string{"event_id", "type", "ts", "session_id", "device_id"} {
+		switch v := *strs[key]; {
+		case v == "":
+			return env, fmt.Errorf("%s is empty", key)
+		case len(v) > sources.MaxDeviceIDLen:
+			return env, fmt.Errorf("%s is longer than %d bytes", key, sources.MaxDeviceIDLen)
+		}
+	}
+	if env.TS, err = time.Parse(time.RFC3339, ts); err != nil {
+		return env, fmt.Errorf("ts %q is not an RFC 3339 time such as \"2026-01-02T15:04:05Z\"", ts)
+	}
+	return env, nil
+}
+
+// fieldIndex returns the index of key in envelopeFields, or -1.
+func fieldIndex(key string) int {
+	for i, f := range envelopeFields {
+		if f == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// kindPhrase names a kind of JSON value in a sentence: "an array", "null".
+func kindPhrase(k jsonscan.Kind) string {
+	switch k {
+	case jsonscan.Null:
+		return "null"
+	case jsonscan.Bool:
+		return "a boolean"
+	case jsonscan.Object, jsonscan.Array:
+		return "an " + k.String()
+	}
+	return "a " + k.String()
+}
+
+// The statuses of an answer to an envelope.
+const (
+	ackStored   = "stored"
+	ackRejected = "rejected"
+	ackRetry    = "retry"
+)
+
+// ack is the daemon's answer to one envelope.
+type ack struct {
+	EventID      string `json:"event_id"`
+	Status       string `json:"status"`
+	AckTS        string `json:"ack_ts,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+}
+
+// encode returns the answer as the text of a WebSocket message.
+func (a ack) encode() []byte {
+	b, err := json.Marshal(a)
+	if err != nil { // a struct of strings and an integer: cannot happen
+		panic(fmt.Sprintf("encode an envelope answer: %v", err))
+	}
+	return b
+}

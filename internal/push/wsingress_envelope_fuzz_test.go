@@ -1,0 +1,95 @@
+package push
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// FuzzEnvelope checks decodeEnvelope against a reference built on
+// encoding/json: both accept the same messages, read the same fields from
+// them, and every rejection makes a valid answer. The seed corpus is in
+// testdata/fuzz/FuzzEnvelope.
+func FuzzEnvelope(f *testing.F) {
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		env, err := decodeEnvelope(msg)
+		want, wantOK := referenceEnvelope(msg)
+		if err != nil {
+			if wantOK {
+				t.Fatalf("decodeEnvelope rejected a valid envelope: %v", err)
+			}
+			answer := ack{EventID: env.EventID, Status: ackRejected, Reason: err.Error()}.encode()
+			if !json.Valid(answer) || err.Error() == "" {
+				t.Fatalf("rejection %q is not a valid answer", answer)
+			}
+			return
+		}
+		if !wantOK {
+			t.Fatalf("decodeEnvelope accepted %q, which encoding/json finds invalid", msg)
+		}
+		_, offset := env.TS.Zone()
+		_, wantOffset := want.TS.Zone()
+		sameTime := env.TS.Equal(want.TS) && offset == wantOffset
+		env.TS, want.TS = time.Time{}, time.Time{} // each parse makes its own *Location
+		if env != want || !sameTime {
+			t.Fatalf("decodeEnvelope read %+v, encoding/json %+v (same time: %v)", env, want, sameTime)
+		}
+	})
+}
+
+// referenceEnvelope validates an envelope with encoding/json, as the
+// protocol describes it.
+func referenceEnvelope(msg []byte) (envelope, bool) {
+	var env envelope
+	if !utf8.Valid(msg) || !json.Valid(msg) {
+		return env, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return env, false
+	}
+	members := map[string][]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return env, false
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return env, false
+		}
+		key := tok.(string)
+		members[key] = append(members[key], raw)
+	}
+	for _, key := range envelopeFields {
+		if len(members[key]) > 1 || (len(members[key]) == 0 && key != "schema_version") {
+			return env, false
+		}
+	}
+	if v, ok := members["schema_version"]; ok {
+		c := v[0][0]
+		if c != '-' && (c < '0' || c > '9') {
+			return env, false
+		}
+		if n, err := strconv.ParseFloat(string(v[0]), 64); err != nil || n != 1 {
+			return env, false
+		}
+	}
+	var ts string
+	for key, dst := range map[string]*string{"event_id": &env.EventID, "type": &env.Type, "ts": &ts,
+		"session_id": &env.SessionID, "device_id": &env.DeviceID} {
+		raw := members[key][0]
+		if !strings.HasPrefix(string(raw), `"`) || json.Unmarshal(raw, dst) != nil || *dst == "" || len(*dst) > 256 {
+			return env, false
+		}
+	}
+	var err error
+	if env.TS, err = time.Parse(time.RFC3339, ts); err != nil {
+		return env, false
+	}
+	return env, true
+}
