@@ -218,16 +218,25 @@ token = "${EDGE_TOKEN}"
 	total := acceptedCount()
 	t.Logf("after %d kill cycles: %d events accepted by the forwarder", cycles, total)
 
-	testsync.WaitFor(t, "every accepted event at the processor", 2*time.Minute, func() bool {
+	missing := func() []int64 {
 		mu.Lock()
 		defer mu.Unlock()
+		var out []int64
 		for _, n := range accepted {
 			if !seen[n] {
-				return false
+				out = append(out, n)
 			}
 		}
-		return true
-	})
+		return out
+	}
+	for deadline := time.Now().Add(2 * time.Minute); len(missing()) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			m := missing()
+			st, err := edge.ReadStatus(t.Context(), outbox)
+			t.Fatalf("%d of %d accepted events never reached the processor (first %v); outbox %+v (err %v); daemon pending %v\n%s",
+				len(m), total, m[:min(len(m), 10)], st, err, pendingEvents(t, httpAddr), tail(logs.String()))
+		}
+	}
 	testsync.WaitFor(t, "an empty outbox", time.Minute, func() bool {
 		s, err := edge.ReadStatus(t.Context(), outbox)
 		return err == nil && s.Events == 0
