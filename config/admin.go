@@ -5,11 +5,9 @@ import (
 	"net"
 	"os"
 	"strings"
-)
 
-// minAdminToken is the shortest admin token accepted, so that a
-// placeholder such as "changeme" is not mistaken for protection.
-const minAdminToken = 16
+	"github.com/ingestorhq/ingestor/sources"
+)
 
 // adminToken returns the admin token set by admin_token or read from
 // admin_token_file (surrounding whitespace trimmed), reporting a problem at
@@ -31,30 +29,17 @@ func (d *decoder) adminToken(p []string, token, file string) string {
 			d.errAt(filePath, "the file %s is empty", d.show(filePath, file))
 			return ""
 		}
-		if msg := checkToken(token); msg != "" {
+		if msg := sources.TokenProblem(token); msg != "" {
 			d.errAt(filePath, "the token in %s %s", d.show(filePath, file), msg)
 			return ""
 		}
 	case token != "":
-		if msg := checkToken(token); msg != "" {
+		if msg := sources.TokenProblem(token); msg != "" {
 			d.errAt(tokenPath, "the token %s", msg)
 			return ""
 		}
 	}
 	return token
-}
-
-// checkToken returns what is wrong with an admin token, or "".
-func checkToken(token string) string {
-	if len(token) < minAdminToken {
-		return fmt.Sprintf("must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", minAdminToken)
-	}
-	for i := range len(token) {
-		if c := token[i]; c <= ' ' || c > '~' {
-			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
-		}
-	}
-	return ""
 }
 
 // checkAdminAddr returns what is wrong with a set admin_addr, or "".

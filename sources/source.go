@@ -12,9 +12,9 @@
 // one line to the kinds map in source.go.
 //
 // This file holds what every kind shares: Source, Spec, Env, Batch,
-// Record and the errors a Fetch returns. cursor.go, ratelimit.go and
-// tls.go hold what several kinds use: cursor comparison, named rate
-// limiters and client TLS settings.
+// Record and the errors a Fetch returns. cursor.go, ratelimit.go, tls.go
+// and push.go hold what several kinds use: cursor comparison, named rate
+// limiters, client TLS settings and what the push kinds share.
 package sources
 
 import (
