@@ -320,7 +320,9 @@ signature_header = "X-Signature"
 	check("github", code, h, body, http.StatusAccepted, `"idempotency_key":"gh-delivery-1"`)
 	code, h, body = post(t, d.pushURL+"gh", bad, "X-Hub-Signature-256", gh)
 	check("github tampered", code, h, body, http.StatusUnauthorized, "does not match")
-	stripe := func(ts int64) string { return fmt.Sprintf("t=%d,v1=%s", ts, hexHMAC(hookSecret, fmt.Sprintf("%d.%s", ts, ev))) }
+	stripe := func(ts int64) string {
+		return fmt.Sprintf("t=%d,v1=%s", ts, hexHMAC(hookSecret, fmt.Sprintf("%d.%s", ts, ev)))
+	}
 	code, h, body = post(t, d.pushURL+"stripe", ev, "Stripe-Signature", stripe(now))
 	check("stripe", code, h, body, http.StatusAccepted, `"idempotency_key":"evt_1"`)
 	code, h, body = post(t, d.pushURL+"stripe", bad, "Stripe-Signature", stripe(now))
