@@ -41,6 +41,8 @@ type webhook struct {
 	// for authentication failures); the others are logged at debug, so a
 	// misbehaving sender cannot flood the log.
 	rejectLog *rate.Limiter
+	// readTimeout bounds the time to read a body: bodyReadTimeout.
+	readTimeout time.Duration
 }
 
 const (
@@ -59,7 +61,7 @@ func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
 	h := &webhook{env: env, name: env.source.Name, maxBody: spec.MaxBodyBytes, keyHeader: spec.KeyHeader(),
 		rules:     bodyRules{idField: spec.KeyField(), timeField: spec.TimeField, required: spec.RequiredFields},
 		verify:    newVerifier(spec),
-		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10)}
+		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10), readTimeout: bodyReadTimeout}
 	token, err := spec.BearerToken()
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
@@ -133,6 +135,12 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // ingest answers a POST: authenticate, read, verify, decode, commit.
 func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
+	// The body must arrive within readTimeout, also when it is refused
+	// unread: net/http reads what is left of it before answering.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.readTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.env.log.Debug("webhook: set the body read deadline", "err", err)
+	}
 	if !h.authorized(w, r, reqID) {
 		return
 	}
@@ -140,7 +148,7 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.reject(w, r, reqID, http.StatusUnsupportedMediaType, "Content-Type must be application/json (or application/*+json)")
 		return
 	}
-	body, code, err := h.readBody(w, r)
+	body, code, err := h.readBody(w, r, rc)
 	if err != nil {
 		h.reject(w, r, reqID, code, err.Error())
 		return
@@ -206,16 +214,13 @@ func (h *webhook) authorized(w http.ResponseWriter, r *http.Request, reqID strin
 	return true
 }
 
-// readBody reads the request body, up to max_body_bytes and within
-// bodyReadTimeout. On error, code is the status to answer.
-func (h *webhook) readBody(w http.ResponseWriter, r *http.Request) (body []byte, code int, err error) {
+// readBody reads the request body, up to max_body_bytes, and then lifts the
+// read deadline ingest set. On error, code is the status to answer, and
+// the deadline stays: the connection is closed after the answer.
+func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (body []byte, code int, err error) {
 	tooLarge := fmt.Errorf("the body is over max_body_bytes (%d bytes)", h.maxBody)
 	if r.ContentLength > h.maxBody {
 		return nil, http.StatusRequestEntityTooLarge, tooLarge
-	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(bodyReadTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		h.env.log.Debug("webhook: set the body read deadline", "err", err)
 	}
 	size := int64(512)
 	if r.ContentLength > 0 {
@@ -223,17 +228,17 @@ func (h *webhook) readBody(w http.ResponseWriter, r *http.Request) (body []byte,
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if derr := rc.SetReadDeadline(time.Time{}); derr != nil && !errors.Is(derr, http.ErrNotSupported) {
-		h.env.log.Debug("webhook: clear the body read deadline", "err", derr)
-	}
 	var maxErr *http.MaxBytesError
 	switch {
 	case err == nil:
+		if derr := rc.SetReadDeadline(time.Time{}); derr != nil && !errors.Is(derr, http.ErrNotSupported) {
+			h.env.log.Debug("webhook: lift the body read deadline", "err", derr)
+		}
 		return buf.Bytes(), 0, nil
 	case errors.As(err, &maxErr):
 		return nil, http.StatusRequestEntityTooLarge, tooLarge
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, http.StatusRequestTimeout, fmt.Errorf("the body was not read within %s", bodyReadTimeout)
+		return nil, http.StatusRequestTimeout, fmt.Errorf("the body was not read within %s", h.readTimeout)
 	default:
 		return nil, http.StatusBadRequest, fmt.Errorf("read the body: %w", err)
 	}

@@ -1,6 +1,7 @@
 package push
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -419,4 +421,53 @@ func TestWebhookSignatures(t *testing.T) {
 			t.Errorf("the secret is in the logs:\n%s", logs)
 		}
 	})
+}
+
+// TestWebhookSlowBodyIsCutOff: a sender that stops sending its body is
+// answered 408 once the read bound passes, and nothing is stored.
+func TestWebhookSlowBodyIsCutOff(t *testing.T) {
+	in, q, _, _ := openInbox(t, 100)
+	h, err := newWebhook(handlerEnv{source: config.Source{Name: "slow"}, inbox: in, log: slog.New(slog.DiscardHandler),
+		metrics: NewMetrics(nil), loopback: true}, webhookSpec(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.(*webhook).readTimeout = 200 * time.Millisecond
+	mux := http.NewServeMux()
+	mux.Handle("/ingest/{name}", h)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	// A stalled body is cut off, also on a request refused unread (net/http
+	// reads what is left of a body before it answers).
+	for _, tc := range []struct {
+		contentType string
+		code        int
+		inBody      string
+	}{
+		{"application/json", http.StatusRequestTimeout, "not read within 200ms"},
+		{"text/plain", http.StatusUnsupportedMediaType, "Content-Type"},
+	} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		if _, err := fmt.Fprintf(conn, "POST /ingest/slow HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: 100\r\n\r\n{\"id\":", tc.contentType); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a stalled body: %v", tc.contentType, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.inBody) {
+			t.Errorf("%s: stalled body answered %d %s, want %d", tc.contentType, resp.StatusCode, body, tc.code)
+		}
+	}
+	if q.PendingEvents() != 0 {
+		t.Errorf("%d events stored from a stalled body", q.PendingEvents())
+	}
 }
