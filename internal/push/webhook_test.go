@@ -207,8 +207,9 @@ func TestWebhookBusyAndClosed(t *testing.T) {
 	if r.header.Get("Retry-After") != "1" {
 		t.Errorf("429 Retry-After = %q, want 1", r.header.Get("Retry-After"))
 	}
-	// A duplicate of a stored event is refused too while the queue is full:
+	// A retry of a stored event is refused too while the queue is full:
 	// the inbox does not look keys up before it takes a commit.
+	expect(t, send(t, http.MethodPost, h.url, `{"n":1}`), http.StatusTooManyRequests, "max_pending_events")
 	h.in.Close()
 	r = send(t, http.MethodPost, h.url, `{"n":3}`)
 	expect(t, r, http.StatusServiceUnavailable, "stopping")
