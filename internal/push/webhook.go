@@ -2,7 +2,6 @@ package push
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -102,6 +101,7 @@ type rejection struct {
 	RequestID string `json:"request_id"`
 }
 
+// answerOf is the answer for an event whose ledger status is st.
 func answerOf(st queue.EventStatus, duplicate bool) eventAnswer {
 	return eventAnswer{ID: st.Seq, IdempotencyKey: st.Key, Status: st.Status, Duplicate: duplicate,
 		Deliveries: st.Deliveries, Received: st.Received, CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC(),
@@ -378,7 +378,7 @@ func (h *webhook) reject(w http.ResponseWriter, r *http.Request, reqID string, c
 			level = slog.LevelWarn
 		}
 	}
-	h.env.log.Log(context.Background(), level, "webhook request refused", "request_id", reqID, "code", code,
+	h.env.log.Log(r.Context(), level, "webhook request refused", "request_id", reqID, "code", code,
 		"reason", reason, "method", r.Method, "remote", r.RemoteAddr)
 	WriteJSON(w, code, rejection{Error: reason, RequestID: reqID})
 }
