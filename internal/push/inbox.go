@@ -80,7 +80,7 @@ type InboxOptions struct {
 }
 
 // Inbox makes pushed events durable with group commit: every commit waiting
-// when a worker takes work shares one raw object per source (one write and
+// when the worker takes work shares one raw object per source (one write and
 // one fsync) and one queue transaction, and each Commit returns only once
 // both are durable. One worker commits the groups, one after another:
 // while it commits one, the next gathers every request that arrives
