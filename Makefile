@@ -80,8 +80,9 @@ test: test-deps
 	exit $$status
 
 # bench runs the Go micro-benchmarks of the hot-path encoders, then the
-# whole-pipeline bench: throughput with defaults, and the drain of a backlog
-# queued while no processor ran.
+# whole-pipeline bench: throughput with defaults, the drain of a backlog
+# queued while no processor ran, and webhook ingestion (64 keep-alive
+# clients, one event per request, each answered once durable).
 bench: build
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
@@ -89,6 +90,7 @@ bench: build
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
 	$(BIN)/ingestor-bench -mode rehydrate
 	$(BIN)/ingestor-bench -exactly-once -events 300000
+	$(BIN)/ingestor-bench -mode webhook
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

@@ -15,7 +15,7 @@ import (
 // admin_token_file (surrounding whitespace trimmed), reporting a problem at
 // the key that has it. Messages never quote the token.
 func (d *decoder) adminToken(p []string, token, file string) string {
-	return d.token(child(p, "admin_token"), child(p, "admin_token_file"), token, file, "admin token", checkToken)
+	return d.token(child(p, "admin_token"), child(p, "admin_token_file"), token, file, "admin token", sources.CheckToken)
 }
 
 // token returns the secret set at tokenPath, or read from the file named
@@ -51,9 +51,6 @@ func (d *decoder) token(tokenPath, filePath []string, token, file, what string, 
 	}
 	return token
 }
-
-// checkToken returns what is wrong with an admin token, or "".
-func checkToken(token string) string { return sources.CheckToken(token) }
 
 // checkAdminAddr returns what is wrong with a set admin_addr, or "".
 func checkAdminAddr(addr string) string {

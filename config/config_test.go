@@ -211,6 +211,24 @@ func TestGoodFiles(t *testing.T) {
 				t.Errorf("inheader spec %+v", spec)
 			}
 		}},
+		"webhook.good.toml": {
+			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app"},
+			check: func(t *testing.T, cfg *Config) {
+				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
+				if gh.Secret != "gh-secret" || gh.KeyHeader() != "X-GitHub-Delivery" || gh.KeyField() != "" || !gh.Authenticated() {
+					t.Errorf("github = %+v: secret not interpolated or preset not applied", gh)
+				}
+				st := source(t, cfg, "stripe").Spec.(*sources.WebhookSpec)
+				if st.KeyField() != "id" || st.KeyHeader() != "" || st.Tolerance() != 10*time.Minute {
+					t.Errorf("stripe = %+v: preset or tolerance wrong", st)
+				}
+				app := source(t, cfg, "app").Spec.(*sources.WebhookSpec)
+				if tok, err := app.BearerToken(); err != nil || tok != "0123456789abcdef-app" || app.KeyField() != "meta.event_id" || app.KeyHeader() != "X-Delivery" ||
+					app.MaxBodyBytes != 65536 || app.Tolerance() != 5*time.Minute {
+					t.Errorf("app = %+v (token %v)", app, err)
+				}
+			},
+		},
 		"has_more.good.toml": {check: func(t *testing.T, cfg *Config) {
 			if spec, ok := source(t, cfg, "catchup").Spec.(*sources.HTTPPollSpec); !ok || spec.HasMoreField != "meta.has_more" {
 				t.Errorf("catchup spec %+v", spec)
@@ -277,6 +295,21 @@ func TestBadFiles(t *testing.T) {
 			`ws_ingress.bad.toml:9: source "devices": max_message_bytes: must be between 1 and 67108864`,
 			`ws_ingress.bad.toml:13: source "gateway": read_timeout: must be a positive duration such as "30s", not "soon"`,
 		}, absent: []string{"tiny-tok", "0123456789abcdef"}},
+		"webhook.bad.toml": {want: []string{
+			`webhook.bad.toml:3: source "paths": id_field: must be a dotted path such as "id" or "meta.id", not "meta..id"`,
+			`webhook.bad.toml:4: source "paths": time_field: must be a dotted path such as "id" or "meta.id", not ".at"`,
+			`webhook.bad.toml:5: source "paths": required_fields: "" is not a dotted path`,
+			`webhook.bad.toml:6: source "paths": id_header: "X Delivery" is not a valid header name`,
+			`webhook.bad.toml:11: source "tokens": token_file: set token or token_file, not both`,
+			`webhook.bad.toml:15: source "shorttoken": token: the token must be at least 16 characters`,
+			`webhook.bad.toml:19: source "missingfile": token_file: read the token: open /nonexistent/hooks.token: no such file or directory`,
+			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack" or "hmac_sha256", not "gitlab"`,
+			`webhook.bad.toml:24: source "sig": signature_tolerance: must be a positive duration such as "30s", not "-1s"`,
+			`webhook.bad.toml:26: source "nosecret": secret: is required with signature = "hmac_sha256"`,
+			`webhook.bad.toml:26: source "nosecret": signature_header: is required with signature = "hmac_sha256" (e.g. "X-Signature")`,
+			`webhook.bad.toml:32: source "secretonly": secret: is only used with a signature: set signature`,
+			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac_sha256"`,
+		}, absent: []string{"changeme", "s3cret-value"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
 			`push.bad.toml:9: source "hooks": kind: a webhook source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,

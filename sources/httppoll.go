@@ -235,7 +235,7 @@ func (s *HTTPPollSpec) Validate() []FieldError {
 		{"next_url_field", s.NextURLField}, {"next_token_field", s.NextTokenField},
 	}
 	for _, p := range paths {
-		if p.val != "" && (strings.HasPrefix(p.val, ".") || strings.HasSuffix(p.val, ".") || strings.Contains(p.val, "..")) {
+		if p.val != "" && !dottedPath(p.val) {
 			bad(p.key, "must be a dotted path such as \"id\" or \"meta.id\"")
 		}
 	}

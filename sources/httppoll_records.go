@@ -131,19 +131,19 @@ func (sc *recordScan) record() error {
 	}
 	rec := sc.body[sc.base+off : sc.base+sc.d.Offset()]
 	r := Record{Off: sc.base + off, Len: len(rec)}
-	if r.Key = scalarText(sc.vals[fieldID], sc.kinds[fieldID]); r.Key == "" {
+	if r.Key = jsonscan.ScalarText(sc.vals[fieldID], sc.kinds[fieldID]); r.Key == "" {
 		sum := sha256.Sum256(rec)
 		r.Key = hex.EncodeToString(sum[:])
 		if sc.idSet {
 			sc.ex.missingIDs++
 		}
 	}
-	if r.Cursor = scalarText(sc.vals[fieldCursor], sc.kinds[fieldCursor]); r.Cursor != "" {
+	if r.Cursor = jsonscan.ScalarText(sc.vals[fieldCursor], sc.kinds[fieldCursor]); r.Cursor != "" {
 		if sc.ex.largest == "" || CompareCursor(r.Cursor, sc.ex.largest) > 0 {
 			sc.ex.largest = r.Cursor
 		}
 	}
-	r.Time = parseRecordTime(sc.vals[fieldTime], sc.kinds[fieldTime])
+	r.Time = jsonscan.Time(sc.vals[fieldTime], sc.kinds[fieldTime])
 	sc.ex.records = append(sc.ex.records, r)
 	return nil
 }
@@ -239,42 +239,6 @@ func (sc *recordScan) at(path string) error {
 		return fmt.Errorf("records_path %q not found", path)
 	}
 	return nil
-}
-
-// scalarText returns a string's text (unescaped) or a number as written;
-// "" for any other value.
-func scalarText(val []byte, kind jsonscan.Kind) string {
-	switch kind {
-	case jsonscan.Number:
-		return string(val)
-	case jsonscan.String:
-		s, err := jsonscan.Unquote(val)
-		if err != nil {
-			return "" // cannot happen: the record was validated
-		}
-		return s
-	}
-	return ""
-}
-
-// parseRecordTime parses a raw RFC 3339 string value, or returns the zero
-// time.
-func parseRecordTime(val []byte, kind jsonscan.Kind) time.Time {
-	if kind != jsonscan.String {
-		return time.Time{}
-	}
-	s := string(val)
-	if bytes.IndexByte(val, '\\') >= 0 {
-		var err error
-		if s, err = jsonscan.Unquote(val); err != nil {
-			return time.Time{}
-		}
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}
-	}
-	return t
 }
 
 // keyIs reports whether the raw object key k is name.

@@ -155,9 +155,9 @@ func FuzzExtractRecords(f *testing.F) {
 				key = sha256Hex(raw)
 			}
 			val, kind, _ := jsonscan.Field(raw, r.timeField)
-			if rec.Key != key || rec.Cursor != scalarField(raw, r.cursorField) || !rec.Time.Equal(parseRecordTime(val, kind)) {
+			if rec.Key != key || rec.Cursor != scalarField(raw, r.cursorField) || !rec.Time.Equal(jsonscan.Time(val, kind)) {
 				t.Fatalf("record %d %q: key %q cursor %q time %v; Field says %q %q %v",
-					i, raw, rec.Key, rec.Cursor, rec.Time, key, scalarField(raw, r.cursorField), parseRecordTime(val, kind))
+					i, raw, rec.Key, rec.Cursor, rec.Time, key, scalarField(raw, r.cursorField), jsonscan.Time(val, kind))
 			}
 		}
 		if r.format != "ndjson" && !json.Valid(body) {

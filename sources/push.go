@@ -25,3 +25,22 @@ func (s pushSource) Fetch(context.Context, string) (*Batch, error) {
 }
 
 func (pushSource) Close() error { return nil }
+
+// MinTokenLen is the shortest bearer token accepted (a push source's
+// token, the admin token), so that a placeholder such as "changeme" is not
+// mistaken for protection.
+const MinTokenLen = 16
+
+// CheckToken returns what is wrong with a bearer token, or "". It never
+// quotes the token.
+func CheckToken(token string) string {
+	if len(token) < MinTokenLen {
+		return fmt.Sprintf("must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinTokenLen)
+	}
+	for i := range len(token) {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
+		}
+	}
+	return ""
+}

@@ -1,24 +1,177 @@
 package sources
 
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
 // WebhookSpec configures kind "webhook": an upstream POSTs events to
 // /ingest/NAME on the push listener, and each is answered only once it is
-// durable.
+// durable. A body is one JSON object (one event) or a JSON array of
+// objects (a batch, one event per element).
+//
+// An event's idempotency key is, in this order: the request's
+// Idempotency-Key header (for a batch, the header value + "#" + the
+// element's index); the event's IDField; the request header IDHeader (for
+// a batch, + "#" + index); else the hex SHA-256 of the event's bytes.
 type WebhookSpec struct {
 	// MaxBodyBytes caps a request body. Default 1 MiB.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// IDField is the dotted path of the event's idempotency key in the
+	// body, e.g. "id" or "data.event_id"; a string or a number. With
+	// signature = "stripe" it defaults to "id".
+	IDField string `toml:"id_field"`
+	// IDHeader is the request header holding the idempotency key when the
+	// body has no IDField. With signature = "github" it defaults to
+	// "X-GitHub-Delivery".
+	IDHeader string `toml:"id_header"`
+	// RequiredFields are dotted paths every event must have (not null); an
+	// event without one is answered 400 and nothing of the request is
+	// stored.
+	RequiredFields []string `toml:"required_fields"`
+	// TimeField is the dotted path of the event's RFC 3339 timestamp, used
+	// for lag; optional. A value that is not an RFC 3339 string is ignored.
+	TimeField string `toml:"time_field"`
+	// Token is the bearer token every request must send (Authorization:
+	// Bearer TOKEN); use "${ENV}". At least 16 printable characters.
+	Token string `toml:"token"`
+	// TokenFile is a file holding the token (surrounding whitespace
+	// trimmed), instead of Token.
+	TokenFile string `toml:"token_file"`
+	// Signature is the signature scheme every request must carry:
+	// "github", "stripe", "slack" or "hmac_sha256"; "" for none.
+	Signature string `toml:"signature"`
+	// Secret is the signing secret of Signature; required with it. Use
+	// "${ENV}"; it is never logged.
+	Secret string `toml:"secret"`
+	// SignatureHeader is the request header holding the hex HMAC-SHA256 of
+	// the body (optionally prefixed "sha256="); required with signature =
+	// "hmac_sha256", e.g. "X-Signature".
+	SignatureHeader string `toml:"signature_header"`
+	// SignatureTolerance is the replay window of the schemes that sign a
+	// timestamp: a Stripe signature older than this, or a Slack one further
+	// than this from now either way, is refused. Default "5m".
+	SignatureTolerance string `toml:"signature_tolerance"`
 }
 
+// The signature schemes of WebhookSpec.Signature.
+const (
+	SignatureGitHub     = "github"
+	SignatureStripe     = "stripe"
+	SignatureSlack      = "slack"
+	SignatureHMACSHA256 = "hmac_sha256"
+)
+
 func newWebhookSpec() *WebhookSpec {
-	return &WebhookSpec{MaxBodyBytes: 1 << 20}
+	return &WebhookSpec{MaxBodyBytes: 1 << 20, SignatureTolerance: "5m"}
 }
 
 // Validate implements Spec.
 func (s *WebhookSpec) Validate() []FieldError {
 	var errs []FieldError
+	bad := func(key, msg string, args ...any) { errs = append(errs, FieldError{key, fmt.Sprintf(msg, args...)}) }
 	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 64<<20 {
-		errs = append(errs, FieldError{"max_body_bytes", "must be between 1 and 67108864 (64 MiB)"})
+		bad("max_body_bytes", "must be between 1 and 67108864 (64 MiB)")
+	}
+	for _, p := range []struct{ key, val string }{{"id_field", s.IDField}, {"time_field", s.TimeField}} {
+		if p.val != "" && !dottedPath(p.val) {
+			bad(p.key, "must be a dotted path such as \"id\" or \"meta.id\", not %q", p.val)
+		}
+	}
+	for _, f := range s.RequiredFields {
+		if !dottedPath(f) {
+			bad("required_fields", "%q is not a dotted path such as \"id\" or \"meta.id\"", f)
+		}
+	}
+	if s.IDHeader != "" && !headerName(s.IDHeader) {
+		bad("id_header", "%q is not a valid header name", s.IDHeader)
+	}
+	if s.Token != "" && s.TokenFile != "" {
+		bad("token_file", "set token or token_file, not both")
+	} else if _, err := s.BearerToken(); err != nil {
+		key := "token"
+		if s.TokenFile != "" {
+			key = "token_file"
+		}
+		bad(key, "%v", err)
+	}
+	positiveDuration(&errs, "signature_tolerance", s.SignatureTolerance)
+	switch s.Signature {
+	case "", SignatureGitHub, SignatureStripe, SignatureSlack, SignatureHMACSHA256:
+	default:
+		bad("signature", "must be \"github\", \"stripe\", \"slack\" or \"hmac_sha256\", not %q", s.Signature)
+		return errs
+	}
+	switch {
+	case s.Signature != "" && s.Secret == "":
+		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\")", s.Signature)
+	case s.Signature == "" && s.Secret != "":
+		bad("secret", "is only used with a signature: set signature")
+	}
+	switch {
+	case s.Signature == SignatureHMACSHA256 && s.SignatureHeader == "":
+		bad("signature_header", "is required with signature = \"hmac_sha256\" (e.g. \"X-Signature\")")
+	case s.Signature != SignatureHMACSHA256 && s.SignatureHeader != "":
+		bad("signature_header", "is only used with signature = \"hmac_sha256\"")
+	case s.SignatureHeader != "" && !headerName(s.SignatureHeader):
+		bad("signature_header", "%q is not a valid header name", s.SignatureHeader)
 	}
 	return errs
+}
+
+// BearerToken returns the token requests must send: Token, or the content
+// of TokenFile; "" when neither is set. Errors never quote the token.
+func (s *WebhookSpec) BearerToken() (string, error) {
+	token := s.Token
+	if s.TokenFile != "" {
+		data, err := os.ReadFile(s.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("read the token: %w", err)
+		}
+		if token = strings.TrimSpace(string(data)); token == "" {
+			return "", fmt.Errorf("the file %q is empty", s.TokenFile)
+		}
+	}
+	if token == "" {
+		return "", nil
+	}
+	if msg := CheckToken(token); msg != "" {
+		if s.TokenFile != "" {
+			return "", fmt.Errorf("the token in %q %s", s.TokenFile, msg)
+		}
+		return "", fmt.Errorf("the token %s", msg)
+	}
+	return token, nil
+}
+
+// KeyField returns the body field holding an event's idempotency key:
+// IDField, or "id" for Stripe; "" for none.
+func (s *WebhookSpec) KeyField() string {
+	if s.IDField == "" && s.Signature == SignatureStripe {
+		return "id"
+	}
+	return s.IDField
+}
+
+// KeyHeader returns the request header holding the idempotency key when the
+// body has none: IDHeader, or X-GitHub-Delivery for GitHub; "" for none.
+func (s *WebhookSpec) KeyHeader() string {
+	if s.IDHeader == "" && s.Signature == SignatureGitHub {
+		return "X-GitHub-Delivery"
+	}
+	return s.IDHeader
+}
+
+// Tolerance returns SignatureTolerance parsed (5 minutes if it does not
+// parse, which Validate reports).
+func (s *WebhookSpec) Tolerance() time.Duration {
+	d, err := time.ParseDuration(s.SignatureTolerance)
+	if err != nil || d <= 0 {
+		return 5 * time.Minute
+	}
+	return d
 }
 
 // Open implements Spec: a webhook source has nothing to fetch.
@@ -29,5 +182,28 @@ func (s *WebhookSpec) Open(env Env) (Source, error) {
 	return pushSource{name: env.Name, kind: "webhook"}, nil
 }
 
-// Authenticated implements PushSpec.
-func (s *WebhookSpec) Authenticated() bool { return false }
+// Authenticated implements PushSpec: a token or a signature proves the
+// sender.
+func (s *WebhookSpec) Authenticated() bool {
+	return s.Token != "" || s.TokenFile != "" || s.Signature != ""
+}
+
+// dottedPath reports whether p is a dotted path such as "id" or "meta.id".
+func dottedPath(p string) bool {
+	return p != "" && !strings.HasPrefix(p, ".") && !strings.HasSuffix(p, ".") && !strings.Contains(p, "..")
+}
+
+// headerName reports whether h is a valid HTTP header name (RFC 9110
+// token).
+func headerName(h string) bool {
+	if h == "" {
+		return false
+	}
+	for i := range len(h) {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -122,7 +122,7 @@ func (s *WebSocketSpec) Validate() []FieldError {
 	}
 	errs = append(errs, s.validateCursor()...)
 	for _, p := range []struct{ key, val string }{{"id_field", s.IDField}, {"cursor_field", s.CursorField}, {"time_field", s.TimeField}, {"records_path", s.RecordsPath}} {
-		if p.val != "" && (strings.HasPrefix(p.val, ".") || strings.HasSuffix(p.val, ".") || strings.Contains(p.val, "..")) {
+		if p.val != "" && !dottedPath(p.val) {
 			errs = append(errs, FieldError{p.key, "must be a dotted path such as \"id\" or \"meta.id\""})
 		}
 	}

@@ -45,27 +45,8 @@ func newWSIngressSpec() *WSIngressSpec {
 	return &WSIngressSpec{MaxMessageBytes: 1 << 20, MaxInflight: 64, ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000}
 }
 
-// MinTokenLen is the shortest bearer token accepted (a ws_ingress token,
-// the admin token), so that a placeholder such as "changeme" is not
-// mistaken for protection.
-const MinTokenLen = 16
-
 // MaxDeviceIDLen is the longest device id (and envelope string field).
 const MaxDeviceIDLen = 256
-
-// CheckToken returns what is wrong with a bearer token, or "". It never
-// quotes the token.
-func CheckToken(token string) string {
-	if len(token) < MinTokenLen {
-		return fmt.Sprintf("must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinTokenLen)
-	}
-	for i := range len(token) {
-		if c := token[i]; c <= ' ' || c > '~' {
-			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
-		}
-	}
-	return ""
-}
 
 // Validate implements Spec.
 func (s *WSIngressSpec) Validate() []FieldError {

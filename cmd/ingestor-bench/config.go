@@ -51,6 +51,9 @@ events_per_tick = %d
 event_size = %d
 `, i, o.eventsPerTick, o.eventSize)
 	}
+	if o.mode == modeWebhook {
+		webhookConfig(&b)
+	}
 	cfg, err := config.Parse("ingestor-bench.toml", []byte(b.String()))
 	if err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)

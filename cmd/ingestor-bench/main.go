@@ -6,11 +6,11 @@
 //
 // Usage:
 //
-//	ingestor-bench [-mode throughput|processor-down|rehydrate] [-events N] [-duration D]
+//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook] [-events N] [-duration D]
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
-//	               [-cpuprofile FILE]
+//	               [-clients C] [-cpuprofile FILE]
 //
 // Mode throughput (the default) runs until -events events are acked and
 // reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
@@ -19,7 +19,11 @@
 // how fast that backlog drains and the RSS before and after. Mode rehydrate
 // writes -backlog events (default 1000000) straight into a queue, then
 // starts the daemon on it with no source and no processor and reports the
-// time until it is ready and the RSS and Go heap it then holds.
+// time until it is ready and the RSS and Go heap it then holds. Mode
+// webhook starts the daemon with a webhook source and no demo source, and
+// -clients keep-alive HTTP clients POST -events requests (default 200000),
+// one event each; it reports durable requests/s and the request-to-answer
+// latency (webhook.go).
 //
 // Acks are counted, and latency measured, when the daemon's sender learns of
 // them (daemon.Options.OnAck). CPU time is the whole process's (getrusage),
@@ -85,13 +89,15 @@ type options struct {
 	json           bool
 	verbose        bool
 	cpuProfile     string
+	clients        int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests")
+	fs.IntVar(&o.clients, "clients", 64, "webhook mode: concurrent keep-alive HTTP clients")
 	fs.Int64Var(&o.events, "events", 2_000_000, "stop once this many events are acked")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long even if fewer events were acked (0: no cap)")
 	fs.IntVar(&o.sources, "sources", 2, "demo sources")
@@ -109,17 +115,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	backlogSet := false
-	fs.Visit(func(f *flag.Flag) { backlogSet = backlogSet || f.Name == "backlog" })
-	if o.mode == modeRehydrate && !backlogSet {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.mode == modeRehydrate && !set["backlog"] {
 		o.backlog = rehydrateBacklog
+	}
+	if o.mode == modeWebhook && !set["events"] {
+		o.events = webhookRequests
 	}
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if o.mode != modeThroughput && o.mode != modeProcessorDown && o.mode != modeRehydrate {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s or %s, not %q", modeThroughput, modeProcessorDown, modeRehydrate, o.mode))
+	if o.mode != modeThroughput && o.mode != modeProcessorDown && o.mode != modeRehydrate && o.mode != modeWebhook {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s or %s, not %q", modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, o.mode))
 	}
 	if o.synchronous != "full" && o.synchronous != "normal" {
 		errs = append(errs, fmt.Errorf("-synchronous must be full or normal, not %q", o.synchronous))
@@ -127,7 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"events", o.events}, {"sources", int64(o.sources)}, {"processors", int64(o.processors)}, {"backlog", o.backlog}} {
+	}{{"events", o.events}, {"sources", int64(o.sources)}, {"processors", int64(o.processors)}, {"backlog", o.backlog}, {"clients", int64(o.clients)}} {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("-%s must be at least 1, not %d", f.name, f.v))
 		}
@@ -151,8 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
 	co := o
-	if o.mode == modeRehydrate {
-		co.sources = 0 // the daemon only opens the backlog
+	if o.mode == modeRehydrate || o.mode == modeWebhook {
+		co.sources = 0 // the daemon only opens the backlog, or takes webhooks
 	}
 	cfg, err := benchConfig(co, dir)
 	if err != nil {
@@ -176,6 +185,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 		return printRehydrate(stdout, res, o.json)
+	}
+	if o.mode == modeWebhook {
+		res, err := benchWebhook(ctx, o, cfg, log)
+		if err != nil {
+			return err
+		}
+		return printWebhook(stdout, res, o.json)
 	}
 	res, err := bench(ctx, o, cfg, log, stderr)
 	if err != nil {

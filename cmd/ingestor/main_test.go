@@ -17,6 +17,10 @@ func TestValidateCommand(t *testing.T) {
 	t.Setenv("GITHUB_TOKEN", "tok")
 	// admin.good.toml reads the admin token from the environment.
 	t.Setenv("INGESTOR_ADMIN_TOKEN", "0123456789abcdef0123456789abcdef")
+	// webhook.good.toml takes its secrets and token from the environment.
+	t.Setenv("GITHUB_WEBHOOK_SECRET", "gh-secret")
+	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_x")
+	t.Setenv("APP_TOKEN", "0123456789abcdef-app")
 	good, err := filepath.Glob("../../testdata/config/*.good.toml")
 	if err != nil || len(good) == 0 {
 		t.Fatalf("no good configs found: %v", err)

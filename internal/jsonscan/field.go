@@ -1,9 +1,11 @@
 package jsonscan
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -264,4 +266,40 @@ func hex4(b []byte) rune {
 		r = r<<4 | rune(v)
 	}
 	return r
+}
+
+// ScalarText returns a string's text (unescaped) or a number as written;
+// "" for any other value.
+func ScalarText(val []byte, kind Kind) string {
+	switch kind {
+	case Number:
+		return string(val)
+	case String:
+		s, err := Unquote(val)
+		if err != nil {
+			return "" // not for a value Field returned: it validates strings
+		}
+		return s
+	}
+	return ""
+}
+
+// Time parses a string value, as Field returns it, as an RFC 3339 time;
+// it returns the zero time for any other value.
+func Time(val []byte, kind Kind) time.Time {
+	if kind != String {
+		return time.Time{}
+	}
+	s := string(val)
+	if bytes.IndexByte(val, '\\') >= 0 {
+		var err error
+		if s, err = Unquote(val); err != nil {
+			return time.Time{}
+		}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }

@@ -58,6 +58,8 @@ type handlerEnv struct {
 	log     *slog.Logger // carries the source name
 	metrics *Metrics
 	reg     prometheus.Registerer
+	// loopback reports that the push listener is on a loopback address.
+	loopback bool
 }
 
 // Limits of the push listener's connections. A webhook handler bounds the
@@ -82,7 +84,8 @@ func Start(o ServerOptions) (*Server, error) {
 		if !src.Enabled {
 			continue
 		}
-		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry}
+		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
+			loopback: config.LoopbackAddr(o.Push.Addr)}
 		var h handler
 		var err error
 		switch spec := src.Spec.(type) {

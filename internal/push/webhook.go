@@ -1,19 +1,416 @@
 package push
 
 import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"mime"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
+	"golang.org/x/time/rate"
+
+	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
-// webhook serves a kind "webhook" source. Not built yet: the skeleton
-// answers 501 so that the listener and its routing can be tested.
-type webhook struct{}
-
-func newWebhook(handlerEnv, *sources.WebhookSpec) (handler, error) { return webhook{}, nil }
-
-func (webhook) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	WriteError(w, http.StatusNotImplemented, "webhook: not implemented yet")
+// webhook serves a kind "webhook" source: POST /ingest/NAME takes events,
+// GET /ingest/NAME/events/{id} and GET /ingest/NAME/events?idempotency_key=K
+// answer where one stands. webhook_body.go decodes bodies, webhook_auth.go
+// checks tokens and signatures.
+type webhook struct {
+	env       handlerEnv
+	name      string
+	maxBody   int64
+	rules     bodyRules
+	keyHeader string
+	// token is nil when the source has no bearer token.
+	token *bearer
+	// verify is nil when the source has no signature scheme.
+	verify verifier
+	// rejectLog lets a few rejections a minute be logged at info (warn
+	// for authentication failures); the others are logged at debug, so a
+	// misbehaving sender cannot flood the log.
+	rejectLog *rate.Limiter
+	// readTimeout bounds the time to read a body: bodyReadTimeout.
+	readTimeout time.Duration
 }
 
-func (webhook) Close() {}
+const (
+	// bodyReadTimeout bounds the time to read one request body: the
+	// listener itself bounds only the headers.
+	bodyReadTimeout = 30 * time.Second
+	// maxKeyHeader is the longest Idempotency-Key (or id_header) value
+	// accepted, and maxRequestID the longest X-Request-ID taken as given.
+	maxKeyHeader = 255
+	maxRequestID = 128
+	// unavailableRetryAfter is the Retry-After of a 503.
+	unavailableRetryAfter = 5 * time.Second
+)
+
+func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
+	h := &webhook{env: env, name: env.source.Name, maxBody: spec.MaxBodyBytes, keyHeader: spec.KeyHeader(),
+		rules:     bodyRules{idField: spec.KeyField(), timeField: spec.TimeField, required: spec.RequiredFields},
+		verify:    newVerifier(spec),
+		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10), readTimeout: bodyReadTimeout}
+	token, err := spec.BearerToken()
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	if token != "" {
+		h.token = &bearer{sum: sha256.Sum256([]byte(token))}
+	}
+	return h, nil
+}
+
+// Close implements handler: a webhook keeps no connection of its own.
+func (h *webhook) Close() {}
+
+// eventAnswer is the JSON of one event in an answer.
+type eventAnswer struct {
+	// ID is the event's seq in the ledger.
+	ID             int64     `json:"id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	Status         string    `json:"status"`
+	Duplicate      bool      `json:"duplicate"`
+	Deliveries     int       `json:"deliveries"`
+	Received       int       `json:"received"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	LastError      string    `json:"last_error,omitempty"`
+	RequestID      string    `json:"request_id,omitempty"`
+}
+
+// batchAnswer is the JSON answer to a batch.
+type batchAnswer struct {
+	Events    []eventAnswer `json:"events"`
+	RequestID string        `json:"request_id"`
+}
+
+// rejection is the JSON of an error answer.
+type rejection struct {
+	Error     string `json:"error"`
+	RequestID string `json:"request_id"`
+}
+
+// answerOf is the answer for an event whose ledger status is st.
+func answerOf(st queue.EventStatus, duplicate bool) eventAnswer {
+	return eventAnswer{ID: st.Seq, IdempotencyKey: st.Key, Status: st.Status, Duplicate: duplicate,
+		Deliveries: st.Deliveries, Received: st.Received, CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC(),
+		LastError: st.LastError}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := requestID(r)
+	w.Header().Set("X-Request-ID", reqID)
+	rest := r.PathValue("rest")
+	switch {
+	case rest == "":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			h.reject(w, r, reqID, http.StatusMethodNotAllowed, "POST events to /ingest/"+h.name)
+			return
+		}
+		h.ingest(w, r, reqID)
+	case rest == "events" || strings.HasPrefix(rest, "events/") && !strings.Contains(rest[len("events/"):], "/"):
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			h.reject(w, r, reqID, http.StatusMethodNotAllowed, "look events up with GET")
+			return
+		}
+		h.status(w, r, reqID, strings.TrimPrefix(rest, "events"))
+	default:
+		h.reject(w, r, reqID, http.StatusNotFound, "not found: POST to /ingest/"+h.name+", GET /ingest/"+h.name+"/events/{id}")
+	}
+}
+
+// ingest answers a POST: authenticate, read, verify, decode, commit.
+func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
+	// The body must arrive within readTimeout, also when it is refused
+	// unread: net/http reads what is left of it before answering.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.readTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.env.log.Debug("webhook: set the body read deadline", "err", err)
+	}
+	if !h.authorized(w, r, reqID) {
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !jsonMediaType(ct) {
+		h.reject(w, r, reqID, http.StatusUnsupportedMediaType, "Content-Type must be application/json (or application/*+json)")
+		return
+	}
+	body, code, err := h.readBody(w, r, rc)
+	if err != nil {
+		h.reject(w, r, reqID, code, err.Error())
+		return
+	}
+	if h.verify != nil {
+		if err := h.verify(r.Header, body, time.Now()); err != nil {
+			h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
+			return
+		}
+	}
+	found, batch, err := h.rules.decode(body)
+	if err != nil {
+		h.reject(w, r, reqID, http.StatusBadRequest, err.Error())
+		return
+	}
+	events, err := h.keys(r, body, found, batch)
+	if err != nil {
+		h.reject(w, r, reqID, http.StatusBadRequest, err.Error())
+		return
+	}
+	outs, err := h.env.inbox.Commit(r.Context(), h.name, body, events)
+	if err != nil {
+		h.commitFailed(w, r, reqID, err)
+		return
+	}
+	code = http.StatusOK
+	answers := make([]eventAnswer, len(outs))
+	for i, o := range outs {
+		answers[i] = answerOf(o.EventStatus, !o.New)
+		if o.New {
+			code = http.StatusAccepted
+		}
+	}
+	if h.env.log.Enabled(r.Context(), slog.LevelDebug) {
+		for _, a := range answers {
+			h.env.log.Debug("webhook event stored", "request_id", reqID, "id", a.ID, "key", a.IdempotencyKey, "duplicate", a.Duplicate)
+		}
+	}
+	h.env.metrics.Requests.WithLabelValues(h.name, strconv.Itoa(code)).Inc()
+	if batch {
+		WriteJSON(w, code, batchAnswer{Events: answers, RequestID: reqID})
+		return
+	}
+	answers[0].RequestID = reqID
+	WriteJSON(w, code, answers[0])
+}
+
+// authorized checks the bearer token, if the source has one, answering 401
+// or 403 when it is missing or wrong.
+func (h *webhook) authorized(w http.ResponseWriter, r *http.Request, reqID string) bool {
+	if h.token == nil {
+		return true
+	}
+	switch h.token.check(r) {
+	case authMissing:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ingestor"`)
+		h.reject(w, r, reqID, http.StatusUnauthorized, "missing Authorization: Bearer token")
+		return false
+	case authWrong:
+		h.reject(w, r, reqID, http.StatusForbidden, "wrong bearer token")
+		return false
+	}
+	return true
+}
+
+// readBody reads the request body, up to max_body_bytes, and then lifts the
+// read deadline ingest set. On error, code is the status to answer, and
+// the deadline stays: the connection is closed after the answer.
+func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (body []byte, code int, err error) {
+	tooLarge := fmt.Errorf("the body is over max_body_bytes (%d bytes)", h.maxBody)
+	if r.ContentLength > h.maxBody {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	size := int64(512)
+	if r.ContentLength > 0 {
+		size = r.ContentLength + 1 // ReadFrom wants room to see the end
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
+	var maxErr *http.MaxBytesError
+	switch {
+	case err == nil:
+		if derr := rc.SetReadDeadline(time.Time{}); derr != nil && !errors.Is(derr, http.ErrNotSupported) {
+			h.env.log.Debug("webhook: lift the body read deadline", "err", derr)
+		}
+		return buf.Bytes(), 0, nil
+	case errors.As(err, &maxErr):
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, http.StatusRequestTimeout, fmt.Errorf("the body was not read within %s", h.readTimeout)
+	default:
+		return nil, http.StatusBadRequest, fmt.Errorf("read the body: %w", err)
+	}
+}
+
+// keys gives each event found its idempotency key: the Idempotency-Key
+// header, else the event's id field, else the key header, else the hex
+// SHA-256 of the event's bytes. A header names a whole request, so in a
+// batch each event's key is the header value + "#" + its index.
+func (h *webhook) keys(r *http.Request, body []byte, found []bodyEvent, batch bool) ([]Event, error) {
+	idem, err := keyHeaderValue(r, "Idempotency-Key")
+	if err != nil {
+		return nil, err
+	}
+	var fromHeader string
+	if h.keyHeader != "" {
+		if fromHeader, err = keyHeaderValue(r, h.keyHeader); err != nil {
+			return nil, err
+		}
+	}
+	events := make([]Event, len(found))
+	for i, f := range found {
+		e := Event{Time: f.Time, Off: f.Off, Len: f.Len}
+		switch {
+		case idem != "":
+			e.Key = perEvent(idem, i, batch)
+		case f.ID != "":
+			e.Key = f.ID
+		case fromHeader != "":
+			e.Key = perEvent(fromHeader, i, batch)
+		default:
+			sum := sha256.Sum256(body[f.Off : f.Off+f.Len])
+			e.Key = hex.EncodeToString(sum[:])
+		}
+		events[i] = e
+	}
+	return events, nil
+}
+
+// perEvent returns a request-wide key for event i.
+func perEvent(key string, i int, batch bool) string {
+	if !batch {
+		return key
+	}
+	return key + "#" + strconv.Itoa(i)
+}
+
+// keyHeaderValue returns header name, "" when absent, or an error when it
+// is not 1 to 255 printable ASCII characters.
+func keyHeaderValue(r *http.Request, name string) (string, error) {
+	v := r.Header.Get(name)
+	if v == "" {
+		return "", nil
+	}
+	if len(v) > maxKeyHeader || !printable(v, true) {
+		return "", fmt.Errorf("the %s header must be 1 to %d printable ASCII characters", name, maxKeyHeader)
+	}
+	return v, nil
+}
+
+// commitFailed answers a commit that stored nothing: 429 when the inbox is
+// busy, else 503; both with Retry-After.
+func (h *webhook) commitFailed(w http.ResponseWriter, r *http.Request, reqID string, err error) {
+	var busy *BusyError
+	switch {
+	case errors.As(err, &busy):
+		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
+		h.reject(w, r, reqID, http.StatusTooManyRequests, "busy, retry later: "+busy.Reason)
+	case errors.Is(err, ErrClosed):
+		w.Header().Set("Retry-After", retryAfter(unavailableRetryAfter))
+		h.reject(w, r, reqID, http.StatusServiceUnavailable, "the daemon is stopping, retry later")
+	default:
+		w.Header().Set("Retry-After", retryAfter(unavailableRetryAfter))
+		h.reject(w, r, reqID, http.StatusServiceUnavailable, "the event could not be made durable, retry later")
+	}
+}
+
+// retryAfter renders d as whole seconds, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
+}
+
+// status answers GET /ingest/NAME/events/{id} (sel "/ID") and
+// GET /ingest/NAME/events?idempotency_key=K (sel "").
+func (h *webhook) status(w http.ResponseWriter, r *http.Request, reqID, sel string) {
+	if h.token == nil && !h.env.loopback {
+		h.reject(w, r, reqID, http.StatusForbidden, "status look-ups on a listener beyond loopback need the source's bearer token: set token or token_file")
+		return
+	}
+	if !h.authorized(w, r, reqID) {
+		return
+	}
+	var (
+		st  queue.EventStatus
+		ok  bool
+		err error
+	)
+	if sel == "" {
+		key := r.URL.Query().Get("idempotency_key")
+		if key == "" {
+			h.reject(w, r, reqID, http.StatusBadRequest, "GET /ingest/"+h.name+"/events needs ?idempotency_key=KEY")
+			return
+		}
+		st, ok, err = h.env.inbox.EventByKey(r.Context(), h.name, key)
+	} else {
+		seq, perr := strconv.ParseInt(sel[1:], 10, 64)
+		if perr != nil || seq < 1 {
+			h.reject(w, r, reqID, http.StatusBadRequest, "the event id must be a positive integer")
+			return
+		}
+		st, ok, err = h.env.inbox.EventBySeq(r.Context(), h.name, seq)
+	}
+	switch {
+	case err != nil:
+		h.env.log.Error("webhook: status look-up failed", "request_id", reqID, "err", err)
+		w.Header().Set("Retry-After", retryAfter(unavailableRetryAfter))
+		h.reject(w, r, reqID, http.StatusServiceUnavailable, "the ledger could not be read, retry later")
+	case !ok:
+		h.reject(w, r, reqID, http.StatusNotFound, "no such event (never received, or forgotten after publish.dedupe_window)")
+	default:
+		h.env.metrics.Requests.WithLabelValues(h.name, "200").Inc()
+		a := answerOf(st, false)
+		a.RequestID = reqID
+		WriteJSON(w, http.StatusOK, a)
+	}
+}
+
+// reject answers code with reason, counts it and logs it: a few a minute
+// at info (warn for authentication failures), the rest at debug. Neither
+// the body nor a secret is ever logged.
+func (h *webhook) reject(w http.ResponseWriter, r *http.Request, reqID string, code int, reason string) {
+	h.env.metrics.Requests.WithLabelValues(h.name, strconv.Itoa(code)).Inc()
+	level := slog.LevelDebug
+	if h.rejectLog.Allow() {
+		level = slog.LevelInfo
+		if code == http.StatusUnauthorized || code == http.StatusForbidden {
+			level = slog.LevelWarn
+		}
+	}
+	h.env.log.Log(r.Context(), level, "webhook request refused", "request_id", reqID, "code", code,
+		"reason", reason, "method", r.Method, "remote", r.RemoteAddr)
+	WriteJSON(w, code, rejection{Error: reason, RequestID: reqID})
+}
+
+// requestID returns the request's X-Request-ID when it is 1 to 128
+// printable ASCII characters, else a new random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-ID"); id != "" && len(id) <= maxRequestID && printable(id, false) {
+		return id
+	}
+	return rand.Text()
+}
+
+// printable reports whether s is printable ASCII; spaces are allowed
+// when space is true.
+func printable(s string, space bool) bool {
+	for i := range len(s) {
+		c := s[i]
+		if c < ' ' || c > '~' || c == ' ' && !space {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonMediaType reports whether a Content-Type names JSON:
+// application/json or application/*+json.
+func jsonMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	sub, ok := strings.CutPrefix(mt, "application/")
+	return ok && (sub == "json" || strings.HasSuffix(sub, "+json"))
+}

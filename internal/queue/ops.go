@@ -210,9 +210,13 @@ func (q *Queue) insertChunk(tx *sql.Tx, args []any, seqs []int64) error {
 }
 
 // insertRows inserts len(seqs) rows and sets seqs[i] to the seq given to
-// row i, or 0 when it was a duplicate. The rows a statement inserts get
-// consecutive seqs (one writer; a skipped duplicate allocates none), so
-// when none is a duplicate, the common case, no row is read back.
+// row i, or 0 when it was a duplicate. With no duplicate, the common case,
+// the rows got consecutive seqs (one writer) and none is read back. A
+// skipped duplicate still spends a seq (AUTOINCREMENT), so otherwise the
+// rows are read back from the last len(seqs) seqs, each recognised by its
+// key, raw object and offset: an older row in that range (an earlier
+// statement's) differs in one of them, since no two events of a batch
+// share an offset.
 func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 	res, err := st.Exec(args...)
 	if err != nil {
@@ -236,26 +240,29 @@ func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 		}
 		return nil
 	}
-	rows, err := tx.Query(`SELECT id, key FROM events WHERE id BETWEEN ? AND ?`, last-n+1, last)
+	type row struct {
+		key      string
+		raw, off int64
+	}
+	rows, err := tx.Query(`SELECT id, key, raw_id, raw_off FROM events WHERE id BETWEEN ? AND ?`, last-int64(len(seqs))+1, last)
 	if err != nil {
 		return fmt.Errorf("read back inserted events: %w", err)
 	}
-	inserted := make(map[string]int64, n)
+	inserted := make(map[row]int64, n)
 	for rows.Next() {
 		var id int64
-		var key string
-		if err := rows.Scan(&id, &key); err != nil {
+		var r row
+		if err := rows.Scan(&id, &r.key, &r.raw, &r.off); err != nil {
 			return fmt.Errorf("read back inserted events: %w", errors.Join(err, rows.Close()))
 		}
-		inserted[key] = id
+		inserted[r] = id
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return fmt.Errorf("read back inserted events: %w", err)
 	}
 	for i := range seqs {
-		key := args[i*eventCols+1].(string)
-		seqs[i] = inserted[key]
-		delete(inserted, key) // a key repeated in the statement: its first row won
+		a := args[i*eventCols : (i+1)*eventCols]
+		seqs[i] = inserted[row{key: a[1].(string), raw: a[4].(int64), off: int64(a[5].(int))}]
 	}
 	return countDuplicates(tx, args, seqs)
 }

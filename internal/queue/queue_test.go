@@ -320,3 +320,60 @@ func TestOpenRelativePath(t *testing.T) {
 		t.Fatalf("the database is not at the path given: %v", err)
 	}
 }
+
+// TestDuplicateBetweenNewEventsKeepsThem appends batches where known keys
+// sit between new ones, and a key repeated within the batch. SQLite's
+// AUTOINCREMENT spends an id on each skipped duplicate, so the new
+// events' ids are not consecutive: every new event must still come back
+// in a frame with its own seq, and the frames loaded from the database
+// must hold the same events.
+func TestDuplicateBetweenNewEventsKeepsThem(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 8)
+	ctx := t.Context()
+	if _, err := q.Append(ctx, Batch{Source: "s", FetchedAt: time.Now(), RawKey: "s/raw-0",
+		Events: []NewEvent{{Key: "a", RawLen: 1}, {Key: "b", RawOff: 1, RawLen: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"x", "a", "y", "b", "z", "x", "w"}
+	b := Batch{Source: "s", FetchedAt: time.Now(), RawKey: "s/raw-1"}
+	for i, k := range keys {
+		b.Events = append(b.Events, NewEvent{Key: k, RawOff: i, RawLen: 1})
+	}
+	frames, err := q.Append(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Event{}
+	for _, f := range frames {
+		loaded, ok, err := q.LoadFrame(ctx, f.ID)
+		if err != nil || !ok {
+			t.Fatalf("load frame %d: ok %v err %v", f.ID, ok, err)
+		}
+		if len(loaded.Events) != len(f.Events) {
+			t.Errorf("frame %d: appended with %d events, loaded with %d", f.ID, len(f.Events), len(loaded.Events))
+		}
+		for i, e := range f.Events {
+			got[e.Key] = e
+			if i < len(loaded.Events) && (loaded.Events[i].Seq != e.Seq || loaded.Events[i].Key != e.Key) {
+				t.Errorf("frame %d event %d: appended %s/%d, loaded %s/%d", f.ID, i, e.Key, e.Seq, loaded.Events[i].Key, loaded.Events[i].Seq)
+			}
+		}
+	}
+	for _, k := range []string{"x", "y", "z", "w"} {
+		e, ok := got[k]
+		if !ok {
+			t.Errorf("new event %s is in no frame", k)
+			continue
+		}
+		st, ok, err := q.EventByKey(ctx, "s", k)
+		if err != nil || !ok || st.Seq != e.Seq {
+			t.Errorf("event %s: frame seq %d, ledger %+v (ok %v, err %v)", k, e.Seq, st, ok, err)
+		}
+		if want := map[string]int{"x": 0, "y": 2, "z": 4, "w": 6}[k]; e.RawOff != want {
+			t.Errorf("event %s: raw offset %d, want %d (the first of a repeated key wins)", k, e.RawOff, want)
+		}
+	}
+	if len(got) != 4 || q.PendingEvents() != 6 {
+		t.Errorf("%d new events in frames, %d pending; want 4 and 6", len(got), q.PendingEvents())
+	}
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/daemon"
+)
+
+// Webhook mode: -clients keep-alive HTTP clients each POST one event per
+// request to a webhook source of the daemon in this process, as fast as
+// the answers come; every answer is a durable commit (raw fsync, then the
+// queue's transaction). Processors ack meanwhile, so the queue never fills.
+const (
+	modeWebhook = "webhook"
+	// webhookRequests is -events' default in webhook mode.
+	webhookRequests = 200_000
+)
+
+// webhookResult is what a webhook run measured. Its JSON form is the
+// -json output of that mode.
+type webhookResult struct {
+	Mode        string  `json:"mode"`
+	Clients     int     `json:"clients"`
+	Requests    int64   `json:"requests"`
+	EventSize   int     `json:"event_size"`
+	Synchronous string  `json:"synchronous"`
+	WallSeconds float64 `json:"wall_seconds"`
+	PerSec      float64 `json:"requests_per_sec"`
+	// Latency is request to answer, in milliseconds.
+	Latency            latencyMs `json:"latency_ms"`
+	CPUSeconds         float64   `json:"cpu_seconds"`
+	PeakRSSMiB         float64   `json:"peak_rss_mib"`
+	Acked              int64     `json:"events_acked"`
+	MeanGroupSize      float64   `json:"mean_commit_group"`
+	GroupCommitsPerSec float64   `json:"group_commits_per_sec"`
+}
+
+// webhookConfig adds the push listener and one webhook source to cfg.
+func webhookConfig(b *strings.Builder) {
+	b.WriteString(`
+[push]
+addr = "127.0.0.1:0"
+
+[source.hooks]
+kind = "webhook"
+id_field = "id"
+`)
+}
+
+// benchWebhook runs webhook mode.
+func benchWebhook(ctx context.Context, o options, cfg *config.Config, log *slog.Logger) (*webhookResult, error) {
+	rec := newRecorder(o.events)
+	u0, err := getUsage()
+	if err != nil {
+		return nil, err
+	}
+	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: log, OnAck: rec.onAck})
+	if err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	procs := &processors{log: log, endpoint: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}
+	defer func() {
+		if err := procs.stop(); err != nil {
+			log.Error("processors", "err", err)
+		}
+	}()
+	if err := procs.start(o.processors); err != nil {
+		return nil, errors.Join(err, d.Shutdown(context.WithoutCancel(ctx)))
+	}
+
+	url := "http://" + d.PushAddr() + "/ingest/hooks"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients, MaxConnsPerHost: o.clients}}
+	pad := strings.Repeat("x", max(0, o.eventSize-40))
+	var next atomic.Int64
+	lat := make([][]time.Duration, o.clients)
+	errs := make([]error, o.clients)
+	runCtx, cancel := context.WithCancel(ctx)
+	if o.duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, o.duration)
+	}
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range o.clients {
+		wg.Go(func() {
+			body := make([]byte, 0, o.eventSize+32)
+			for runCtx.Err() == nil {
+				n := next.Add(1)
+				if n > o.events {
+					return
+				}
+				body = fmt.Appendf(body[:0], `{"id":"e%d","pad":"%s"}`, n, pad)
+				t0 := time.Now()
+				if err := postOne(runCtx, client, url, body); err != nil {
+					if runCtx.Err() == nil {
+						errs[c] = err
+						cancel()
+					}
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	u1, uerr := getUsage()
+	// Wait briefly for the acks of what was stored, so the processors are
+	// known to have received it; the measure above does not include this.
+	done := min(next.Load(), o.events)
+	ackDeadline := time.Now().Add(30 * time.Second)
+	for rec.acked.Load() < done && time.Now().Before(ackDeadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	groups, groupSum := groupStats(d)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Daemon.ShutdownGrace)
+	shutErr := d.Shutdown(sctx)
+	scancel()
+	procErr := procs.stop()
+	if err := errors.Join(append(errs, uerr, shutErr, procErr)...); err != nil {
+		return nil, err
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	pct := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return round(all[min(len(all)-1, int(p/100*float64(len(all))))].Seconds()*1000, 2)
+	}
+	res := &webhookResult{Mode: modeWebhook, Clients: o.clients, Requests: int64(len(all)), EventSize: o.eventSize,
+		Synchronous: o.synchronous, WallSeconds: round(wall.Seconds(), 3),
+		PerSec:     round(float64(len(all))/wall.Seconds(), 0),
+		Latency:    latencyMs{P50: pct(50), P90: pct(90), P99: pct(99), Max: pct(100)},
+		CPUSeconds: round((u1.user + u1.sys - u0.user - u0.sys).Seconds(), 2), PeakRSSMiB: round(float64(u1.maxRSSKiB)/1024, 1),
+		Acked: rec.acked.Load()}
+	if groups > 0 {
+		res.MeanGroupSize = round(groupSum/groups, 1)
+		res.GroupCommitsPerSec = round(groups/wall.Seconds(), 0)
+	}
+	return res, nil
+}
+
+// postOne sends one event and checks it was stored (202, or 200 for a
+// duplicate).
+func postOne(ctx context.Context, client *http.Client, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	answer, err := io.ReadAll(resp.Body)
+	err = errors.Join(err, resp.Body.Close())
+	if err != nil {
+		return fmt.Errorf("read the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST %s answered %d: %s", url, resp.StatusCode, answer)
+	}
+	return nil
+}
+
+// groupStats reads the push commit group histogram: how many groups and
+// how many requests in all.
+func groupStats(d *daemon.Daemon) (groups, requests float64) {
+	mfs, err := d.Registry().Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ingestor_push_commit_group_size" && len(mf.GetMetric()) > 0 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return float64(h.GetSampleCount()), h.GetSampleSum()
+		}
+	}
+	return 0, 0
+}
+
+// printWebhook prints a webhook run: one line holding "webhook" and
+// "N requests/s", or JSON.
+func printWebhook(w io.Writer, r *webhookResult, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "webhook: %.0f requests/s durable (synchronous = %s), %d clients keep-alive, one %d-byte event per request; "+
+		"latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests in %.2f s, %.1f requests per group commit; CPU %.2f s, peak RSS %.1f MiB\n",
+		r.PerSec, r.Synchronous, r.Clients, r.EventSize, r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Requests, r.WallSeconds,
+		r.MeanGroupSize, r.CPUSeconds, r.PeakRSSMiB)
+	return err
+}

@@ -1,0 +1,474 @@
+package push
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// hookServer is a push listener serving one webhook source, "hooks", on a
+// real inbox (real queue, real file raw store).
+type hookServer struct {
+	url    string // http://ADDR/ingest/hooks
+	in     *Inbox
+	q      *queue.Queue
+	frames *frameLog
+	logs   *testsync.LockedBuffer
+}
+
+// startHooks starts a push listener on loopback for a webhook source whose
+// spec set adjusts; maxPending is publish.max_pending_events.
+func startHooks(t *testing.T, maxPending int64, set func(*sources.WebhookSpec)) *hookServer {
+	t.Helper()
+	in, q, _, frames := openInbox(t, maxPending)
+	spec := webhookSpec(t, set)
+	logs := &testsync.LockedBuffer{}
+	srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"},
+		Sources: []config.Source{{Name: "hooks", Kind: "webhook", Enabled: true, Spec: spec}},
+		Inbox:   in, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Not t.Context(): it is cancelled before the cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return &hookServer{url: "http://" + srv.Addr() + "/ingest/hooks", in: in, q: q, frames: frames, logs: logs}
+}
+
+// webhookSpec returns a valid webhook spec: the defaults adjusted by set.
+func webhookSpec(t *testing.T, set func(*sources.WebhookSpec)) *sources.WebhookSpec {
+	t.Helper()
+	s, _ := sources.NewSpec("webhook")
+	spec := s.(*sources.WebhookSpec)
+	if set != nil {
+		set(spec)
+	}
+	if errs := spec.Validate(); len(errs) > 0 {
+		t.Fatalf("invalid test spec: %v", errs)
+	}
+	return spec
+}
+
+// reply is an answer read whole.
+type reply struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+// event decodes a one-event answer.
+func (r reply) event(t *testing.T) eventAnswer {
+	t.Helper()
+	var a eventAnswer
+	if err := json.Unmarshal([]byte(r.body), &a); err != nil {
+		t.Fatalf("answer %d %q: %v", r.code, r.body, err)
+	}
+	return a
+}
+
+// send sends a request and reads its answer; headers are name, value
+// pairs.
+func send(t *testing.T, method, url, body string, headers ...string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{code: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func expect(t *testing.T, r reply, code int, inBody string) {
+	t.Helper()
+	if r.code != code || !strings.Contains(r.body, inBody) {
+		t.Fatalf("answer %d %s, want %d with %q", r.code, r.body, code, inBody)
+	}
+	if r.header.Get("X-Request-ID") == "" || !strings.Contains(r.body, `"request_id":"`+r.header.Get("X-Request-ID")+`"`) {
+		t.Errorf("answer %d %s: X-Request-ID %q missing or not in the body", r.code, r.body, r.header.Get("X-Request-ID"))
+	}
+}
+
+// TestWebhookAnswers walks every answer of POST /ingest/NAME on a source
+// with a token and a required field.
+func TestWebhookAnswers(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+		s.Token, s.IDField, s.RequiredFields, s.TimeField, s.MaxBodyBytes = token, "id", []string{"type"}, "at", 100
+	})
+	auth := "Bearer " + token
+	post := func(body string, headers ...string) reply {
+		return send(t, http.MethodPost, h.url, body, append([]string{"Authorization", auth, "Content-Type", "application/json"}, headers...)...)
+	}
+
+	r := post(`{"id":"e1","type":"push","at":"2026-01-02T03:04:05Z"}`, "X-Request-ID", "req-1")
+	expect(t, r, http.StatusAccepted, `"idempotency_key":"e1","status":"queued","duplicate":false`)
+	first := r.event(t)
+	if first.ID < 1 || first.RequestID != "req-1" || r.header.Get("X-Request-ID") != "req-1" || first.CreatedAt.IsZero() {
+		t.Errorf("new event answer %+v (X-Request-ID %q), want an id, the request id taken and times", first, r.header.Get("X-Request-ID"))
+	}
+	r = post(`{"type":"push","id":"e1"}`)
+	expect(t, r, http.StatusOK, `"duplicate":true`)
+	if dup := r.event(t); dup.ID != first.ID || dup.Received != 2 || dup.RequestID == "req-1" {
+		t.Errorf("duplicate answer %+v, want id %d, 2 arrivals and a new request id", dup, first.ID)
+	}
+	if got := h.frames.events(); got != 1 {
+		t.Errorf("%d events handed to the sender, want 1", got)
+	}
+
+	expect(t, post(`{"id":"e2","type":`), http.StatusBadRequest, "invalid JSON")
+	expect(t, post(`{"id":"e2"}`), http.StatusBadRequest, `the required field \"type\" is missing`)
+	expect(t, post(`{"id":"e2","type":null}`), http.StatusBadRequest, `the required field \"type\" is missing`)
+	expect(t, post(`"e2"`), http.StatusBadRequest, "the body is a JSON string, want an object")
+	expect(t, post(``), http.StatusBadRequest, "empty body")
+	expect(t, post(`[]`), http.StatusBadRequest, "the array holds no events")
+	expect(t, post(`{"id":"e2","type":"x","pad":"`+strings.Repeat("a", 100)+`"}`), http.StatusRequestEntityTooLarge, "max_body_bytes (100 bytes)")
+	expect(t, post(`{}`, "Content-Type", "text/plain"), http.StatusUnsupportedMediaType, "Content-Type")
+	expect(t, post(`{"id":"e3","type":"x"}`, "Content-Type", "application/cloudevents+json; charset=utf-8"), http.StatusAccepted, `"e3"`)
+	expect(t, send(t, http.MethodPost, h.url, `{"id":"e2","type":"x"}`), http.StatusUnauthorized, "missing Authorization")
+	expect(t, send(t, http.MethodPost, h.url, `{"id":"e2","type":"x"}`, "Authorization", "Bearer wrong-token-0123456789"), http.StatusForbidden, "wrong bearer token")
+	r = send(t, http.MethodPut, h.url, `{}`, "Authorization", auth)
+	expect(t, r, http.StatusMethodNotAllowed, "POST")
+	if r.header.Get("Allow") != http.MethodPost {
+		t.Errorf("405 Allow = %q", r.header.Get("Allow"))
+	}
+	expect(t, send(t, http.MethodPost, h.url+"/elsewhere", `{}`, "Authorization", auth), http.StatusNotFound, "not found")
+
+	// A body sent slowly but within the read bound, and a chunked one.
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte(`{"id":"e4",`))
+		_, _ = pw.Write([]byte(`"type":"x"}`))
+		_ = pw.Close()
+	}()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url, pr)
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("chunked body answered %d", resp.StatusCode)
+	}
+
+	// Nothing refused was stored; the body and the token are not logged.
+	for _, key := range []string{"e2"} {
+		if _, ok, _ := h.q.EventByKey(t.Context(), "hooks", key); ok {
+			t.Errorf("refused event %s is in the ledger", key)
+		}
+	}
+	if logs := h.logs.String(); strings.Contains(logs, token) || strings.Contains(logs, `"type"`) || !strings.Contains(logs, "request_id=req-1") {
+		t.Errorf("logs hold the token or a body, or not the request id:\n%s", logs)
+	}
+}
+
+// TestWebhookBusyAndClosed answers 429 with Retry-After while the queue is
+// at max_pending_events, then 503 with Retry-After once the inbox closed.
+func TestWebhookBusyAndClosed(t *testing.T) {
+	h := startHooks(t, 1, nil)
+	expect(t, send(t, http.MethodPost, h.url, `{"n":1}`), http.StatusAccepted, `"status":"queued"`)
+	r := send(t, http.MethodPost, h.url, `{"n":2}`)
+	expect(t, r, http.StatusTooManyRequests, "max_pending_events")
+	if r.header.Get("Retry-After") != "1" {
+		t.Errorf("429 Retry-After = %q, want 1", r.header.Get("Retry-After"))
+	}
+	// A retry of a stored event is refused too while the queue is full:
+	// the inbox does not look keys up before it takes a commit.
+	expect(t, send(t, http.MethodPost, h.url, `{"n":1}`), http.StatusTooManyRequests, "max_pending_events")
+	h.in.Close()
+	r = send(t, http.MethodPost, h.url, `{"n":3}`)
+	expect(t, r, http.StatusServiceUnavailable, "stopping")
+	if r.header.Get("Retry-After") != "5" {
+		t.Errorf("503 Retry-After = %q, want 5", r.header.Get("Retry-After"))
+	}
+}
+
+// TestWebhookKeyPrecedence checks the order: Idempotency-Key, id_field,
+// id_header, SHA-256 of the event's bytes; in a batch a header key is
+// suffixed with "#" and the element's index.
+func TestWebhookKeyPrecedence(t *testing.T) {
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.IDField, s.IDHeader = "meta.id", "X-Delivery" })
+	key := func(body string, headers ...string) string {
+		t.Helper()
+		r := send(t, http.MethodPost, h.url, body, headers...)
+		if r.code != http.StatusAccepted && r.code != http.StatusOK {
+			t.Fatalf("answer %d %s", r.code, r.body)
+		}
+		return r.event(t).IdempotencyKey
+	}
+	if k := key(`{"meta":{"id":"f1"}}`, "Idempotency-Key", "idem-1", "X-Delivery", "d1"); k != "idem-1" {
+		t.Errorf("with Idempotency-Key: key %q", k)
+	}
+	if k := key(`{"meta":{"id":42}}`, "X-Delivery", "d1"); k != "42" {
+		t.Errorf("with id_field: key %q", k)
+	}
+	if k := key(`{"meta":{}}`, "X-Delivery", "d1"); k != "d1" {
+		t.Errorf("with id_header: key %q", k)
+	}
+	body := ` {"x": 1} `
+	if k := key(body); k != sha256Hex(`{"x": 1}`) {
+		t.Errorf("without any: key %q, want the SHA-256 of the event's bytes", k)
+	}
+	expect(t, send(t, http.MethodPost, h.url, `{}`, "Idempotency-Key", strings.Repeat("k", 256)), http.StatusBadRequest, "Idempotency-Key header must be 1 to 255")
+
+	// A batch: per-element keys, answered per event, 202 while one is new.
+	r := send(t, http.MethodPost, h.url, `[{"meta":{"id":"b1"}},{"n":2}]`, "X-Delivery", "d9")
+	var batch batchAnswer
+	if err := json.Unmarshal([]byte(r.body), &batch); err != nil || r.code != http.StatusAccepted || len(batch.Events) != 2 {
+		t.Fatalf("batch answer %d %s (%v)", r.code, r.body, err)
+	}
+	if batch.Events[0].IdempotencyKey != "b1" || batch.Events[1].IdempotencyKey != "d9#1" || batch.RequestID == "" {
+		t.Errorf("batch keys %+v, want b1 and d9#1", batch)
+	}
+	r = send(t, http.MethodPost, h.url, `[{"a":1},{"a":2}]`, "Idempotency-Key", "idem-b")
+	if err := json.Unmarshal([]byte(r.body), &batch); err != nil || batch.Events[0].IdempotencyKey != "idem-b#0" || batch.Events[1].IdempotencyKey != "idem-b#1" {
+		t.Errorf("batch with Idempotency-Key: %s", r.body)
+	}
+	r = send(t, http.MethodPost, h.url, `[{"meta":{"id":"b1"}},{"n":2}]`, "X-Delivery", "d9")
+	if r.code != http.StatusOK || strings.Count(r.body, `"duplicate":true`) != 2 {
+		t.Errorf("repeated batch answered %d %s, want 200 with two duplicates", r.code, r.body)
+	}
+	expect(t, send(t, http.MethodPost, h.url, `[{"a":1},2]`), http.StatusBadRequest, "event 1 is not a JSON object")
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestWebhookStatusLookup reads an event's status by id and by key.
+func TestWebhookStatusLookup(t *testing.T) {
+	h := startHooks(t, 1_000_000, nil)
+	r := send(t, http.MethodPost, h.url, `{"x":1}`, "Idempotency-Key", "look-1")
+	id := r.event(t).ID
+	r = send(t, http.MethodGet, fmt.Sprintf("%s/events/%d", h.url, id), "")
+	expect(t, r, http.StatusOK, `"idempotency_key":"look-1","status":"queued"`)
+	if a := r.event(t); a.ID != id || a.Received != 1 {
+		t.Errorf("status by id %+v", a)
+	}
+	expect(t, send(t, http.MethodGet, h.url+"/events?idempotency_key=look-1", ""), http.StatusOK, fmt.Sprintf(`"id":%d`, id))
+	expect(t, send(t, http.MethodGet, h.url+"/events?idempotency_key=nope", ""), http.StatusNotFound, "no such event")
+	expect(t, send(t, http.MethodGet, h.url+"/events/999", ""), http.StatusNotFound, "no such event")
+	expect(t, send(t, http.MethodGet, h.url+"/events/abc", ""), http.StatusBadRequest, "positive integer")
+	expect(t, send(t, http.MethodGet, h.url+"/events", ""), http.StatusBadRequest, "idempotency_key=KEY")
+	expect(t, send(t, http.MethodPost, h.url+"/events/1", ""), http.StatusMethodNotAllowed, "GET")
+
+	// Acked once its frame is acked.
+	h.frames.mu.Lock()
+	f := h.frames.frames[0]
+	h.frames.mu.Unlock()
+	if _, err := h.q.Ack(t.Context(), []int64{f.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, send(t, http.MethodGet, fmt.Sprintf("%s/events/%d", h.url, id), ""), http.StatusOK, `"status":"acked"`)
+}
+
+// TestWebhookStatusAuth: with a token, status look-ups need it; without
+// one, they are served only on a loopback listener.
+func TestWebhookStatusAuth(t *testing.T) {
+	const token = "status-token-0123456789"
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Token = token })
+	expect(t, send(t, http.MethodGet, h.url+"/events/1", ""), http.StatusUnauthorized, "missing Authorization")
+	expect(t, send(t, http.MethodGet, h.url+"/events/1", "", "Authorization", "Bearer nope-nope-nope-nope"), http.StatusForbidden, "wrong bearer token")
+	expect(t, send(t, http.MethodGet, h.url+"/events/1", "", "Authorization", "Bearer "+token), http.StatusNotFound, "no such event")
+
+	// The same handler on a listener beyond loopback, without a token.
+	in, _, _, _ := openInbox(t, 100)
+	wh, err := newWebhook(handlerEnv{source: config.Source{Name: "open"}, inbox: in, log: slog.New(slog.DiscardHandler),
+		metrics: NewMetrics(nil), loopback: false}, webhookSpec(t, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "github", "s3cret" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ingest/{name}/{rest...}", wh)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	expect(t, send(t, http.MethodGet, ts.URL+"/ingest/open/events/1", ""), http.StatusForbidden, "need the source's bearer token")
+}
+
+// TestWebhookRequestID takes a sane X-Request-ID and replaces another.
+func TestWebhookRequestID(t *testing.T) {
+	h := startHooks(t, 1_000_000, nil)
+	for _, tc := range []struct{ sent, want string }{
+		{"abc-123", "abc-123"},
+		{strings.Repeat("r", 128), strings.Repeat("r", 128)},
+		{strings.Repeat("r", 129), ""},
+		{"has space", ""},
+		{"", ""},
+	} {
+		r := send(t, http.MethodPost, h.url, `{"a":1}`, "X-Request-ID", tc.sent)
+		got := r.header.Get("X-Request-ID")
+		if tc.want != "" && got != tc.want || tc.want == "" && (got == "" || got == tc.sent) {
+			t.Errorf("sent X-Request-ID %q: answered %q", tc.sent, got)
+		}
+		if a := r.event(t); a.RequestID != got {
+			t.Errorf("body request_id %q, header %q", a.RequestID, got)
+		}
+	}
+}
+
+// pyHMAC returns the hex HMAC-SHA256 of msg with secret, computed by
+// Python's hmac module, independently of the code under test.
+func pyHMAC(t *testing.T, secret string, msg []byte) string {
+	t.Helper()
+	cmd := exec.Command(testsync.Python3(t), "-c",
+		"import hmac,hashlib,os,sys; print(hmac.new(os.environb[b'K'], sys.stdin.buffer.read(), hashlib.sha256).hexdigest())")
+	cmd.Env = append(os.Environ(), "K="+secret)
+	cmd.Stdin = bytes.NewReader(msg)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python hmac: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestWebhookSignatures: each preset accepts a real example and refuses a
+// missing signature, a tampered body and (where signed) an expired
+// timestamp, with 401.
+func TestWebhookSignatures(t *testing.T) {
+	const secret = "It's a Secret to Everybody"
+	body := `{"id":"evt_1","type":"ping"}`
+	tampered := `{"id":"evt_1","type":"pong"}`
+	now := time.Now().Unix()
+
+	t.Run("github", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "github", secret })
+		// GitHub's documented example.
+		const doc = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+		if got := "sha256=" + pyHMAC(t, secret, []byte("Hello, World!")); got != doc {
+			t.Fatalf("python computes %s, GitHub documents %s", got, doc)
+		}
+		expect(t, send(t, http.MethodPost, h.url, "Hello, World!", "X-Hub-Signature-256", doc), http.StatusBadRequest, "invalid JSON")
+		sig := "sha256=" + pyHMAC(t, secret, []byte(body))
+		r := send(t, http.MethodPost, h.url, body, "X-Hub-Signature-256", sig, "X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+		expect(t, r, http.StatusAccepted, `"idempotency_key":"72d3162e-cc78-11e3-81ab-4c9367dc0958"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, "X-Hub-Signature-256", sig), http.StatusUnauthorized, "does not match")
+		expect(t, send(t, http.MethodPost, h.url, body), http.StatusUnauthorized, "missing the X-Hub-Signature-256 header")
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Hub-Signature-256", strings.TrimPrefix(sig, "sha256=")), http.StatusUnauthorized, `does not start with \"sha256=\"`)
+	})
+	t.Run("stripe", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "stripe", secret })
+		header := func(ts int64, b string) string {
+			return fmt.Sprintf("t=%d,v1=%s,v0=deadbeef", ts, pyHMAC(t, secret, fmt.Appendf(nil, "%d.%s", ts, b)))
+		}
+		// Several v1 (during a secret roll): one matching is enough.
+		sig := fmt.Sprintf("t=%d,v1=%s,v1=%s", now, strings.Repeat("ab", 32), pyHMAC(t, secret, fmt.Appendf(nil, "%d.%s", now, body)))
+		expect(t, send(t, http.MethodPost, h.url, body, "Stripe-Signature", sig), http.StatusAccepted, `"idempotency_key":"evt_1"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, "Stripe-Signature", header(now, body)), http.StatusUnauthorized, "does not match")
+		expect(t, send(t, http.MethodPost, h.url, body, "Stripe-Signature", header(now-600, body)), http.StatusUnauthorized, "beyond the 5m0s tolerance")
+		expect(t, send(t, http.MethodPost, h.url, body), http.StatusUnauthorized, "missing the Stripe-Signature header")
+		// Stripe refuses only old timestamps.
+		expect(t, send(t, http.MethodPost, h.url, body, "Stripe-Signature", header(now+600, body)), http.StatusOK, `"duplicate":true`)
+	})
+	t.Run("slack", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "slack", secret })
+		sign := func(ts int64, b string) (string, string) {
+			return fmt.Sprint(ts), "v0=" + pyHMAC(t, secret, fmt.Appendf(nil, "v0:%d:%s", ts, b))
+		}
+		ts, sig := sign(now, body)
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Slack-Request-Timestamp", ts, "X-Slack-Signature", sig), http.StatusAccepted, `"status":"queued"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, "X-Slack-Request-Timestamp", ts, "X-Slack-Signature", sig), http.StatusUnauthorized, "does not match")
+		for _, skew := range []int64{-600, 600} {
+			ts, sig := sign(now+skew, body)
+			expect(t, send(t, http.MethodPost, h.url, body, "X-Slack-Request-Timestamp", ts, "X-Slack-Signature", sig), http.StatusUnauthorized, "beyond the 5m0s tolerance")
+		}
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Slack-Signature", sig), http.StatusUnauthorized, "missing the X-Slack-Request-Timestamp header")
+	})
+	t.Run("hmac_sha256", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+			s.Signature, s.Secret, s.SignatureHeader = "hmac_sha256", secret, "X-Signature"
+		})
+		sig := pyHMAC(t, secret, []byte(body))
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Signature", sig), http.StatusAccepted, `"status":"queued"`)
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Signature", "sha256="+strings.ToUpper(sig)), http.StatusOK, `"duplicate":true`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, "X-Signature", sig), http.StatusUnauthorized, "does not match")
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Signature", "zz"), http.StatusUnauthorized, "not hex")
+		if logs := h.logs.String(); strings.Contains(logs, secret) {
+			t.Errorf("the secret is in the logs:\n%s", logs)
+		}
+	})
+}
+
+// TestWebhookSlowBodyIsCutOff: a sender that stops sending its body is
+// answered 408 once the read bound passes, and nothing is stored.
+func TestWebhookSlowBodyIsCutOff(t *testing.T) {
+	in, q, _, _ := openInbox(t, 100)
+	h, err := newWebhook(handlerEnv{source: config.Source{Name: "slow"}, inbox: in, log: slog.New(slog.DiscardHandler),
+		metrics: NewMetrics(nil), loopback: true}, webhookSpec(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.(*webhook).readTimeout = 200 * time.Millisecond
+	mux := http.NewServeMux()
+	mux.Handle("/ingest/{name}", h)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	// A stalled body is cut off, also on a request refused unread (net/http
+	// reads what is left of a body before it answers).
+	for _, tc := range []struct {
+		contentType string
+		code        int
+		inBody      string
+	}{
+		{"application/json", http.StatusRequestTimeout, "not read within 200ms"},
+		{"text/plain", http.StatusUnsupportedMediaType, "Content-Type"},
+	} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		if _, err := fmt.Fprintf(conn, "POST /ingest/slow HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: 100\r\n\r\n{\"id\":", tc.contentType); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a stalled body: %v", tc.contentType, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.inBody) {
+			t.Errorf("%s: stalled body answered %d %s, want %d", tc.contentType, resp.StatusCode, body, tc.code)
+		}
+	}
+	if q.PendingEvents() != 0 {
+		t.Errorf("%d events stored from a stalled body", q.PendingEvents())
+	}
+}
