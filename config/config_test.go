@@ -154,7 +154,7 @@ func TestGoodFiles(t *testing.T) {
 			},
 		},
 		"ws_ingress.good.toml": {
-			env: map[string]string{"DEVICES_TOKEN": "devices-0123456789abcdef"},
+			env: map[string]string{"DEVICES_TOKEN": "devices-0123456789abcdef", "DEVICE_TOKENS_FILE": "../testdata/config/device-tokens"},
 			check: func(t *testing.T, cfg *Config) {
 				want := &sources.WSIngressSpec{MaxMessageBytes: 1 << 20, Token: "devices-0123456789abcdef",
 					TokensFile: "../testdata/config/device-tokens", MaxInflight: 8, ReadTimeout: "30s", PingInterval: "10s", MaxConnections: 500}

@@ -21,6 +21,9 @@ func TestValidateCommand(t *testing.T) {
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "gh-secret")
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_x")
 	t.Setenv("APP_TOKEN", "0123456789abcdef-app")
+	// ws_ingress.good.toml takes its token and tokens file from there too.
+	t.Setenv("DEVICES_TOKEN", "devices-0123456789abcdef")
+	t.Setenv("DEVICE_TOKENS_FILE", "../../testdata/config/device-tokens")
 	good, err := filepath.Glob("../../testdata/config/*.good.toml")
 	if err != nil || len(good) == 0 {
 		t.Fatalf("no good configs found: %v", err)
