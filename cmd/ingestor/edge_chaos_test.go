@@ -27,19 +27,31 @@ const edgeToken = "edge-chaos-token-0123456789abcdef"
 
 // proc is a process of the built binary that the chaos test kills.
 type proc struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd *exec.Cmd
+	// done is closed once the process exited; err is then its exit error.
+	done chan struct{}
+	err  error
 }
 
 func startProc(t *testing.T, logs *testsync.LockedBuffer, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "EDGE_TOKEN="+edgeToken)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	// A failing test must not leave its processes running.
+	t.Cleanup(func() {
+		if !p.exited() {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
 	return p
 }
 
@@ -51,10 +63,15 @@ func (p *proc) kill(t *testing.T) {
 	<-p.done
 }
 
+// wait returns the exit error once the process exited.
+func (p *proc) wait() error {
+	<-p.done
+	return p.err
+}
+
 func (p *proc) exited() bool {
 	select {
-	case err := <-p.done:
-		p.done <- err
+	case <-p.done:
 		return true
 	default:
 		return false
@@ -245,7 +262,7 @@ token = "${EDGE_TOKEN}"
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-p.done; err != nil {
+		if err := p.wait(); err != nil {
 			t.Fatalf("graceful stop after SIGTERM: %v\n%s", err, tail(logs.String()))
 		}
 	}
