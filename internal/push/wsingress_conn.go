@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/ingestorhq/ingestor/internal/jsonscan"
 )
 
 // wsConn is one device connection. Its reader goroutine reads envelopes
@@ -144,7 +146,7 @@ func (c *wsConn) readLoop() closeReason {
 		case <-c.stop:
 			return goingAway
 		}
-		msg, why, ok := c.read()
+		msg, oversize, why, ok := c.read()
 		if !ok {
 			<-c.slots
 			return why
@@ -159,6 +161,11 @@ func (c *wsConn) readLoop() closeReason {
 		}
 		c.pending.Add(1)
 		c.mu.Unlock()
+		if oversize {
+			c.answer(ack{EventID: oversizeEventID(msg), Status: ackRejected,
+				Reason: "message over max_message_bytes (" + strconv.FormatInt(c.h.maxMessage, 10) + ")"}, c.device, 413)
+			continue
+		}
 		env, err := decodeEnvelope(msg)
 		if err == nil && c.device != "" && env.DeviceID != c.device {
 			err = fmt.Errorf("device_id %q is not the device of the token (%q)", env.DeviceID, c.device)
@@ -174,8 +181,9 @@ func (c *wsConn) readLoop() closeReason {
 }
 
 // read reads the next message under the read deadline. ok is false when
-// the connection ended (why says how to close it).
-func (c *wsConn) read() (msg []byte, why closeReason, ok bool) {
+// the connection ended (why says how to close it). A message over
+// max_message_bytes is oversize: msg then holds its first max_message_bytes.
+func (c *wsConn) read() (msg []byte, oversize bool, why closeReason, ok bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t := time.AfterFunc(c.h.readTimeout, cancel)
@@ -184,11 +192,16 @@ func (c *wsConn) read() (msg []byte, why closeReason, ok bool) {
 	typ, r, err := c.conn.Reader(ctx)
 	if err == nil {
 		if typ != websocket.MessageText {
-			return nil, closeReason{websocket.StatusPolicyViolation, "envelopes are text messages, not binary"}, false
+			return nil, false, closeReason{websocket.StatusPolicyViolation, "envelopes are text messages, not binary"}, false
 		}
 		msg, err = io.ReadAll(io.LimitReader(r, c.h.maxMessage+1))
 		if err == nil && int64(len(msg)) > c.h.maxMessage {
-			return nil, closeReason{websocket.StatusPolicyViolation, "message over max_message_bytes (" + strconv.FormatInt(c.h.maxMessage, 10) + ")"}, false
+			// The rest is read and dropped, never held: the answer needs
+			// only the event_id, which the first bytes hold for a
+			// forwarder's envelope (its keys are sorted).
+			_, err = io.Copy(io.Discard, r)
+			msg = msg[:c.h.maxMessage]
+			oversize = true
 		}
 	}
 	if err != nil {
@@ -196,9 +209,9 @@ func (c *wsConn) read() (msg []byte, why closeReason, ok bool) {
 			c.h.env.log.Info("ws_ingress: dropped a silent device: no message and no pong within read_timeout",
 				"remote", c.remote, "device", c.device, "read_timeout", c.h.readTimeout)
 		}
-		return nil, connIsGone, false
+		return nil, false, connIsGone, false
 	}
-	return msg, closeReason{}, true
+	return msg, oversize, closeReason{}, true
 }
 
 // commit makes one envelope durable and answers it.
@@ -243,4 +256,19 @@ func (c *wsConn) answer(a ack, device string, code int) {
 		h.env.log.Debug("ws_ingress: answer not delivered; the device sends the envelope again", "remote", c.remote,
 			"event_id", a.EventID, "status", a.Status, "err", err)
 	}
+}
+
+// oversizeEventID finds the top-level event_id in the first bytes of an
+// oversize message, or "" when they do not hold it before anything
+// malformed (a key after a large payload is past the cut).
+func oversizeEventID(prefix []byte) string {
+	val, kind, ok := jsonscan.Field(prefix, "event_id")
+	if !ok || kind != jsonscan.String {
+		return ""
+	}
+	id, err := jsonscan.Unquote(val)
+	if err != nil {
+		return ""
+	}
+	return id
 }

@@ -395,7 +395,9 @@ func TestWSIngressTokens(t *testing.T) {
 }
 
 // TestWSIngressProtocolViolations closes the connection with 1008 on a
-// binary message and on one over max_message_bytes.
+// binary message. A message over max_message_bytes is answered "rejected"
+// with its event_id instead, and the connection goes on: a forwarder that
+// got no answer would send it again forever.
 func TestWSIngressProtocolViolations(t *testing.T) {
 	r := startWS(t, func(s *sources.WSIngressSpec) { s.MaxMessageBytes = 512 })
 	d := dialDevice(t, r.url, tokenA)
@@ -407,14 +409,19 @@ func TestWSIngressProtocolViolations(t *testing.T) {
 	}
 	d = dialDevice(t, r.url, tokenA)
 	big := envelopeFor("dev-a", "big")
-	big = big[:len(big)-1] + `,"pad":"` + strings.Repeat("p", 512) + `"}`
+	big = big[:len(big)-1] + `,"pad":"` + strings.Repeat("p", 4096) + `"}`
 	d.send(big)
-	if got := d.closeStatus(); got != websocket.StatusPolicyViolation {
-		t.Errorf("oversize message: close status %v, want 1008", got)
+	if a := d.next(); a.Status != ackRejected || a.EventID != "big" || !strings.Contains(a.Reason, "max_message_bytes") {
+		t.Errorf("oversize message: answer %+v, want big rejected over max_message_bytes", a)
+	}
+	d.send(envelopeFor("dev-a", "after"))
+	if a := d.next(); a.Status != ackStored || a.EventID != "after" {
+		t.Errorf("the envelope after an oversize one: answer %+v, want stored", a)
 	}
 	if r.stored(t, "bin") || r.stored(t, "big") {
 		t.Error("a message that broke the protocol was stored")
 	}
+	d.conn.CloseNow()
 	testsync.WaitFor(t, "both connections to be gone", 10*time.Second, func() bool { return r.connected(t) == 0 })
 }
 
