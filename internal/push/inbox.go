@@ -139,7 +139,8 @@ func NewInbox(o InboxOptions) *Inbox {
 
 // Commit stores body (raw) and its events (ledger rows) durably and returns
 // one Outcome per event, in order. It returns a *BusyError when the inbox
-// is full and ErrClosed once closed; then nothing is stored. Once a commit
+// is full (unless every event is stored already: then their status) and
+// ErrClosed once closed; then nothing is stored. Once a commit
 // is accepted, Commit waits for its outcome even if ctx ends, so that the
 // caller knows what happened. events must locate bytes inside body.
 func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events []Event) ([]Outcome, error) {
@@ -154,19 +155,34 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 	}
 	if n := in.o.Queue.PendingEvents(); n >= in.o.MaxPendingEvents {
 		in.closeMu.RUnlock()
-		in.o.Metrics.busy.WithLabelValues(source, "queue_full").Inc()
-		return nil, &BusyError{Reason: fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), RetryAfter: busyRetryAfter}
+		return in.refuse(ctx, source, events, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n))
 	}
 	select {
 	case in.reqs <- c:
 		in.closeMu.RUnlock()
 	default:
 		in.closeMu.RUnlock()
-		in.o.Metrics.busy.WithLabelValues(source, "saturated").Inc()
-		return nil, &BusyError{Reason: "the group commit is saturated", RetryAfter: busyRetryAfter}
+		return in.refuse(ctx, source, events, "saturated", "the group commit is saturated")
 	}
 	r := <-c.done
 	return r.outcomes, r.err
+}
+
+// refuse answers a commit the inbox cannot take now with a BusyError,
+// unless every one of its events is stored already (a sender retrying
+// after a lost answer): those are answered with their status, as a commit
+// would have, since a sender told to retry would only come back for it.
+func (in *Inbox) refuse(ctx context.Context, source string, events []Event, reason, msg string) ([]Outcome, error) {
+	outs := make([]Outcome, len(events))
+	for i, e := range events {
+		st, ok, err := in.o.Queue.EventByKey(ctx, source, e.Key)
+		if err != nil || !ok {
+			in.o.Metrics.busy.WithLabelValues(source, reason).Inc()
+			return nil, &BusyError{Reason: msg, RetryAfter: busyRetryAfter}
+		}
+		outs[i] = Outcome{EventStatus: st}
+	}
+	return outs, nil
 }
 
 // Close refuses new commits, finishes those already accepted and returns
