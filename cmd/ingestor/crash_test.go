@@ -35,6 +35,30 @@ func buildBinary(t *testing.T, dir string) string {
 	return bin
 }
 
+// daemonTOML returns the [daemon], [raw_store] and [publish] sections of
+// a built daemon under test: its data dir and raw store under dir, JSON
+// logs, a 10s shutdown grace, and the given addresses. daemonExtra and
+// publishExtra add keys to [daemon] and [publish]; callers append their
+// other sections.
+func daemonTOML(dir, httpAddr, pub, ack, daemonExtra, publishExtra string) string {
+	return fmt.Sprintf(`
+[daemon]
+data_dir = %q
+http_addr = %q
+log_format = "json"
+shutdown_grace = "10s"
+%s
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+%s
+`, filepath.Join(dir, "data"), httpAddr, daemonExtra, "file://"+filepath.Join(dir, "raw"), pub, ack, publishExtra)
+}
+
 type delivered struct {
 	rawKey   string
 	off, len int
@@ -80,22 +104,8 @@ func crashCycles(t *testing.T, bin string, total int, pollURL, sourceExtra strin
 	dir := t.TempDir()
 	httpAddr, pub, ack := testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-shutdown_grace = "10s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-ack_timeout = "2s"
-events_per_frame = 7
-
+	cfg := daemonTOML(dir, httpAddr, pub, ack, "", `ack_timeout = "2s"
+events_per_frame = 7`) + fmt.Sprintf(`
 [source.seq]
 kind = "http_poll"
 poll_url = %q
@@ -105,7 +115,7 @@ timeout = "5s"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
-`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, pollURL, sourceExtra)
+`, pollURL, sourceExtra)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

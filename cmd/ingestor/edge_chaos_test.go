@@ -94,28 +94,14 @@ func TestEdgeChaosLosesNothing(t *testing.T) {
 	httpAddr, pushAddr, edgeAddr := testsync.FreePort(t), testsync.FreePort(t), testsync.FreePort(t)
 	pub, ack := "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-shutdown_grace = "10s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-ack_timeout = "2s"
-
+	cfg := daemonTOML(dir, httpAddr, pub, ack, "", `ack_timeout = "2s"`) + fmt.Sprintf(`
 [push]
 addr = %q
 
 [source.devices]
 kind = "ws_ingress"
 token = "${EDGE_TOKEN}"
-`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, pushAddr)
+`, pushAddr)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -52,26 +52,11 @@ func newHookDaemon(t *testing.T, bin, logLevel string, maxPending int, sourcesTO
 		pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), seen: map[string]int{}}
 	d.pushURL = "http://" + d.pushAddr + "/ingest/"
 	d.cfg = filepath.Join(d.dir, "ingestor.toml")
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-log_level = %q
-shutdown_grace = "10s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-ack_timeout = "2s"
-max_pending_events = %d
-
+	text := daemonTOML(d.dir, d.httpAddr, d.pub, d.ack, fmt.Sprintf("log_level = %q", logLevel), fmt.Sprintf(`ack_timeout = "2s"
+max_pending_events = %d`, maxPending)) + fmt.Sprintf(`
 [push]
 addr = %q
-`, filepath.Join(d.dir, "data"), d.httpAddr, logLevel, "file://"+filepath.Join(d.dir, "raw"), d.pub, d.ack, maxPending, d.pushAddr) + sourcesTOML
+`, d.pushAddr) + sourcesTOML
 	if err := os.WriteFile(d.cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -32,28 +32,14 @@ func TestWSIngressAckIsDurable(t *testing.T) {
 	bin := buildBinary(t, dir)
 	httpAddr, pushAddr := testsync.FreePort(t), testsync.FreePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-shutdown_grace = "10s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-
+	cfg := daemonTOML(dir, httpAddr, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "", "") + fmt.Sprintf(`
 [push]
 addr = %q
 
 [source.devices]
 kind = "ws_ingress"
 token = "${DEVICES_TOKEN}"
-`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"),
-		"tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t), pushAddr)
+`, pushAddr)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
