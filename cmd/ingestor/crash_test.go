@@ -59,6 +59,26 @@ ack_endpoint = %q
 `, filepath.Join(dir, "data"), httpAddr, daemonExtra, "file://"+filepath.Join(dir, "raw"), pub, ack, publishExtra)
 }
 
+// startProcessor runs a processor client on pub and ack with handle and
+// returns the function that stops it; the test fails if it ended with an
+// error.
+func startProcessor(t *testing.T, pub, ack string, handle processor.Handler) (stop func()) {
+	t.Helper()
+	c, err := processor.New(processor.Options{Endpoint: pub, AckEndpoint: ack, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, handle) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("processor: %v", err)
+		}
+	}
+}
+
 type delivered struct {
 	rawKey   string
 	off, len int
@@ -122,26 +142,12 @@ cursor_param = "since"
 
 	var mu sync.Mutex
 	seen := map[string]delivered{}
-	c, err := processor.New(processor.Options{Endpoint: pub, AckEndpoint: ack, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, stopProcessor := context.WithCancel(context.Background())
-	pdone := make(chan error, 1)
-	go func() {
-		pdone <- c.Run(pctx, func(_ context.Context, ev *processor.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			seen[ev.Key] = delivered{rawKey: ev.Raw.Key, off: ev.Raw.Off, len: ev.Raw.Len, payload: string(ev.Payload)}
-			return nil
-		})
-	}()
-	defer func() {
-		stopProcessor()
-		if err := <-pdone; err != nil {
-			t.Errorf("processor: %v", err)
-		}
-	}()
+	defer startProcessor(t, pub, ack, func(_ context.Context, ev *processor.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[ev.Key] = delivered{rawKey: ev.Raw.Key, off: ev.Raw.Off, len: ev.Raw.Len, payload: string(ev.Payload)}
+		return nil
+	})()
 	seenCount := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -194,6 +200,7 @@ cursor_param = "since"
 		}
 		body, ok := raws[d.rawKey]
 		if !ok {
+			var err error
 			body, err = os.ReadFile(filepath.Join(dir, "raw", d.rawKey))
 			if err != nil {
 				t.Fatalf("raw payload of %s missing: %v", id, err)

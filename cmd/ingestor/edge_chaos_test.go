@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -109,34 +108,20 @@ token = "${EDGE_TOKEN}"
 
 	var mu sync.Mutex
 	seen := map[int64]bool{}
-	c, err := processor.New(processor.Options{Endpoint: pub, AckEndpoint: ack, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, stopProcessor := context.WithCancel(context.Background())
-	pdone := make(chan error, 1)
-	go func() {
-		pdone <- c.Run(pctx, func(_ context.Context, ev *processor.Event) error {
-			var env struct {
-				Payload struct {
-					N int64 `json:"n"`
-				} `json:"payload"`
-			}
-			if err := json.Unmarshal(ev.Payload, &env); err != nil {
-				return processor.Permanent(err)
-			}
-			mu.Lock()
-			seen[env.Payload.N] = true
-			mu.Unlock()
-			return nil
-		})
-	}()
-	defer func() {
-		stopProcessor()
-		if err := <-pdone; err != nil {
-			t.Errorf("processor: %v", err)
+	defer startProcessor(t, pub, ack, func(_ context.Context, ev *processor.Event) error {
+		var env struct {
+			Payload struct {
+				N int64 `json:"n"`
+			} `json:"payload"`
 		}
-	}()
+		if err := json.Unmarshal(ev.Payload, &env); err != nil {
+			return processor.Permanent(err)
+		}
+		mu.Lock()
+		seen[env.Payload.N] = true
+		mu.Unlock()
+		return nil
+	})()
 
 	var logs testsync.LockedBuffer
 	startDaemon := func() *proc {

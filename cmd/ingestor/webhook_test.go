@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -110,25 +109,14 @@ func (d *hookDaemon) kill() {
 // deliveries by source/key.
 func (d *hookDaemon) runProcessor() {
 	d.t.Helper()
-	c, err := processor.New(processor.Options{Endpoint: d.pub, AckEndpoint: d.ack, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, func(_ context.Context, ev *processor.Event) error {
-			d.processorMu.Lock()
-			defer d.processorMu.Unlock()
-			d.seen[ev.Source+"/"+ev.Key]++
-			return nil
-		})
-	}()
+	stop := startProcessor(d.t, d.pub, d.ack, func(_ context.Context, ev *processor.Event) error {
+		d.processorMu.Lock()
+		defer d.processorMu.Unlock()
+		d.seen[ev.Source+"/"+ev.Key]++
+		return nil
+	})
 	d.stopProcessor = func() {
-		cancel()
-		if err := <-done; err != nil {
-			d.t.Errorf("processor: %v", err)
-		}
+		stop()
 		d.stopProcessor = nil
 	}
 }
