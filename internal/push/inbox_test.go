@@ -131,10 +131,8 @@ func TestInboxConcurrentSameKeys(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("look up k7: ok %v err %v", ok, err)
 	}
-	// Repeats within one group's batch count as one arrival (see
-	// queue.EventStatus.Received), so only a floor is certain.
-	if st.Received < 2 || st.Received > senders || st.Seq != seqs["k7"] {
-		t.Errorf("k7 = %+v, want 2..%d arrivals and seq %d", st, senders, seqs["k7"])
+	if st.Received != senders || st.Seq != seqs["k7"] {
+		t.Errorf("k7 = %+v, want %d arrivals and seq %d", st, senders, seqs["k7"])
 	}
 }
 

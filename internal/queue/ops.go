@@ -268,28 +268,46 @@ func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 }
 
 // countDuplicates records a new arrival of every event whose seq is 0 (a
-// duplicate of a known event) in the ledger: one more attempt, seen now.
-// One statement covers the chunk; the rows all have the same source.
+// duplicate of a known event) in the ledger: one more attempt per arrival,
+// seen now. A key repeated in the chunk counts once per repeat. One
+// statement covers the keys that arrived the same number of times (all of
+// them, nearly always); the rows all have the same source.
 func countDuplicates(tx *sql.Tx, args []any, seqs []int64) error {
-	var sb strings.Builder
-	qargs := []any{time.Now().UnixNano(), args[0]}
-	sb.WriteString(`UPDATE events SET attempts = attempts + 1, last_seen = ? WHERE source = ? AND key IN (`)
+	var keys []any
+	times := make(map[any]int)
 	for i, seq := range seqs {
 		if seq != 0 {
 			continue
 		}
-		if len(qargs) > 2 {
-			sb.WriteByte(',')
+		key := args[i*eventCols+1]
+		if times[key] == 0 {
+			keys = append(keys, key)
 		}
-		sb.WriteByte('?')
-		qargs = append(qargs, args[i*eventCols+1])
+		times[key]++
 	}
-	if len(qargs) == 2 {
-		return nil
-	}
-	sb.WriteByte(')')
-	if _, err := tx.Exec(sb.String(), qargs...); err != nil {
-		return fmt.Errorf("count duplicate arrivals: %w", err)
+	now := time.Now().UnixNano()
+	for len(keys) > 0 {
+		n := times[keys[0]]
+		var sb strings.Builder
+		qargs := []any{n, now, args[0]}
+		sb.WriteString(`UPDATE events SET attempts = attempts + ?, last_seen = ? WHERE source = ? AND key IN (`)
+		rest := keys[:0]
+		for _, k := range keys {
+			if times[k] != n {
+				rest = append(rest, k)
+				continue
+			}
+			if len(qargs) > 3 {
+				sb.WriteByte(',')
+			}
+			sb.WriteByte('?')
+			qargs = append(qargs, k)
+		}
+		sb.WriteByte(')')
+		if _, err := tx.Exec(sb.String(), qargs...); err != nil {
+			return fmt.Errorf("count duplicate arrivals: %w", err)
+		}
+		keys = rest
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ type EventStatus struct {
 	// only while the event is pending and is 0 once it is acked.
 	Deliveries int
 	// Received counts the arrivals of the event: 1, plus one for each
-	// batch that brought it again (repeats within one batch count once).
+	// duplicate the ledger turned away.
 	Received int
 	// CreatedAt is when it was first received; UpdatedAt the last time
 	// a duplicate of it arrived, or CreatedAt.
