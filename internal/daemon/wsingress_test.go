@@ -19,6 +19,24 @@ import (
 	"github.com/ingestorhq/ingestor/processor"
 )
 
+// startDevices starts a daemon with a ws_ingress source "devices" on a
+// loopback push listener, whose tokens file holds tokens.
+func startDevices(t *testing.T, tokens string) *harness {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "device-tokens")
+	if err := os.WriteFile(file, []byte(tokens), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startDaemon(t, "", "", fmt.Sprintf(`
+[push]
+addr = "127.0.0.1:0"
+
+[source.devices]
+kind = "ws_ingress"
+tokens_file = %q
+`, file))
+}
+
 // TestWSIngressThroughTheDaemon has two devices, each with its own token,
 // send 50 envelopes each to a ws_ingress source of a whole daemon: every
 // envelope is answered stored, and a processor receives each one, its
@@ -26,18 +44,7 @@ import (
 // time the ts; the source's metrics count them.
 func TestWSIngressThroughTheDaemon(t *testing.T) {
 	const each = 50
-	tokens := filepath.Join(t.TempDir(), "device-tokens")
-	if err := os.WriteFile(tokens, []byte("pump-1 pump-1-token-0123456789\npump-2 pump-2-token-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := startDaemon(t, "", "", fmt.Sprintf(`
-[push]
-addr = "127.0.0.1:0"
-
-[source.devices]
-kind = "ws_ingress"
-tokens_file = %q
-`, tokens))
+	h := startDevices(t, "pump-1 pump-1-token-0123456789\npump-2 pump-2-token-0123456789\n")
 	type got struct {
 		payload string
 		at      time.Time
@@ -145,18 +152,7 @@ func TestREADMEDeviceExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "pump-1-token-0123456789"
-	tokens := filepath.Join(t.TempDir(), "device-tokens")
-	if err := os.WriteFile(tokens, []byte("pump-1 "+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := startDaemon(t, "", "", fmt.Sprintf(`
-[push]
-addr = "127.0.0.1:0"
-
-[source.devices]
-kind = "ws_ingress"
-tokens_file = %q
-`, tokens))
+	h := startDevices(t, "pump-1 "+token+"\n")
 	cmd := exec.Command("go", "run", "./"+filepath.Join(dir, "main.go"))
 	cmd.Env = append(os.Environ(), "INGEST_URL=ws://"+h.d.PushAddr()+"/ingest/devices/ws", "DEVICE_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
