@@ -18,22 +18,31 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
+// docBlock returns the first fenced block of language lang under the
+// heading (a whole line such as "## Python example") of the document at
+// path, relative to this package.
+func docBlock(t *testing.T, path, heading, lang string) string {
+	t.Helper()
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "\n"+heading+"\n")
+	if ok {
+		_, rest, ok = strings.Cut(rest, "\n```"+lang+"\n")
+	}
+	code, _, closed := strings.Cut(rest, "\n```\n")
+	if !ok || !closed {
+		t.Fatalf("%s has no ```%s block under %q", path, lang, heading)
+	}
+	return code
+}
+
 // pythonExample returns the processor of PROTOCOL.md's "Python example"
 // section, written to a file.
 func pythonExample(t *testing.T) string {
 	t.Helper()
-	doc, err := os.ReadFile("../../PROTOCOL.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "\n## Python example\n")
-	if ok {
-		_, rest, ok = strings.Cut(rest, "\n```python\n")
-	}
-	code, _, closed := strings.Cut(rest, "\n```\n")
-	if !ok || !closed {
-		t.Fatal("PROTOCOL.md has no ```python block under \"## Python example\"")
-	}
+	code := docBlock(t, "../../PROTOCOL.md", "## Python example", "python")
 	path := filepath.Join(t.TempDir(), "processor.py")
 	if err := os.WriteFile(path, []byte(code+"\n"), 0o644); err != nil {
 		t.Fatal(err)

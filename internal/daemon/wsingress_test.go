@@ -125,18 +125,7 @@ func TestWSIngressThroughTheDaemon(t *testing.T) {
 // WebSocket" section, as written there, against a daemon: it prints the
 // "stored" answer and the envelope is counted for its device.
 func TestREADMEDeviceExample(t *testing.T) {
-	doc, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "\n### Devices over WebSocket (`kind = \"ws_ingress\"`)\n")
-	if ok {
-		_, rest, ok = strings.Cut(rest, "\n```go\n")
-	}
-	code, _, closed := strings.Cut(rest, "\n```\n")
-	if !ok || !closed {
-		t.Fatal("README.md has no ```go block under \"### Devices over WebSocket\"")
-	}
+	code := docBlock(t, "../../README.md", "### Devices over WebSocket (`kind = \"ws_ingress\"`)", "go")
 	// Inside the module, so that the program builds with its go.mod; a
 	// directory starting with "_" is ignored by ./... patterns.
 	dir, err := os.MkdirTemp(".", "_readme-device-")
