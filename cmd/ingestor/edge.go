@@ -59,33 +59,52 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// edgeSettings returns the forwarder's options from the flags in args and
-// the -c file they name, validated, and -1; or, when the command is done
-// (-h, or a problem it has reported on stderr), its exit code.
-func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edge.Options, int) {
+// edgeFlags holds the flags of `ingestor edge` that are not options.
+type edgeFlags struct {
+	path, tokenFile, tokenEnv string
+}
+
+// newEdgeFlags returns the flag set of `ingestor edge`, its flags bound to
+// the fields of o and to stdinOn, each defaulting to the field's value.
+func newEdgeFlags(o *edge.Options, stdinOn *bool, f *edgeFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config `file` with an [edge] table (see config/edge.example.toml)")
-	url := fs.String("url", "", "the daemon's ws_ingress `URL`, ws://HOST:PORT/ingest/NAME/ws or wss://...")
-	tokenFile := fs.String("token-file", "", "read the bearer token from `file` (the token is never logged)")
-	tokenEnv := fs.String("token-env", "", "read the bearer token from the environment variable `NAME`")
-	caFile := fs.String("ca-file", "", "PEM `file` of the CAs that sign the daemon's certificate (wss://)")
-	deviceID := fs.String("device-id", "", "device `id` filled into events that have none")
-	outbox := fs.String("outbox", edge.DefaultOutbox, "the outbox's SQLite `file`")
-	maxOutbox := fs.Int64("max-outbox-bytes", edge.DefaultMaxOutboxBytes, "refuse new events once the outbox holds `n` bytes")
-	maxEnvelope := fs.Int("max-envelope-bytes", edge.DefaultMaxEnvelopeBytes, "refuse events larger than `n` bytes")
-	httpAddr := fs.String("http", "", "serve POST /events on this loopback `address`, e.g. 127.0.0.1:9470")
-	socket := fs.String("socket", "", "take NDJSON on a Unix socket at `path` (mode 0600), one reply line per event")
-	useStdin := fs.Bool("stdin", false, "read NDJSON events from standard input")
-	metrics := fs.String("metrics", "", "serve GET /metrics on this `address`, e.g. 127.0.0.1:9466")
-	window := fs.Int("window", edge.DefaultWindow, "send at most `n` envelopes ahead of their ACKs")
-	ackTimeout := fs.Duration("ack-timeout", edge.DefaultAckTimeout, "reconnect and resend when an envelope has no answer within `d`")
-	reconnectBase := fs.Duration("reconnect-base", edge.DefaultReconnectBase, "first reconnection wait `d` (capped exponential backoff, full jitter)")
-	reconnectMax := fs.Duration("reconnect-max", edge.DefaultReconnectMax, "longest reconnection wait `d`")
+	fs.SetOutput(out)
+	fs.StringVar(&f.path, "c", "", "config `file` with an [edge] table (see config/edge.example.toml)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "read the bearer token from `file` (the token is never logged)")
+	fs.StringVar(&f.tokenEnv, "token-env", "", "read the bearer token from the environment variable `NAME`")
+	fs.StringVar(&o.URL, "url", o.URL, "the daemon's ws_ingress `URL`, ws://HOST:PORT/ingest/NAME/ws or wss://...")
+	fs.StringVar(&o.CAFile, "ca-file", o.CAFile, "PEM `file` of the CAs that sign the daemon's certificate (wss://)")
+	fs.StringVar(&o.DeviceID, "device-id", o.DeviceID, "device `id` filled into events that have none")
+	fs.StringVar(&o.Outbox, "outbox", o.Outbox, "the outbox's SQLite `file`")
+	fs.Int64Var(&o.MaxOutboxBytes, "max-outbox-bytes", o.MaxOutboxBytes, "refuse new events once the outbox holds `n` bytes")
+	fs.IntVar(&o.MaxEnvelopeBytes, "max-envelope-bytes", o.MaxEnvelopeBytes, "refuse events larger than `n` bytes")
+	fs.StringVar(&o.HTTPAddr, "http", o.HTTPAddr, "serve POST /events on this loopback `address`, e.g. 127.0.0.1:9470")
+	fs.StringVar(&o.Socket, "socket", o.Socket, "take NDJSON on a Unix socket at `path` (mode 0600), one reply line per event")
+	fs.BoolVar(stdinOn, "stdin", *stdinOn, "read NDJSON events from standard input")
+	fs.StringVar(&o.MetricsAddr, "metrics", o.MetricsAddr, "serve GET /metrics on this `address`, e.g. 127.0.0.1:9466")
+	fs.IntVar(&o.Window, "window", o.Window, "send at most `n` envelopes ahead of their ACKs")
+	fs.DurationVar(&o.AckTimeout, "ack-timeout", o.AckTimeout, "reconnect and resend when an envelope has no answer within `d`")
+	fs.DurationVar(&o.ReconnectBase, "reconnect-base", o.ReconnectBase, "first reconnection wait `d` (capped exponential backoff, full jitter)")
+	fs.DurationVar(&o.ReconnectMax, "reconnect-max", o.ReconnectMax, "longest reconnection wait `d`")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), edgeUsage)
 		fs.PrintDefaults()
 	}
+	return fs
+}
+
+// edgeSettings returns the forwarder's options from the flags in args and
+// the -c file they name, validated, and -1; or, when the command is done
+// (-h, or a problem it has reported on stderr), its exit code. The flags
+// are parsed twice when -c names a file: once to find it, then over the
+// file's values, so that a flag given overrides the file's key.
+func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edge.Options, int) {
+	o := edge.Options{Outbox: edge.DefaultOutbox, MaxOutboxBytes: edge.DefaultMaxOutboxBytes,
+		MaxEnvelopeBytes: edge.DefaultMaxEnvelopeBytes, Window: edge.DefaultWindow, AckTimeout: edge.DefaultAckTimeout,
+		ReconnectBase: edge.DefaultReconnectBase, ReconnectMax: edge.DefaultReconnectMax}
+	var stdinOn bool
+	var f edgeFlags
+	fs := newEdgeFlags(&o, &stdinOn, &f, stderr)
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fs.SetOutput(stdout)
@@ -101,53 +120,18 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 		fs.Usage()
 		return edge.Options{}, 2
 	}
-	o := edge.Options{URL: *url, CAFile: *caFile, DeviceID: *deviceID, Outbox: *outbox, MaxOutboxBytes: *maxOutbox,
-		MaxEnvelopeBytes: *maxEnvelope, HTTPAddr: *httpAddr, Socket: *socket, MetricsAddr: *metrics, Window: *window,
-		AckTimeout: *ackTimeout, ReconnectBase: *reconnectBase, ReconnectMax: *reconnectMax}
-	stdinOn := *useStdin
-	if *path != "" {
-		cfg, err := config.LoadEdge(*path)
+	if f.path != "" {
+		cfg, err := config.LoadEdge(f.path)
 		if err != nil {
 			printConfigError(stderr, err)
 			return edge.Options{}, 1
 		}
-		o = edgeOptions(cfg)
-		stdinOn = cfg.Stdin
-		// Flags given on the command line override the file.
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "url":
-				o.URL = *url
-			case "ca-file":
-				o.CAFile = *caFile
-			case "device-id":
-				o.DeviceID = *deviceID
-			case "outbox":
-				o.Outbox = *outbox
-			case "max-outbox-bytes":
-				o.MaxOutboxBytes = *maxOutbox
-			case "max-envelope-bytes":
-				o.MaxEnvelopeBytes = *maxEnvelope
-			case "http":
-				o.HTTPAddr = *httpAddr
-			case "socket":
-				o.Socket = *socket
-			case "stdin":
-				stdinOn = *useStdin
-			case "metrics":
-				o.MetricsAddr = *metrics
-			case "window":
-				o.Window = *window
-			case "ack-timeout":
-				o.AckTimeout = *ackTimeout
-			case "reconnect-base":
-				o.ReconnectBase = *reconnectBase
-			case "reconnect-max":
-				o.ReconnectMax = *reconnectMax
-			}
-		})
+		o, stdinOn = edgeOptions(cfg), cfg.Stdin
+		if err := newEdgeFlags(&o, &stdinOn, &f, stderr).Parse(args); err != nil {
+			return edge.Options{}, 2 // parsed once already: not reached
+		}
 	}
-	token, err := flagToken(*tokenFile, *tokenEnv)
+	token, err := flagToken(f.tokenFile, f.tokenEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "ingestor edge: %v\n", err)
 		return edge.Options{}, 1
