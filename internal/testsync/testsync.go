@@ -51,17 +51,36 @@ func (l *LockedBuffer) String() string {
 }
 
 // FreePort returns a loopback address, "127.0.0.1:PORT", whose port was
-// free a moment ago. Another process may take it before the caller binds
-// it; a caller that cannot bind should retry with a new one.
+// free a moment ago and that no earlier call in this process returned: the
+// kernel may hand out a port it just freed again, and a harness asking for
+// two endpoints must not get the same one twice. Another process may still
+// take the port before the caller binds it; a caller that cannot bind
+// should retry with a new one.
 func FreePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		addr := ln.Addr().String()
+		if err := ln.Close(); err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		handedOut.Lock()
+		fresh := !handedOut.ports[addr]
+		if fresh {
+			handedOut.ports[addr] = true
+		}
+		handedOut.Unlock()
+		if fresh {
+			return addr
+		}
 	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	return addr
 }
+
+// handedOut holds every address FreePort returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[string]bool
+}{ports: make(map[string]bool)}

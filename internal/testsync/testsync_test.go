@@ -86,3 +86,20 @@ func TestFreePortCanBeBound(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFreePortNeverRepeats pins the CI failure of
+// TestBodyCursorCatchUpThroughTheDaemon: a harness asks FreePort for the
+// event and the ack endpoints one after the other, and the kernel may hand
+// out the port it just freed again, so both endpoints were the same and the
+// config was refused. Within one process FreePort must never return a port
+// twice.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 3000 {
+		addr := FreePort(t)
+		if seen[addr] {
+			t.Fatalf("FreePort returned %s twice", addr)
+		}
+		seen[addr] = true
+	}
+}
