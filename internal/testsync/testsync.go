@@ -7,7 +7,11 @@ package testsync
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,14 +57,25 @@ func (l *LockedBuffer) String() string {
 // FreePort returns a loopback address, "127.0.0.1:PORT", whose port was
 // free a moment ago and that no earlier call in this process returned: the
 // kernel may hand out a port it just freed again, and a harness asking for
-// two endpoints must not get the same one twice. Another process may still
-// take the port before the caller binds it; a caller that cannot bind
+// two endpoints must not get the same one twice. The port is taken below
+// the kernel's ephemeral range where there is room, so that the outgoing
+// connections and ":0" listeners of tests running in parallel (other
+// packages' processes) cannot take it before the caller binds it. Another
+// FreePort in another process still may, rarely; a caller that cannot bind
 // should retry with a new one.
 func FreePort(t testing.TB) string {
 	t.Helper()
+	low := ephemeralLow()
 	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		want := "127.0.0.1:0"
+		if low-firstFixedPort >= 1000 {
+			want = "127.0.0.1:" + strconv.Itoa(firstFixedPort+rand.IntN(low-firstFixedPort))
+		}
+		ln, err := net.Listen("tcp", want)
 		if err != nil {
+			if want != "127.0.0.1:0" {
+				continue // taken: try another
+			}
 			t.Fatalf("find a free port: %v", err)
 		}
 		addr := ln.Addr().String()
@@ -77,6 +92,28 @@ func FreePort(t testing.TB) string {
 			return addr
 		}
 	}
+}
+
+// firstFixedPort is the lowest port FreePort hands out below the ephemeral
+// range, above the ports services usually claim.
+const firstFixedPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read (FreePort then asks the kernel for any port).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // handedOut holds every address FreePort returned in this process.

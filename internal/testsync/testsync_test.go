@@ -3,6 +3,7 @@ package testsync
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -95,11 +96,19 @@ func TestFreePortCanBeBound(t *testing.T) {
 // twice.
 func TestFreePortNeverRepeats(t *testing.T) {
 	seen := make(map[string]bool)
+	low := ephemeralLow()
 	for range 3000 {
 		addr := FreePort(t)
 		if seen[addr] {
 			t.Fatalf("FreePort returned %s twice", addr)
 		}
 		seen[addr] = true
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(port); low-firstFixedPort >= 1000 && (n < firstFixedPort || n >= low) {
+			t.Fatalf("FreePort returned %s, want a port in [%d, %d) below the ephemeral range", addr, firstFixedPort, low)
+		}
 	}
 }
