@@ -395,6 +395,9 @@ func (d *Daemon) close() error {
 	if d.pipeline != nil {
 		errs = append(errs, d.pipeline.Stop())
 	}
+	if app, ok := d.raw.(rawstore.Appender); ok {
+		errs = append(errs, app.Close())
+	}
 	if d.stopAcks != nil {
 		d.stopAcks()
 		<-d.acksDone

@@ -87,6 +87,10 @@ func MkdirAll(dir string) error {
 }
 
 // syncDir fsyncs a directory, making renames and creations in it durable.
+// SyncDir fsyncs the directory dir, making the entries created, renamed or
+// removed in it durable.
+func SyncDir(dir string) error { return syncDir(dir) }
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

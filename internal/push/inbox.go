@@ -80,8 +80,9 @@ type InboxOptions struct {
 }
 
 // Inbox makes pushed events durable with group commit: every commit waiting
-// when the worker takes work shares one raw object per source (one write and
-// one fsync) and one queue transaction, and each Commit returns only once
+// when the worker takes work shares one raw write per source (an append to
+// the source's segment where the store is a rawstore.Appender, else one
+// object: one write and one fsync either way) and one queue transaction, and each Commit returns only once
 // both are durable. One worker commits the groups, one after another:
 // while it commits one, the next gathers every request that arrives
 // meanwhile. On a busy machine the cost is in the per-group work (a raw
@@ -254,8 +255,8 @@ func (in *Inbox) commitGroup(group []*commit) {
 }
 
 // commitSource makes the commits of one source durable: their bodies, each
-// followed by a newline, as one raw object, then their events as one
-// batch.
+// followed by a newline, as one raw append (or object), then their events
+// as one batch.
 func (in *Inbox) commitSource(source string, cs []*commit) {
 	fetchedAt := time.Now()
 	size, n := 0, 0
@@ -274,14 +275,23 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 				Payload: raw[off : off+e.Len : off+e.Len]})
 		}
 	}
-	b.RawKey = rawstore.Key(source, fetchedAt, raw)
 	fail := func(err error) {
 		for _, c := range cs {
 			c.done <- commitResult{err: err}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), in.o.RawTimeout)
-	err := in.o.Raw.Put(ctx, b.RawKey, raw)
+	var err error
+	if app, ok := in.o.Raw.(rawstore.Appender); ok {
+		var base int
+		b.RawKey, base, err = app.Append(ctx, source, fetchedAt, raw)
+		for i := range b.Events {
+			b.Events[i].RawOff += base
+		}
+	} else {
+		b.RawKey = rawstore.Key(source, fetchedAt, raw)
+		err = in.o.Raw.Put(ctx, b.RawKey, raw)
+	}
 	cancel()
 	if err != nil {
 		in.o.Metrics.rawErrors.Inc()

@@ -457,7 +457,7 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 
 // CountDeliveries records one more delivery of each frame.
 func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
-	r := &request{apply: func(tx *sql.Tx) error {
+	r := &request{lazy: true, apply: func(tx *sql.Tx) error {
 		count := tx.Stmt(q.settle.countDelivery)
 		for _, id := range ids {
 			if _, err := count.Exec(id); err != nil {

@@ -70,8 +70,11 @@ type Queue struct {
 
 	// writer-goroutine state
 	nextFrame int64
-	stmts     map[int]*sql.Stmt
-	settle    settleStmts
+	// lazySync is true while the writer connection runs with
+	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
+	lazySync bool
+	stmts    map[int]*sql.Stmt
+	settle   settleStmts
 }
 
 // Open opens (creating if needed) the queue at o.Path, applies migrations and
@@ -209,6 +212,15 @@ func (q *Queue) Close() error {
 type request struct {
 	apply    func(tx *sql.Tx) error
 	finished func(err error)
+	// lazy marks a request whose commit need not wait for an fsync:
+	// settling acks and nacks and counting deliveries. Losing one to a
+	// power cut (never to a crash of the process, whose writes the kernel
+	// keeps) only sends its events again, which at-least-once delivery
+	// allows. A group of lazy requests only commits with synchronous =
+	// NORMAL; the next group holding anything else commits with FULL,
+	// whose fsync of the WAL makes every earlier commit durable too, in
+	// order.
+	lazy bool
 }
 
 // enqueue hands r to the writer without waiting for its commit.
@@ -277,6 +289,31 @@ func (q *Queue) submit(ctx context.Context, r *request, committed func()) error 
 	return <-errc
 }
 
+// syncFor sets the writer connection's synchronous mode for group: NORMAL
+// when every request of it is lazy and the queue is configured FULL, FULL
+// otherwise.
+func (q *Queue) syncFor(group []*request) error {
+	if q.opts.Synchronous == "normal" {
+		return nil
+	}
+	lazy := true
+	for _, r := range group {
+		lazy = lazy && r.lazy
+	}
+	if lazy == q.lazySync {
+		return nil
+	}
+	mode := "FULL"
+	if lazy {
+		mode = "NORMAL"
+	}
+	if _, err := q.wdb.Exec("PRAGMA synchronous = " + mode); err != nil {
+		return fmt.Errorf("set synchronous = %s: %w", mode, err)
+	}
+	q.lazySync = lazy
+	return nil
+}
+
 // maxGroup caps the requests committed in one transaction.
 const maxGroup = 128
 
@@ -316,6 +353,9 @@ func (q *Queue) writer() {
 // commitGroup applies every request under its own savepoint (a failing
 // request is rolled back alone) and commits once.
 func (q *Queue) commitGroup(group []*request, errs *[]error) error {
+	if err := q.syncFor(group); err != nil {
+		return err
+	}
 	tx, err := q.wdb.Begin()
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)

@@ -377,3 +377,70 @@ func TestDuplicateBetweenNewEventsKeepsThem(t *testing.T) {
 		t.Errorf("%d new events in frames, %d pending; want 4 and 6", len(got), q.PendingEvents())
 	}
 }
+
+// TestOnlyAcksCommitWithoutFsync checks which commits wait for an fsync
+// under synchronous = full: a group of acks (and delivery counts) commits
+// with NORMAL, since losing it to a power cut only resends its events; an
+// append, whose commit a cursor or a sender's answer waits for, commits
+// with FULL again, and its fsync of the WAL covers the acks before it.
+// Under synchronous = normal nothing changes the mode.
+func TestOnlyAcksCommitWithoutFsync(t *testing.T) {
+	mode := func(q *Queue) int {
+		t.Helper()
+		var m int
+		if err := q.wdb.QueryRow(`PRAGMA synchronous`).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	const normal, full = 1, 2
+	for _, configured := range []string{"full", "normal"} {
+		t.Run(configured, func(t *testing.T) {
+			q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 10, Synchronous: configured})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := q.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			ctx := t.Context()
+			want := func(after string, fullWant int) {
+				t.Helper()
+				if configured == "normal" {
+					fullWant = normal
+				}
+				if got := mode(q); got != fullWant {
+					t.Errorf("after %s: synchronous = %d, want %d", after, got, fullWant)
+				}
+			}
+			want("open", full)
+			frames, err := q.Append(ctx, batch("a", 0, 3, "3"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want("an append", full)
+			if err := q.CountDeliveries(ctx, []int64{frames[0].ID}); err != nil {
+				t.Fatal(err)
+			}
+			want("a delivery count", normal)
+			if cleared, err := q.Ack(ctx, []int64{frames[0].ID}, nil); err != nil || len(cleared) != 1 {
+				t.Fatalf("ack: %v %v", cleared, err)
+			}
+			want("an ack", normal)
+			if _, err := q.Append(ctx, batch("a", 3, 3, "6")); err != nil {
+				t.Fatal(err)
+			}
+			want("an append after acks", full)
+			if _, err := q.Ack(ctx, []int64{frames[0].ID}, nil); err != nil {
+				t.Fatal(err)
+			}
+			want("another ack", normal)
+			if err := q.DeadLetter(ctx, "a", "malformed", "a/raw-9", ""); err != nil {
+				t.Fatal(err)
+			}
+			want("a dead letter", full)
+		})
+	}
+}

@@ -83,7 +83,7 @@ type eventRef struct {
 // milliseconds; only what it changes costs a statement or more each.
 func (q *Queue) Settle(ctx context.Context, frames []int64, keys []KeyAck, nacks []NackInput) (Settled, error) {
 	var st *settler
-	r := &request{apply: func(tx *sql.Tx) error {
+	r := &request{lazy: true, apply: func(tx *sql.Tx) error {
 		st = q.newSettler(tx)
 		st.nacked = make(map[eventRef]bool, len(nacks))
 		if err := st.nackPermanent(nacks); err != nil {

@@ -20,6 +20,8 @@ import (
 type fileStore struct {
 	// dir is the absolute root directory.
 	dir string
+	// segs are the open segments of Append (segment.go).
+	segs segments
 }
 
 // openFile opens (creating if needed) the directory of a file:// URL; dir is

@@ -1,0 +1,179 @@
+package rawstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/durable"
+)
+
+// Appender is a Store that appends payloads to an open segment object of
+// their source instead of creating one object per payload. Creating a file
+// is the dear part of a small durable write (on this project's machines a
+// file created, fsynced, renamed and its directory fsynced costs about
+// 1 ms of CPU; appending to an open file and fsyncing it, 0.2 ms), so the
+// push inbox, which makes a small group of requests durable at a time,
+// appends when the store can.
+type Appender interface {
+	Store
+	// Append writes body at the end of source's open segment and returns
+	// once it is durable, with the segment's key and body's offset in
+	// it. A payload appended is read back with Get(key) and its offset.
+	// A segment only grows: a Get done after the queue commit that
+	// references a payload holds it, and bytes returned by an earlier
+	// Get stay valid.
+	Append(ctx context.Context, source string, at time.Time, body []byte) (key string, off int, err error)
+	// Close closes the open segments.
+	Close() error
+}
+
+const (
+	// SegmentMaxBytes is the size past which a segment is closed and the
+	// next payload starts a new one: small enough that reading a whole
+	// segment back (redelivery, dlq show) stays cheap, large enough that a
+	// file is created only every hundred groups or so.
+	SegmentMaxBytes = 1 << 20
+	// segmentSuffix ends a segment's key; SegmentKey documents the form.
+	segmentSuffix = "-segment.jsonl"
+)
+
+// SegmentKey returns the key of a segment of source opened at at:
+// <source>/<yyyy>/<mm>/<dd>/<unix-nanos>-segment.jsonl, in the same
+// directories and order as Key's. A segment holds payloads one after the
+// other, each followed by a newline; unlike Key's, its name carries no
+// content hash, since it grows after it is named.
+func SegmentKey(source string, at time.Time) string {
+	t := at.UTC()
+	return fmt.Sprintf("%s/%04d/%02d/%02d/%d%s", source, t.Year(), int(t.Month()), t.Day(), t.UnixNano(), segmentSuffix)
+}
+
+// segment is one source's open segment file.
+type segment struct {
+	mu   sync.Mutex
+	f    *os.File
+	key  string
+	size int
+	// day is the UTC day the segment's key names: a payload of another
+	// day starts a new segment.
+	day time.Time
+}
+
+// segments holds a file store's open segments, by source.
+type segments struct {
+	mu     sync.Mutex
+	open   map[string]*segment
+	closed bool
+}
+
+// Append implements Appender.
+func (s *fileStore) Append(ctx context.Context, source string, at time.Time, body []byte) (string, int, error) {
+	key, off, err := s.append(ctx, source, at, body)
+	if err != nil {
+		return "", 0, fmt.Errorf("raw store %s: append to a segment of %q: %w", s, source, err)
+	}
+	return key, off, nil
+}
+
+func (s *fileStore) append(ctx context.Context, source string, at time.Time, body []byte) (string, int, error) {
+	if err := ctx.Err(); err != nil {
+		return "", 0, err
+	}
+	s.segs.mu.Lock()
+	if s.segs.closed {
+		s.segs.mu.Unlock()
+		return "", 0, errors.New("closed")
+	}
+	if s.segs.open == nil {
+		s.segs.open = make(map[string]*segment)
+	}
+	seg := s.segs.open[source]
+	if seg == nil {
+		seg = &segment{}
+		s.segs.open[source] = seg
+	}
+	s.segs.mu.Unlock()
+
+	seg.mu.Lock()
+	defer seg.mu.Unlock()
+	day := at.UTC().Truncate(24 * time.Hour)
+	if seg.f != nil && (seg.size >= SegmentMaxBytes || !seg.day.Equal(day)) {
+		err := seg.f.Close()
+		seg.f = nil
+		if err != nil {
+			return "", 0, fmt.Errorf("close %s: %w", seg.key, err)
+		}
+	}
+	if seg.f == nil {
+		if err := s.openSegment(seg, source, at); err != nil {
+			return "", 0, err
+		}
+		seg.day = day
+	}
+	off := seg.size
+	_, err := seg.f.WriteAt(body, int64(off))
+	if err == nil {
+		err = seg.f.Sync()
+	}
+	if err != nil {
+		// What was written past off may be partial: no later payload
+		// goes after it. Nothing references it, since the caller commits
+		// only after Append returns.
+		err = errors.Join(err, seg.f.Close())
+		seg.f = nil
+		return "", 0, fmt.Errorf("write %s: %w", seg.key, err)
+	}
+	seg.size += len(body)
+	return seg.key, off, nil
+}
+
+// openSegment creates a new, empty segment file for source and makes its
+// directory entry durable before anything is appended to it.
+func (s *fileStore) openSegment(seg *segment, source string, at time.Time) error {
+	for try := 0; ; try++ {
+		key := SegmentKey(source, at.Add(time.Duration(try)))
+		p, err := s.path(key)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(p)
+		if err := durable.MkdirAll(dir); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, fs.ErrExist) && try < 1000 {
+			continue // a segment opened at the same nanosecond
+		}
+		if err != nil {
+			return err
+		}
+		if err := durable.SyncDir(dir); err != nil {
+			return errors.Join(err, f.Close())
+		}
+		seg.f, seg.key, seg.size = f, key, 0
+		return nil
+	}
+}
+
+// Close implements Appender: it closes the open segments; a later Append
+// fails.
+func (s *fileStore) Close() error {
+	s.segs.mu.Lock()
+	defer s.segs.mu.Unlock()
+	s.segs.closed = true
+	var errs []error
+	for _, seg := range s.segs.open {
+		seg.mu.Lock()
+		if seg.f != nil {
+			errs = append(errs, seg.f.Close())
+			seg.f = nil
+		}
+		seg.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
