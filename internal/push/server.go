@@ -180,8 +180,14 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	if err != nil {
 		code, body = http.StatusInternalServerError, []byte(`{"error":"encode the answer"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	writeJSONBytes(w, code, body)
+}
+
+// writeJSONBytes answers code with body, a JSON value, and a newline.
+func writeJSONBytes(w http.ResponseWriter, code int, body []byte) {
+	h := w.Header() // the keys are canonical already
+	h["Content-Type"] = []string{"application/json"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(code)
 	_, _ = w.Write(append(body, '\n'))
 }

@@ -1,0 +1,58 @@
+package push
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAnswerJSONMatchesEncodingJSON checks the hand-written answer encoder
+// against encoding/json: the same object, whatever the strings hold.
+func TestAnswerJSONMatchesEncodingJSON(t *testing.T) {
+	at := time.Date(2026, 11, 24, 21, 5, 6, 789000000, time.UTC)
+	for _, s := range []string{"", "plain", `quote " and \ backslash`, "tab\tnewline\ncr\r", "\x00\x01\x1f\x7f",
+		"<html>&amp;", "é ü 中文 🎉", "\u2028\u2029", "bad \xff utf-8 \xc3", strings.Repeat("k", 300)} {
+		for _, a := range []eventAnswer{
+			{ID: 42, IdempotencyKey: s, Status: "queued", Received: 1, CreatedAt: at, UpdatedAt: at},
+			{ID: 1 << 40, IdempotencyKey: "k", Status: "dead_lettered", Duplicate: true, Deliveries: 7, Received: 3,
+				CreatedAt: at, UpdatedAt: at.Add(time.Hour), LastError: s, RequestID: s},
+		} {
+			checkAnswerJSON(t, a)
+		}
+	}
+}
+
+// FuzzAnswerJSON feeds arbitrary strings to the answer encoder.
+func FuzzAnswerJSON(f *testing.F) {
+	f.Add("key", "error", "req", int64(1))
+	f.Add("\xff\x00\"\\", "\u2028", "", int64(-5))
+	f.Fuzz(func(t *testing.T, key, lastErr, reqID string, id int64) {
+		at := time.Unix(0, id).UTC()
+		checkAnswerJSON(t, eventAnswer{ID: id, IdempotencyKey: key, Status: "acked", LastError: lastErr, RequestID: reqID,
+			CreatedAt: at, UpdatedAt: at})
+	})
+}
+
+func checkAnswerJSON(t *testing.T, a eventAnswer) {
+	t.Helper()
+	got := a.appendJSON(nil)
+	if !json.Valid(got) {
+		t.Fatalf("appendJSON(%+v) = %q: not valid JSON", a, got)
+	}
+	want, err := json.Marshal(a)
+	if err != nil {
+		t.Fatalf("json.Marshal(%+v): %v", a, err)
+	}
+	var g, w map[string]any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("appendJSON = %s\njson.Marshal = %s", got, want)
+	}
+}
