@@ -96,6 +96,8 @@ type Inbox struct {
 	closeMu sync.RWMutex
 	closed  bool
 	wg      sync.WaitGroup
+	// drain estimates the Retry-After of a full queue.
+	drain drainEstimate
 }
 
 // commit is one Commit call waiting for its group.
@@ -115,7 +117,9 @@ const (
 	// maxGroupCommits and maxGroupBytes cap one group.
 	maxGroupCommits = 1024
 	maxGroupBytes   = 16 << 20
-	// busyRetryAfter is the Retry-After of a BusyError.
+	// busyRetryAfter is the Retry-After of a saturated group commit (the
+	// commits waiting are taken within milliseconds); a full queue's comes
+	// from drainEstimate.
 	busyRetryAfter = time.Second
 )
 
@@ -134,6 +138,7 @@ func NewInbox(o InboxOptions) *Inbox {
 		o.Metrics = NewMetrics(nil)
 	}
 	in := &Inbox{o: o, reqs: make(chan *commit, o.MaxWaiting)}
+	in.drain.settled = o.Queue.SettledEvents
 	in.wg.Go(in.work)
 	return in
 }
@@ -154,16 +159,19 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 		in.closeMu.RUnlock()
 		return nil, ErrClosed
 	}
+	now := time.Now()
+	in.drain.sample(now)
 	if n := in.o.Queue.PendingEvents(); n >= in.o.MaxPendingEvents {
 		in.closeMu.RUnlock()
-		return in.refuse(ctx, source, events, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n))
+		wait := in.drain.retryAfter(now, n-in.o.MaxPendingEvents+int64(len(events)))
+		return in.refuse(ctx, source, events, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
 	}
 	select {
 	case in.reqs <- c:
 		in.closeMu.RUnlock()
 	default:
 		in.closeMu.RUnlock()
-		return in.refuse(ctx, source, events, "saturated", "the group commit is saturated")
+		return in.refuse(ctx, source, events, "saturated", "the group commit is saturated", busyRetryAfter)
 	}
 	r := <-c.done
 	return r.outcomes, r.err
@@ -173,13 +181,13 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 // unless every one of its events is stored already (a sender retrying
 // after a lost answer): those are answered with their status, as a commit
 // would have, since a sender told to retry would only come back for it.
-func (in *Inbox) refuse(ctx context.Context, source string, events []Event, reason, msg string) ([]Outcome, error) {
+func (in *Inbox) refuse(ctx context.Context, source string, events []Event, reason, msg string, wait time.Duration) ([]Outcome, error) {
 	outs := make([]Outcome, len(events))
 	for i, e := range events {
 		st, ok, err := in.o.Queue.EventByKey(ctx, source, e.Key)
 		if err != nil || !ok {
 			in.o.Metrics.busy.WithLabelValues(source, reason).Inc()
-			return nil, &BusyError{Reason: msg, RetryAfter: busyRetryAfter}
+			return nil, &BusyError{Reason: msg, RetryAfter: wait}
 		}
 		outs[i] = Outcome{EventStatus: st}
 	}

@@ -66,6 +66,9 @@ type Queue struct {
 
 	pendingEvents atomic.Int64
 	pendingFrames atomic.Int64
+	// settledEvents counts the events that left the pending set (acked or
+	// dead-lettered) since the queue was opened.
+	settledEvents atomic.Int64
 	duplicates    atomic.Int64
 
 	// writer-goroutine state
@@ -175,6 +178,11 @@ func (q *Queue) load() error {
 
 // PendingEvents returns the number of events queued and not yet acked.
 func (q *Queue) PendingEvents() int64 { return q.pendingEvents.Load() }
+
+// SettledEvents returns how many events left the pending set, acked or
+// dead-lettered, since Open: its growth over time is the queue's drain
+// rate.
+func (q *Queue) SettledEvents() int64 { return q.settledEvents.Load() }
 
 // Duplicates returns how many arrivals of already known events were
 // dropped since Open; each also raised the event's attempts column.

@@ -108,6 +108,7 @@ func (q *Queue) Settle(ctx context.Context, frames []int64, keys []KeyAck, nacks
 
 // settled lowers the pending counts by what st settled, once committed.
 func (q *Queue) settled(st *settler) {
+	q.settledEvents.Add(st.events)
 	q.pendingEvents.Add(-st.events)
 	q.pendingFrames.Add(-int64(len(st.out.Cleared)))
 }

@@ -1,0 +1,110 @@
+package push
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// drainEstimate turns what the queue is doing into the Retry-After of a
+// sender refused because the queue is full: the time for the processors'
+// acks to make room for the events above the limit and for every request
+// refused lately (each will come back), at the drain rate measured over
+// the last drainWindow:
+//
+//	wait = (pending - max_pending_events + 1 + refused in the last second) / drain rate
+//
+// bounded to [minRetryAfter, maxRetryAfter]; maxRetryAfter when nothing
+// drains. Telling every refused sender "1 second" while the queue drains
+// 10 events a second and 500 senders wait would only bring them back to be
+// refused again; spreading them over the time the drain needs lets each
+// one in at its retry.
+type drainEstimate struct {
+	// settled returns the queue's settled events so far, and refused
+	// counts the requests refused because the queue was full.
+	settled func() int64
+	refused atomic.Int64
+	// last is the time of the newest sample, in Unix nanoseconds.
+	last atomic.Int64
+	mu   sync.Mutex
+	// samples holds (time, settled events, refused requests) once per
+	// sampleEvery, the oldest first, over drainWindow.
+	samples []drainSample
+}
+
+type drainSample struct {
+	at      time.Time
+	settled int64
+	refused int64
+}
+
+const (
+	// sampleEvery is how often the estimate samples the queue.
+	sampleEvery = 250 * time.Millisecond
+	// drainWindow is how far back the drain rate is measured.
+	drainWindow = 10 * time.Second
+	// minRetryAfter and maxRetryAfter bound the Retry-After of a full
+	// queue.
+	minRetryAfter = time.Second
+	maxRetryAfter = time.Minute
+)
+
+// sample records the queue's settled count and the refusals so far at now,
+// at most once per sampleEvery, and forgets the samples older than
+// drainWindow. The inbox calls it on every commit, so the cost of a call
+// that does not sample is one atomic load.
+func (d *drainEstimate) sample(now time.Time) {
+	if last := d.last.Load(); last != 0 && now.UnixNano()-last < int64(sampleEvery) {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := len(d.samples); n > 0 && now.Sub(d.samples[n-1].at) < sampleEvery {
+		return
+	}
+	d.samples = append(d.samples, drainSample{at: now, settled: d.settled(), refused: d.refused.Load()})
+	d.last.Store(now.UnixNano())
+	i := 0
+	for i < len(d.samples)-1 && now.Sub(d.samples[i].at) > drainWindow {
+		i++
+	}
+	d.samples = d.samples[i:]
+}
+
+// retryAfter counts a refusal at now, with excess events above the limit
+// (at least 1: the one refused), and returns its wait.
+func (d *drainEstimate) retryAfter(now time.Time, excess int64) time.Duration {
+	refused := d.refused.Add(1)
+	d.sample(now)
+	settled := d.settled()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.samples) == 0 {
+		return minRetryAfter
+	}
+	first := d.samples[0]
+	span := now.Sub(first.at)
+	if span < sampleEvery {
+		return minRetryAfter // not measured yet
+	}
+	rate := float64(settled-first.settled) / span.Seconds()
+	if rate <= 0 {
+		return maxRetryAfter
+	}
+	// Refusals in the last second or so: since the newest sample at least
+	// a second old (or the oldest), per second.
+	base := first
+	for i := len(d.samples) - 1; i >= 0; i-- {
+		if now.Sub(d.samples[i].at) >= time.Second {
+			base = d.samples[i]
+			break
+		}
+	}
+	var lately float64
+	if age := now.Sub(base.at); age > 0 {
+		lately = float64(refused-base.refused) / max(age.Seconds(), 1)
+	}
+	wait := time.Duration(math.Ceil((float64(max(excess, 1)) + lately) / rate * float64(time.Second)))
+	return min(max(wait, minRetryAfter), maxRetryAfter)
+}

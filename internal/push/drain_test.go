@@ -1,0 +1,79 @@
+package push
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDrainEstimate drives the estimate with a queue that settles events
+// at a chosen rate while senders are refused at another, and checks the
+// advertised wait: (excess + refusals per second) / drain rate, bounded.
+func TestDrainEstimate(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		drain, refusals float64 // per second
+		excess          int64
+		want            time.Duration
+	}{
+		{name: "slow drain, many senders", drain: 10, refusals: 50, excess: 1, want: 5100 * time.Millisecond},
+		{name: "twice the drain, half the wait", drain: 20, refusals: 50, excess: 1, want: 2550 * time.Millisecond},
+		{name: "excess counts", drain: 10, refusals: 0, excess: 30, want: 3 * time.Second},
+		{name: "fast drain: at least a second", drain: 1000, refusals: 50, excess: 1, want: time.Second},
+		{name: "nothing drains: the longest wait", drain: 0, refusals: 5, excess: 1, want: maxRetryAfter},
+		{name: "a trickle: at most the longest wait", drain: 0.5, refusals: 100, excess: 1, want: maxRetryAfter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var settled atomic.Int64
+			d := &drainEstimate{settled: settled.Load}
+			start := time.Date(2026, 11, 24, 21, 0, 0, 0, time.UTC)
+			// 20 s of history at 100 ms steps: the estimate samples every
+			// 250 ms and keeps 10 s.
+			var refusedAcc, settledAcc float64
+			for step := range 200 {
+				now := start.Add(time.Duration(step) * 100 * time.Millisecond)
+				settledAcc += tc.drain / 10
+				settled.Store(int64(settledAcc))
+				refusedAcc += tc.refusals / 10
+				for int64(refusedAcc) > d.refused.Load() {
+					d.refused.Add(1)
+				}
+				d.sample(now)
+			}
+			now := start.Add(20 * time.Second)
+			got := d.retryAfter(now, tc.excess)
+			if diff := got - tc.want; diff < -tc.want/10 || diff > tc.want/10 {
+				t.Errorf("retryAfter = %v, want %v (within 10%%)", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDrainEstimateForgetsOldDrain checks that a drain older than the
+// window does not count: a queue that drained fast, then stopped for
+// longer than the window, advertises the longest wait.
+func TestDrainEstimateForgetsOldDrain(t *testing.T) {
+	var settled atomic.Int64
+	d := &drainEstimate{settled: settled.Load}
+	start := time.Date(2026, 11, 24, 21, 0, 0, 0, time.UTC)
+	for step := range 100 {
+		settled.Add(100)
+		d.sample(start.Add(time.Duration(step) * 100 * time.Millisecond))
+	}
+	for step := range 150 {
+		d.sample(start.Add(10*time.Second + time.Duration(step)*100*time.Millisecond))
+	}
+	if got := d.retryAfter(start.Add(25*time.Second), 1); got != maxRetryAfter {
+		t.Errorf("after %v without a settled event: retryAfter = %v, want %v", 15*time.Second, got, maxRetryAfter)
+	}
+}
+
+// TestDrainEstimateUnmeasured answers the shortest wait before anything
+// was measured.
+func TestDrainEstimateUnmeasured(t *testing.T) {
+	var settled atomic.Int64
+	d := &drainEstimate{settled: settled.Load}
+	if got := d.retryAfter(time.Now(), 5); got != minRetryAfter {
+		t.Errorf("retryAfter = %v, want %v", got, minRetryAfter)
+	}
+}
