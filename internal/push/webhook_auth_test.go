@@ -1,0 +1,79 @@
+package push
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// headers returns an http.Header of name, value pairs.
+func headers(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// verifierOf returns the verifier of a valid spec with the scheme and
+// secret given.
+func verifierOf(t *testing.T, scheme, secret string) verifier {
+	t.Helper()
+	return newVerifier(webhookSpec(t, func(s *sources.WebhookSpec) { s.Signature, s.Secret = scheme, secret }))
+}
+
+// TestGitHubPublishedVector checks the example of GitHub's "Validating
+// webhook deliveries" page.
+func TestGitHubPublishedVector(t *testing.T) {
+	verify := verifierOf(t, "github", "It's a Secret to Everybody")
+	const doc = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+	if err := verify(headers("X-Hub-Signature-256", doc), []byte("Hello, World!"), time.Now()); err != nil {
+		t.Errorf("GitHub's documented example refused: %v", err)
+	}
+	if err := verify(headers("X-Hub-Signature-256", doc), []byte("Hello, World?"), time.Now()); err != errSignatureMismatch {
+		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+}
+
+// slackVector is the worked example of Slack's "Verifying requests from
+// Slack" page: a slash command's form-encoded body.
+var slackVector = struct {
+	secret, ts, sig string
+	body            []byte
+}{
+	secret: "8f742231b10e8888abcd99yyyzzz85a5",
+	ts:     "1531420618",
+	sig:    "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+	body: []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V" +
+		"&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=" +
+		"&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN" +
+		"&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"),
+}
+
+// TestSlackPublishedVector checks Slack's worked example at its own time,
+// and its tolerance both ways.
+func TestSlackPublishedVector(t *testing.T) {
+	v := slackVector
+	h := headers("X-Slack-Request-Timestamp", v.ts, "X-Slack-Signature", v.sig)
+	at := time.Unix(1531420618, 0)
+	for _, tc := range []struct {
+		now time.Time
+		ok  bool
+	}{
+		{at, true},
+		{at.Add(5 * time.Minute), true},
+		{at.Add(-5 * time.Minute), true},
+		{at.Add(5*time.Minute + time.Second), false},
+		{at.Add(-5*time.Minute - time.Second), false},
+	} {
+		err := checkSlack(h, []byte(v.secret), v.body, tc.now, 5*time.Minute)
+		if (err == nil) != tc.ok {
+			t.Errorf("at %+ds from the timestamp: %v, want ok %v", tc.now.Unix()-at.Unix(), err, tc.ok)
+		}
+	}
+	if err := checkSlack(h, []byte(v.secret), append(v.body, '&'), at, 5*time.Minute); err != errSignatureMismatch {
+		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+}
