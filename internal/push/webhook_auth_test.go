@@ -2,6 +2,7 @@ package push
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,11 @@ func headers(kv ...string) http.Header {
 // secret given.
 func verifierOf(t *testing.T, scheme, secret string) verifier {
 	t.Helper()
-	return newVerifier(webhookSpec(t, func(s *sources.WebhookSpec) { s.Signature, s.Secret = scheme, secret }))
+	v, err := newVerifier(webhookSpec(t, func(s *sources.WebhookSpec) { s.Signature, s.Secret = scheme, secret }))
+	if err != nil || v == nil {
+		t.Fatalf("no verifier for %q: %v", scheme, err)
+	}
+	return v
 }
 
 // TestGitHubPublishedVector checks the example of GitHub's "Validating
@@ -75,5 +80,80 @@ func TestSlackPublishedVector(t *testing.T) {
 	}
 	if err := checkSlack(h, []byte(v.secret), append(v.body, '&'), at, 5*time.Minute); err != errSignatureMismatch {
 		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+}
+
+// standardVector is the vector of the Standard Webhooks Go library's
+// TestWebhookSign.
+var standardVector = struct {
+	secret, id, ts, sig string
+	body                []byte
+}{
+	secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	id:     "msg_p5jXN8AQM9LWM0D4loKWxJek",
+	ts:     "1614265330",
+	sig:    "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+	body:   []byte(`{"test": 2432232314}`),
+}
+
+// TestStandardPublishedVector checks the Standard Webhooks vector, its
+// tolerance both ways, a list of signatures and malformed entries.
+func TestStandardPublishedVector(t *testing.T) {
+	v := standardVector
+	at := time.Unix(1614265330, 0)
+	sig := func(s string) http.Header {
+		return headers("webhook-id", v.id, "webhook-timestamp", v.ts, "webhook-signature", s)
+	}
+	for _, secret := range []string{v.secret, v.secret[len("whsec_"):]} {
+		verify := verifierOf(t, "standard", secret)
+		for _, tc := range []struct {
+			name string
+			now  time.Time
+			ok   bool
+		}{
+			{"at the timestamp", at, true},
+			{"5m after", at.Add(5 * time.Minute), true},
+			{"5m before", at.Add(-5 * time.Minute), true},
+			{"5m1s after", at.Add(5*time.Minute + time.Second), false},
+			{"5m1s before", at.Add(-5*time.Minute - time.Second), false},
+		} {
+			if err := verify(sig(v.sig), v.body, tc.now); (err == nil) != tc.ok {
+				t.Errorf("secret %q, now %s: %v, want ok %v", secret, tc.name, err, tc.ok)
+			}
+		}
+	}
+	verify := verifierOf(t, "standard", v.secret)
+	wrong := "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="
+	for _, tc := range []struct {
+		header string
+		err    string // "" for none
+	}{
+		{wrong + " " + v.sig, ""},
+		{"v1a,xyz v2," + v.sig[3:] + "  " + v.sig, ""},
+		{wrong, errSignatureMismatch.Error()},
+		{"v1,", "has no valid v1 signature"},
+		{"v1, v1,!!!", "has no valid v1 signature"},
+		{"v2," + v.sig[3:], "has no valid v1 signature"},
+		{"", "missing the webhook-signature header"},
+	} {
+		err := verify(sig(tc.header), v.body, at)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("webhook-signature %q: %v, want %q", tc.header, err, tc.err)
+		}
+	}
+	if err := verify(sig(v.sig), append(v.body, ' '), at); err != errSignatureMismatch {
+		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+	for _, tc := range []struct {
+		h   http.Header
+		err string
+	}{
+		{headers("webhook-timestamp", v.ts, "webhook-signature", v.sig), "missing the webhook-id header"},
+		{headers("webhook-id", v.id, "webhook-signature", v.sig), "missing the webhook-timestamp header"},
+		{headers("webhook-id", v.id, "webhook-timestamp", "soon", "webhook-signature", v.sig), "webhook-timestamp header is not a Unix time"},
+	} {
+		if err := verify(tc.h, v.body, at); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("headers %v: %v, want %q", tc.h, err, tc.err)
+		}
 	}
 }
