@@ -213,7 +213,7 @@ func TestGoodFiles(t *testing.T) {
 		}},
 		"webhook.good.toml": {
 			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app",
-				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123"},
 			check: func(t *testing.T, cfg *Config) {
 				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
 				if gh.Secret != "gh-secret" || gh.KeyHeader() != "X-GitHub-Delivery" || gh.KeyField() != "" || !gh.Authenticated() {
@@ -227,6 +227,10 @@ func TestGoodFiles(t *testing.T) {
 				if tok, err := app.BearerToken(); err != nil || tok != "0123456789abcdef-app" || app.KeyField() != "meta.event_id" || app.KeyHeader() != "X-Delivery" ||
 					app.MaxBodyBytes != 65536 || app.Tolerance() != 5*time.Minute {
 					t.Errorf("app = %+v (token %v)", app, err)
+				}
+				shop := source(t, cfg, "shop").Spec.(*sources.WebhookSpec)
+				if shop.KeyHeader() != "X-Shopify-Webhook-Id" || shop.KeyField() != "" || shop.Secret != "shpss_0123" {
+					t.Errorf("shop = %+v: key header %q, want X-Shopify-Webhook-Id", shop, shop.KeyHeader())
 				}
 				svix := source(t, cfg, "svix").Spec.(*sources.WebhookSpec)
 				if key, err := svix.SigningKey(); err != nil || len(key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
@@ -309,7 +313,7 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:11: source "tokens": token_file: set token or token_file, not both`,
 			`webhook.bad.toml:15: source "shorttoken": token: the token must be at least 16 characters`,
 			`webhook.bad.toml:19: source "missingfile": token_file: read the token: open /nonexistent/hooks.token: no such file or directory`,
-			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard" or "hmac_sha256", not "gitlab"`,
+			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard", "shopify" or "hmac_sha256", not "gitlab"`,
 			`webhook.bad.toml:24: source "sig": signature_tolerance: must be a positive duration such as "30s", not "-1s"`,
 			`webhook.bad.toml:26: source "nosecret": secret: is required with signature = "hmac_sha256"`,
 			`webhook.bad.toml:26: source "nosecret": signature_header: is required with signature = "hmac_sha256" (e.g. "X-Signature")`,

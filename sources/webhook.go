@@ -18,6 +18,12 @@ import (
 // Idempotency-Key header (for a batch, the header value + "#" + the
 // element's index); the event's IDField; the request header IDHeader (for
 // a batch, + "#" + index); else the hex SHA-256 of the event's bytes.
+//
+// A signature scheme (Signature) may set IDField or IDHeader by default
+// (KeyField, KeyHeader) and, when it signs a timestamp, refuses one outside
+// SignatureTolerance in its own direction: Stripe past only (a future
+// timestamp passes, as Stripe's libraries do), Slack and Standard Webhooks
+// both ways. GitHub, Shopify and hmac_sha256 sign no timestamp.
 type WebhookSpec struct {
 	// MaxBodyBytes caps a request body. Default 1 MiB.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
@@ -27,7 +33,8 @@ type WebhookSpec struct {
 	IDField string `toml:"id_field"`
 	// IDHeader is the request header holding the idempotency key when the
 	// body has no IDField. With signature = "github" it defaults to
-	// "X-GitHub-Delivery", with "standard" to "webhook-id".
+	// "X-GitHub-Delivery", with "standard" to "webhook-id", with "shopify"
+	// to "X-Shopify-Webhook-Id".
 	IDHeader string `toml:"id_header"`
 	// RequiredFields are dotted paths every event must have (not null); an
 	// event without one is answered 400 and nothing of the request is
@@ -44,7 +51,7 @@ type WebhookSpec struct {
 	TokenFile string `toml:"token_file"`
 	// Signature is the signature scheme every request must carry:
 	// "github", "stripe", "slack", "standard" (Standard Webhooks, as Svix
-	// sends) or "hmac_sha256"; "" for none.
+	// sends), "shopify" or "hmac_sha256"; "" for none.
 	Signature string `toml:"signature"`
 	// Secret is the signing secret of Signature; required with it. Use
 	// "${ENV}"; it is never logged. With "standard" it is "whsec_" + the
@@ -69,6 +76,7 @@ const (
 	SignatureStripe     = "stripe"
 	SignatureSlack      = "slack"
 	SignatureStandard   = "standard"
+	SignatureShopify    = "shopify"
 	SignatureHMACSHA256 = "hmac_sha256"
 )
 
@@ -107,9 +115,9 @@ func (s *WebhookSpec) Validate() []FieldError {
 	}
 	positiveDuration(&errs, "signature_tolerance", s.SignatureTolerance)
 	switch s.Signature {
-	case "", SignatureGitHub, SignatureStripe, SignatureSlack, SignatureStandard, SignatureHMACSHA256:
+	case "", SignatureGitHub, SignatureStripe, SignatureSlack, SignatureStandard, SignatureShopify, SignatureHMACSHA256:
 	default:
-		bad("signature", "must be \"github\", \"stripe\", \"slack\", \"standard\" or \"hmac_sha256\", not %q", s.Signature)
+		bad("signature", "must be \"github\", \"stripe\", \"slack\", \"standard\", \"shopify\" or \"hmac_sha256\", not %q", s.Signature)
 		return errs
 	}
 	switch {
@@ -183,7 +191,8 @@ func (s *WebhookSpec) KeyField() string {
 
 // KeyHeader returns the request header holding the idempotency key when the
 // body has none: IDHeader, or the scheme's delivery id (X-GitHub-Delivery
-// for GitHub, webhook-id for Standard Webhooks); "" for none.
+// for GitHub, webhook-id for Standard Webhooks, X-Shopify-Webhook-Id for
+// Shopify); "" for none.
 func (s *WebhookSpec) KeyHeader() string {
 	if s.IDHeader != "" {
 		return s.IDHeader
@@ -193,6 +202,8 @@ func (s *WebhookSpec) KeyHeader() string {
 		return "X-GitHub-Delivery"
 	case SignatureStandard:
 		return "webhook-id"
+	case SignatureShopify:
+		return "X-Shopify-Webhook-Id"
 	}
 	return ""
 }

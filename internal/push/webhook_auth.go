@@ -60,12 +60,16 @@ func newVerifier(spec *sources.WebhookSpec) (verifier, error) {
 	switch spec.Signature {
 	case sources.SignatureGitHub:
 		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkHexMAC(h, "X-Hub-Signature-256", "sha256=", true, secret, body)
+			return checkBodyMAC(h, "X-Hub-Signature-256", "sha256=", true, "hex", secret, body)
 		}, nil
 	case sources.SignatureHMACSHA256:
 		name := spec.SignatureHeader
 		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkHexMAC(h, name, "sha256=", false, secret, body)
+			return checkBodyMAC(h, name, "sha256=", false, "hex", secret, body)
+		}, nil
+	case sources.SignatureShopify:
+		return func(h http.Header, body []byte, _ time.Time) error {
+			return checkBodyMAC(h, "X-Shopify-Hmac-SHA256", "", false, "base64", secret, body)
 		}, nil
 	case sources.SignatureStripe:
 		return func(h http.Header, body []byte, now time.Time) error {
@@ -94,9 +98,10 @@ func mac(secret []byte, parts ...[]byte) []byte {
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
 
-// checkHexMAC checks that header name holds the hex HMAC-SHA256 of body,
-// after prefix (which must be there when required).
-func checkHexMAC(h http.Header, name, prefix string, required bool, secret, body []byte) error {
+// checkBodyMAC checks that header name holds the HMAC-SHA256 of body in
+// encoding ("hex", either case, or "base64", standard and padded), after
+// prefix (which must be there when required).
+func checkBodyMAC(h http.Header, name, prefix string, required bool, encoding string, secret, body []byte) error {
 	v := h.Get(name)
 	if v == "" {
 		return fmt.Errorf("missing the %s header", name)
@@ -105,9 +110,13 @@ func checkHexMAC(h http.Header, name, prefix string, required bool, secret, body
 	if !ok && required {
 		return fmt.Errorf("the %s header does not start with %q", name, prefix)
 	}
-	got, err := hex.DecodeString(sig)
+	decode := hex.DecodeString
+	if encoding == "base64" {
+		decode = base64.StdEncoding.DecodeString
+	}
+	got, err := decode(sig)
 	if err != nil {
-		return fmt.Errorf("the %s header is not hex", name)
+		return fmt.Errorf("the %s header is not %s", name, encoding)
 	}
 	if !hmac.Equal(got, mac(secret, body)) {
 		return errSignatureMismatch

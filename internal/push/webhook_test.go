@@ -453,6 +453,17 @@ func TestWebhookSignatures(t *testing.T) {
 			t.Error("a refused delivery is in the ledger")
 		}
 	})
+	t.Run("shopify", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "shopify", secret })
+		sig := base64.StdEncoding.EncodeToString(pyMAC(t, []byte(secret), []byte(body)))
+		r := send(t, http.MethodPost, h.url, body, "X-Shopify-Hmac-SHA256", sig, "X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+		expect(t, r, http.StatusAccepted, `"idempotency_key":"b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, "X-Shopify-Hmac-SHA256", sig), http.StatusUnauthorized, "does not match")
+		expect(t, send(t, http.MethodPost, h.url, body), http.StatusUnauthorized, "missing the X-Shopify-Hmac-SHA256 header")
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Shopify-Hmac-SHA256", "sha256="+sig), http.StatusUnauthorized, "not base64")
+		// The hex digest is valid base64, of other bytes.
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Shopify-Hmac-SHA256", pyHMAC(t, secret, []byte(body))), http.StatusUnauthorized, "does not match")
+	})
 	t.Run("hmac_sha256", func(t *testing.T) {
 		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
 			s.Signature, s.Secret, s.SignatureHeader = "hmac_sha256", secret, "X-Signature"
