@@ -321,6 +321,7 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac_sha256"`,
 			`webhook.bad.toml:38: source "svix": secret: must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`,
 			`webhook.bad.toml:43: source "svixempty": secret: must be "whsec_" + base64 with signature = "standard"`,
+			`webhook.bad.toml:45: source "shopnosecret": secret: is required with signature = "shopify"`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,

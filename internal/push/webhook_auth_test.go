@@ -1,6 +1,7 @@
 package push
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -154,6 +155,27 @@ func TestStandardPublishedVector(t *testing.T) {
 	} {
 		if err := verify(tc.h, v.body, at); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("headers %v: %v, want %q", tc.h, err, tc.err)
+		}
+	}
+}
+
+// TestStripeTolerancePastOnly: a Stripe timestamp older than the tolerance
+// is refused, a future one passes, as Stripe's libraries do.
+func TestStripeTolerancePastOnly(t *testing.T) {
+	secret, body := []byte("whsec_test"), []byte(`{"id":"evt_1"}`)
+	at := time.Unix(1700000000, 0)
+	header := fmt.Sprintf("t=%d,v1=%x", at.Unix(), mac(secret, fmt.Appendf(nil, "%d.", at.Unix()), body))
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		ok   bool
+	}{
+		{"5m after", at.Add(5 * time.Minute), true},
+		{"5m1s after", at.Add(5*time.Minute + time.Second), false},
+		{"1h before", at.Add(-time.Hour), true},
+	} {
+		if err := checkStripe(header, secret, body, tc.now, 5*time.Minute); (err == nil) != tc.ok {
+			t.Errorf("now %s the timestamp: %v, want ok %v", tc.name, err, tc.ok)
 		}
 	}
 }
