@@ -212,7 +212,8 @@ func TestGoodFiles(t *testing.T) {
 			}
 		}},
 		"webhook.good.toml": {
-			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app"},
+			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app",
+				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123"},
 			check: func(t *testing.T, cfg *Config) {
 				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
 				if gh.Secret != "gh-secret" || gh.KeyHeader() != "X-GitHub-Delivery" || gh.KeyField() != "" || !gh.Authenticated() {
@@ -226,6 +227,15 @@ func TestGoodFiles(t *testing.T) {
 				if tok, err := app.BearerToken(); err != nil || tok != "0123456789abcdef-app" || app.KeyField() != "meta.event_id" || app.KeyHeader() != "X-Delivery" ||
 					app.MaxBodyBytes != 65536 || app.Tolerance() != 5*time.Minute {
 					t.Errorf("app = %+v (token %v)", app, err)
+				}
+				shop := source(t, cfg, "shop").Spec.(*sources.WebhookSpec)
+				if shop.KeyHeader() != "X-Shopify-Webhook-Id" || shop.KeyField() != "" || shop.Secret != "shpss_0123" {
+					t.Errorf("shop = %+v: key header %q, want X-Shopify-Webhook-Id", shop, shop.KeyHeader())
+				}
+				svix := source(t, cfg, "svix").Spec.(*sources.WebhookSpec)
+				if key, err := svix.SigningKey(); err != nil || len(key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
+					t.Errorf("svix = %+v: key of %d bytes (%v), key header %q, want the whsec_ secret decoded and webhook-id",
+						svix, len(key), err, svix.KeyHeader())
 				}
 			},
 		},
@@ -303,13 +313,16 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:11: source "tokens": token_file: set token or token_file, not both`,
 			`webhook.bad.toml:15: source "shorttoken": token: the token must be at least 16 characters`,
 			`webhook.bad.toml:19: source "missingfile": token_file: read the token: open /nonexistent/hooks.token: no such file or directory`,
-			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack" or "hmac_sha256", not "gitlab"`,
+			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard", "shopify" or "hmac_sha256", not "gitlab"`,
 			`webhook.bad.toml:24: source "sig": signature_tolerance: must be a positive duration such as "30s", not "-1s"`,
 			`webhook.bad.toml:26: source "nosecret": secret: is required with signature = "hmac_sha256"`,
 			`webhook.bad.toml:26: source "nosecret": signature_header: is required with signature = "hmac_sha256" (e.g. "X-Signature")`,
 			`webhook.bad.toml:32: source "secretonly": secret: is only used with a signature: set signature`,
 			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac_sha256"`,
-		}, absent: []string{"changeme", "s3cret-value"}},
+			`webhook.bad.toml:38: source "svix": secret: must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`,
+			`webhook.bad.toml:43: source "svixempty": secret: must be "whsec_" + base64 with signature = "standard"`,
+			`webhook.bad.toml:45: source "shopnosecret": secret: is required with signature = "shopify"`,
+		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
 			`push.bad.toml:9: source "hooks": kind: a webhook source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,

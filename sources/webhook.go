@@ -1,6 +1,8 @@
 package sources
 
 import (
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -16,6 +18,12 @@ import (
 // Idempotency-Key header (for a batch, the header value + "#" + the
 // element's index); the event's IDField; the request header IDHeader (for
 // a batch, + "#" + index); else the hex SHA-256 of the event's bytes.
+//
+// A signature scheme (Signature) may set IDField or IDHeader by default
+// (KeyField, KeyHeader) and, when it signs a timestamp, refuses one outside
+// SignatureTolerance in its own direction: Stripe past only (a future
+// timestamp passes, as Stripe's libraries do), Slack and Standard Webhooks
+// both ways. GitHub, Shopify and hmac_sha256 sign no timestamp.
 type WebhookSpec struct {
 	// MaxBodyBytes caps a request body. Default 1 MiB.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
@@ -25,7 +33,8 @@ type WebhookSpec struct {
 	IDField string `toml:"id_field"`
 	// IDHeader is the request header holding the idempotency key when the
 	// body has no IDField. With signature = "github" it defaults to
-	// "X-GitHub-Delivery".
+	// "X-GitHub-Delivery", with "standard" to "webhook-id", with "shopify"
+	// to "X-Shopify-Webhook-Id".
 	IDHeader string `toml:"id_header"`
 	// RequiredFields are dotted paths every event must have (not null); an
 	// event without one is answered 400 and nothing of the request is
@@ -41,18 +50,23 @@ type WebhookSpec struct {
 	// trimmed), instead of Token.
 	TokenFile string `toml:"token_file"`
 	// Signature is the signature scheme every request must carry:
-	// "github", "stripe", "slack" or "hmac_sha256"; "" for none.
+	// "github", "stripe", "slack", "standard" (Standard Webhooks, as Svix
+	// sends), "shopify" or "hmac_sha256"; "" for none.
 	Signature string `toml:"signature"`
 	// Secret is the signing secret of Signature; required with it. Use
-	// "${ENV}"; it is never logged.
+	// "${ENV}"; it is never logged. With "standard" it is "whsec_" + the
+	// base64 of the key (the prefix is optional) and is decoded; with the
+	// others its bytes are the key (Stripe's "whsec_..." included).
 	Secret string `toml:"secret"`
 	// SignatureHeader is the request header holding the hex HMAC-SHA256 of
 	// the body (optionally prefixed "sha256="); required with signature =
 	// "hmac_sha256", e.g. "X-Signature".
 	SignatureHeader string `toml:"signature_header"`
 	// SignatureTolerance is the replay window of the schemes that sign a
-	// timestamp: a Stripe signature older than this, or a Slack one further
-	// than this from now either way, is refused. Default "5m".
+	// timestamp, each in its own direction: a Stripe timestamp older than
+	// this is refused (a future one passes, as Stripe's libraries do); a
+	// Slack or Standard Webhooks one further than this from now, either
+	// way, is refused. Default "5m".
 	SignatureTolerance string `toml:"signature_tolerance"`
 }
 
@@ -61,6 +75,8 @@ const (
 	SignatureGitHub     = "github"
 	SignatureStripe     = "stripe"
 	SignatureSlack      = "slack"
+	SignatureStandard   = "standard"
+	SignatureShopify    = "shopify"
 	SignatureHMACSHA256 = "hmac_sha256"
 )
 
@@ -99,9 +115,9 @@ func (s *WebhookSpec) Validate() []FieldError {
 	}
 	positiveDuration(&errs, "signature_tolerance", s.SignatureTolerance)
 	switch s.Signature {
-	case "", SignatureGitHub, SignatureStripe, SignatureSlack, SignatureHMACSHA256:
+	case "", SignatureGitHub, SignatureStripe, SignatureSlack, SignatureStandard, SignatureShopify, SignatureHMACSHA256:
 	default:
-		bad("signature", "must be \"github\", \"stripe\", \"slack\" or \"hmac_sha256\", not %q", s.Signature)
+		bad("signature", "must be \"github\", \"stripe\", \"slack\", \"standard\", \"shopify\" or \"hmac_sha256\", not %q", s.Signature)
 		return errs
 	}
 	switch {
@@ -109,6 +125,10 @@ func (s *WebhookSpec) Validate() []FieldError {
 		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\")", s.Signature)
 	case s.Signature == "" && s.Secret != "":
 		bad("secret", "is only used with a signature: set signature")
+	default:
+		if _, err := s.SigningKey(); err != nil {
+			bad("secret", "%v", err)
+		}
 	}
 	switch {
 	case s.Signature == SignatureHMACSHA256 && s.SignatureHeader == "":
@@ -146,6 +166,20 @@ func (s *WebhookSpec) BearerToken() (string, error) {
 	return token, nil
 }
 
+// SigningKey returns the HMAC key of Signature: with "standard", Secret
+// base64-decoded after its optional "whsec_" prefix; else Secret's bytes.
+// Its error never quotes the secret.
+func (s *WebhookSpec) SigningKey() ([]byte, error) {
+	if s.Signature != SignatureStandard {
+		return []byte(s.Secret), nil
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s.Secret, "whsec_"))
+	if err != nil || len(key) == 0 {
+		return nil, errors.New(`must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`)
+	}
+	return key, nil
+}
+
 // KeyField returns the body field holding an event's idempotency key:
 // IDField, or "id" for Stripe; "" for none.
 func (s *WebhookSpec) KeyField() string {
@@ -156,12 +190,22 @@ func (s *WebhookSpec) KeyField() string {
 }
 
 // KeyHeader returns the request header holding the idempotency key when the
-// body has none: IDHeader, or X-GitHub-Delivery for GitHub; "" for none.
+// body has none: IDHeader, or the scheme's delivery id (X-GitHub-Delivery
+// for GitHub, webhook-id for Standard Webhooks, X-Shopify-Webhook-Id for
+// Shopify); "" for none.
 func (s *WebhookSpec) KeyHeader() string {
-	if s.IDHeader == "" && s.Signature == SignatureGitHub {
-		return "X-GitHub-Delivery"
+	if s.IDHeader != "" {
+		return s.IDHeader
 	}
-	return s.IDHeader
+	switch s.Signature {
+	case SignatureGitHub:
+		return "X-GitHub-Delivery"
+	case SignatureStandard:
+		return "webhook-id"
+	case SignatureShopify:
+		return "X-Shopify-Webhook-Id"
+	}
+	return ""
 }
 
 // Tolerance returns SignatureTolerance parsed (5 minutes if it does not

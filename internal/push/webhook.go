@@ -60,8 +60,12 @@ const (
 func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
 	h := &webhook{env: env, name: env.source.Name, maxBody: spec.MaxBodyBytes, keyHeader: spec.KeyHeader(),
 		rules:     bodyRules{idField: spec.KeyField(), timeField: spec.TimeField, required: spec.RequiredFields},
-		verify:    newVerifier(spec),
 		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10), readTimeout: bodyReadTimeout}
+	verify, err := newVerifier(spec)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	h.verify = verify
 	token, err := spec.BearerToken()
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,29 +51,40 @@ type verifier func(h http.Header, body []byte, now time.Time) error
 
 // newVerifier returns the verifier of spec's signature scheme, or nil when
 // it has none.
-func newVerifier(spec *sources.WebhookSpec) verifier {
-	secret := []byte(spec.Secret)
+func newVerifier(spec *sources.WebhookSpec) (verifier, error) {
+	secret, err := spec.SigningKey()
+	if err != nil {
+		return nil, fmt.Errorf("secret: %w", err)
+	}
 	tolerance := spec.Tolerance()
 	switch spec.Signature {
 	case sources.SignatureGitHub:
 		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkHexMAC(h, "X-Hub-Signature-256", "sha256=", true, secret, body)
-		}
+			return checkBodyMAC(h, "X-Hub-Signature-256", "sha256=", true, "hex", secret, body)
+		}, nil
 	case sources.SignatureHMACSHA256:
 		name := spec.SignatureHeader
 		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkHexMAC(h, name, "sha256=", false, secret, body)
-		}
+			return checkBodyMAC(h, name, "sha256=", false, "hex", secret, body)
+		}, nil
+	case sources.SignatureShopify:
+		return func(h http.Header, body []byte, _ time.Time) error {
+			return checkBodyMAC(h, "X-Shopify-Hmac-SHA256", "", false, "base64", secret, body)
+		}, nil
 	case sources.SignatureStripe:
 		return func(h http.Header, body []byte, now time.Time) error {
 			return checkStripe(h.Get("Stripe-Signature"), secret, body, now, tolerance)
-		}
+		}, nil
 	case sources.SignatureSlack:
 		return func(h http.Header, body []byte, now time.Time) error {
 			return checkSlack(h, secret, body, now, tolerance)
-		}
+		}, nil
+	case sources.SignatureStandard:
+		return func(h http.Header, body []byte, now time.Time) error {
+			return checkStandard(h, secret, body, now, tolerance)
+		}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // mac returns the HMAC-SHA256 of the parts with secret.
@@ -86,9 +98,10 @@ func mac(secret []byte, parts ...[]byte) []byte {
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
 
-// checkHexMAC checks that header name holds the hex HMAC-SHA256 of body,
-// after prefix (which must be there when required).
-func checkHexMAC(h http.Header, name, prefix string, required bool, secret, body []byte) error {
+// checkBodyMAC checks that header name holds the HMAC-SHA256 of body in
+// encoding ("hex", either case, or "base64", standard and padded), after
+// prefix (which must be there when required).
+func checkBodyMAC(h http.Header, name, prefix string, required bool, encoding string, secret, body []byte) error {
 	v := h.Get(name)
 	if v == "" {
 		return fmt.Errorf("missing the %s header", name)
@@ -97,9 +110,13 @@ func checkHexMAC(h http.Header, name, prefix string, required bool, secret, body
 	if !ok && required {
 		return fmt.Errorf("the %s header does not start with %q", name, prefix)
 	}
-	got, err := hex.DecodeString(sig)
+	decode := hex.DecodeString
+	if encoding == "base64" {
+		decode = base64.StdEncoding.DecodeString
+	}
+	got, err := decode(sig)
 	if err != nil {
-		return fmt.Errorf("the %s header is not hex", name)
+		return fmt.Errorf("the %s header is not %s", name, encoding)
 	}
 	if !hmac.Equal(got, mac(secret, body)) {
 		return errSignatureMismatch
@@ -175,8 +192,56 @@ func checkSlack(h http.Header, secret, body []byte, now time.Time, tolerance tim
 	if !hmac.Equal(got, mac(secret, []byte("v0:"+ts+":"), body)) {
 		return errSignatureMismatch
 	}
+	return checkSkew(t, now, tolerance)
+}
+
+// checkSkew refuses a signed Unix time t further than tolerance from now,
+// either way.
+func checkSkew(t int64, now time.Time, tolerance time.Duration) error {
 	if skew := now.Sub(time.Unix(t, 0)).Abs(); skew > tolerance {
 		return fmt.Errorf("the request timestamp is %s away from now, beyond the %s tolerance", skew.Truncate(time.Second), tolerance)
 	}
 	return nil
+}
+
+// checkStandard checks a Standard Webhooks signature: webhook-signature is
+// a space-separated list of "VERSION,SIG" entries, one "v1" of which must
+// be the base64 HMAC-SHA256 of "ID.TS.body" (ID the webhook-id, TS the
+// webhook-timestamp); other versions are ignored. TS must be within
+// tolerance of now either way.
+func checkStandard(h http.Header, key, body []byte, now time.Time, tolerance time.Duration) error {
+	id := h.Get("webhook-id")
+	if id == "" {
+		return errors.New("missing the webhook-id header")
+	}
+	ts := h.Get("webhook-timestamp")
+	if ts == "" {
+		return errors.New("missing the webhook-timestamp header")
+	}
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return errors.New("the webhook-timestamp header is not a Unix time")
+	}
+	v := h.Get("webhook-signature")
+	if v == "" {
+		return errors.New("missing the webhook-signature header")
+	}
+	want := mac(key, []byte(id+"."+ts+"."), body)
+	found, match := false, false
+	for _, entry := range strings.Fields(v) {
+		version, sig, _ := strings.Cut(entry, ",")
+		got, err := base64.StdEncoding.DecodeString(sig)
+		if version != "v1" || err != nil || len(got) == 0 {
+			continue
+		}
+		found = true
+		match = hmac.Equal(got, want) || match
+	}
+	if !found {
+		return errors.New(`the webhook-signature header has no valid v1 signature ("v1," + base64)`)
+	}
+	if !match {
+		return errSignatureMismatch
+	}
+	return checkSkew(t, now, tolerance)
 }

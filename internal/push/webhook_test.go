@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -348,15 +349,26 @@ func TestWebhookRequestID(t *testing.T) {
 // Python's hmac module, independently of the code under test.
 func pyHMAC(t *testing.T, secret string, msg []byte) string {
 	t.Helper()
+	return hex.EncodeToString(pyMAC(t, []byte(secret), msg))
+}
+
+// pyMAC returns the HMAC-SHA256 of msg with key, computed by Python's hmac
+// module.
+func pyMAC(t *testing.T, key, msg []byte) []byte {
+	t.Helper()
 	cmd := exec.Command(testsync.Python3(t), "-c",
-		"import hmac,hashlib,os,sys; print(hmac.new(os.environb[b'K'], sys.stdin.buffer.read(), hashlib.sha256).hexdigest())")
-	cmd.Env = append(os.Environ(), "K="+secret)
+		"import hmac,hashlib,os,sys; print(hmac.new(bytes.fromhex(os.environ['K']), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())")
+	cmd.Env = append(os.Environ(), "K="+hex.EncodeToString(key))
 	cmd.Stdin = bytes.NewReader(msg)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("python hmac: %v", err)
 	}
-	return strings.TrimSpace(string(out))
+	sum, err := hex.DecodeString(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("python hmac: %q: %v", out, err)
+	}
+	return sum
 }
 
 // TestWebhookSignatures: each preset accepts a real example and refuses a
@@ -410,6 +422,47 @@ func TestWebhookSignatures(t *testing.T) {
 			expect(t, send(t, http.MethodPost, h.url, body, "X-Slack-Request-Timestamp", ts, "X-Slack-Signature", sig), http.StatusUnauthorized, "beyond the 5m0s tolerance")
 		}
 		expect(t, send(t, http.MethodPost, h.url, body, "X-Slack-Signature", sig), http.StatusUnauthorized, "missing the X-Slack-Request-Timestamp header")
+	})
+	t.Run("standard", func(t *testing.T) {
+		// The key of the Standard Webhooks vector (TestStandardPublishedVector
+		// checks the vector itself), base64-decoded by the test.
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "standard", standardVector.secret })
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(standardVector.secret, "whsec_"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sign := func(id string, ts int64, b string) []string {
+			sig := "v1," + base64.StdEncoding.EncodeToString(pyMAC(t, key, fmt.Appendf(nil, "%s.%d.%s", id, ts, b)))
+			return []string{"webhook-id", id, "webhook-timestamp", fmt.Sprint(ts), "webhook-signature", sig}
+		}
+		expect(t, send(t, http.MethodPost, h.url, body, sign("msg_1", now, body)...), http.StatusAccepted, `"idempotency_key":"msg_1"`)
+		// Any v1 entry of the list may match; other versions are ignored.
+		good := sign("msg_2", now, body)
+		good[5] = "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4= v2,abc " + good[5]
+		expect(t, send(t, http.MethodPost, h.url, body, good...), http.StatusAccepted, `"idempotency_key":"msg_2"`)
+		bad := sign("msg_3", now, body)
+		bad[5] = "v1,"
+		expect(t, send(t, http.MethodPost, h.url, body, bad...), http.StatusUnauthorized, "has no valid v1 signature")
+		expect(t, send(t, http.MethodPost, h.url, body, sign("msg_3", now, body)[:4]...), http.StatusUnauthorized, "missing the webhook-signature header")
+		tamperedSig := sign("msg_3", now, body)
+		expect(t, send(t, http.MethodPost, h.url, tampered, tamperedSig...), http.StatusUnauthorized, "does not match")
+		for _, skew := range []int64{-600, 600} {
+			expect(t, send(t, http.MethodPost, h.url, body, sign("msg_3", now+skew, body)...), http.StatusUnauthorized, "beyond the 5m0s tolerance")
+		}
+		if _, ok, _ := h.q.EventByKey(t.Context(), "hooks", "msg_3"); ok {
+			t.Error("a refused delivery is in the ledger")
+		}
+	})
+	t.Run("shopify", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "shopify", secret })
+		sig := base64.StdEncoding.EncodeToString(pyMAC(t, []byte(secret), []byte(body)))
+		r := send(t, http.MethodPost, h.url, body, "X-Shopify-Hmac-SHA256", sig, "X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+		expect(t, r, http.StatusAccepted, `"idempotency_key":"b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, "X-Shopify-Hmac-SHA256", sig), http.StatusUnauthorized, "does not match")
+		expect(t, send(t, http.MethodPost, h.url, body), http.StatusUnauthorized, "missing the X-Shopify-Hmac-SHA256 header")
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Shopify-Hmac-SHA256", "sha256="+sig), http.StatusUnauthorized, "not base64")
+		// The hex digest is valid base64, of other bytes.
+		expect(t, send(t, http.MethodPost, h.url, body, "X-Shopify-Hmac-SHA256", pyHMAC(t, secret, []byte(body))), http.StatusUnauthorized, "does not match")
 	})
 	t.Run("hmac_sha256", func(t *testing.T) {
 		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {

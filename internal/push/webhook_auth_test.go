@@ -1,0 +1,181 @@
+package push
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// headers returns an http.Header of name, value pairs.
+func headers(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// verifierOf returns the verifier of a valid spec with the scheme and
+// secret given.
+func verifierOf(t *testing.T, scheme, secret string) verifier {
+	t.Helper()
+	v, err := newVerifier(webhookSpec(t, func(s *sources.WebhookSpec) { s.Signature, s.Secret = scheme, secret }))
+	if err != nil || v == nil {
+		t.Fatalf("no verifier for %q: %v", scheme, err)
+	}
+	return v
+}
+
+// TestGitHubPublishedVector checks the example of GitHub's "Validating
+// webhook deliveries" page.
+func TestGitHubPublishedVector(t *testing.T) {
+	verify := verifierOf(t, "github", "It's a Secret to Everybody")
+	const doc = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+	if err := verify(headers("X-Hub-Signature-256", doc), []byte("Hello, World!"), time.Now()); err != nil {
+		t.Errorf("GitHub's documented example refused: %v", err)
+	}
+	if err := verify(headers("X-Hub-Signature-256", doc), []byte("Hello, World?"), time.Now()); err != errSignatureMismatch {
+		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+}
+
+// slackVector is the worked example of Slack's "Verifying requests from
+// Slack" page: a slash command's form-encoded body.
+var slackVector = struct {
+	secret, ts, sig string
+	body            []byte
+}{
+	secret: "8f742231b10e8888abcd99yyyzzz85a5",
+	ts:     "1531420618",
+	sig:    "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+	body: []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V" +
+		"&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=" +
+		"&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN" +
+		"&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"),
+}
+
+// TestSlackPublishedVector checks Slack's worked example at its own time,
+// and its tolerance both ways.
+func TestSlackPublishedVector(t *testing.T) {
+	v := slackVector
+	h := headers("X-Slack-Request-Timestamp", v.ts, "X-Slack-Signature", v.sig)
+	at := time.Unix(1531420618, 0)
+	for _, tc := range []struct {
+		now time.Time
+		ok  bool
+	}{
+		{at, true},
+		{at.Add(5 * time.Minute), true},
+		{at.Add(-5 * time.Minute), true},
+		{at.Add(5*time.Minute + time.Second), false},
+		{at.Add(-5*time.Minute - time.Second), false},
+	} {
+		err := checkSlack(h, []byte(v.secret), v.body, tc.now, 5*time.Minute)
+		if (err == nil) != tc.ok {
+			t.Errorf("at %+ds from the timestamp: %v, want ok %v", tc.now.Unix()-at.Unix(), err, tc.ok)
+		}
+	}
+	if err := checkSlack(h, []byte(v.secret), append(v.body, '&'), at, 5*time.Minute); err != errSignatureMismatch {
+		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+}
+
+// standardVector is the vector of the Standard Webhooks Go library's
+// TestWebhookSign.
+var standardVector = struct {
+	secret, id, ts, sig string
+	body                []byte
+}{
+	secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	id:     "msg_p5jXN8AQM9LWM0D4loKWxJek",
+	ts:     "1614265330",
+	sig:    "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+	body:   []byte(`{"test": 2432232314}`),
+}
+
+// TestStandardPublishedVector checks the Standard Webhooks vector, its
+// tolerance both ways, a list of signatures and malformed entries.
+func TestStandardPublishedVector(t *testing.T) {
+	v := standardVector
+	at := time.Unix(1614265330, 0)
+	sig := func(s string) http.Header {
+		return headers("webhook-id", v.id, "webhook-timestamp", v.ts, "webhook-signature", s)
+	}
+	for _, secret := range []string{v.secret, v.secret[len("whsec_"):]} {
+		verify := verifierOf(t, "standard", secret)
+		for _, tc := range []struct {
+			name string
+			now  time.Time
+			ok   bool
+		}{
+			{"at the timestamp", at, true},
+			{"5m after", at.Add(5 * time.Minute), true},
+			{"5m before", at.Add(-5 * time.Minute), true},
+			{"5m1s after", at.Add(5*time.Minute + time.Second), false},
+			{"5m1s before", at.Add(-5*time.Minute - time.Second), false},
+		} {
+			if err := verify(sig(v.sig), v.body, tc.now); (err == nil) != tc.ok {
+				t.Errorf("secret %q, now %s: %v, want ok %v", secret, tc.name, err, tc.ok)
+			}
+		}
+	}
+	verify := verifierOf(t, "standard", v.secret)
+	wrong := "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="
+	for _, tc := range []struct {
+		header string
+		err    string // "" for none
+	}{
+		{wrong + " " + v.sig, ""},
+		{"v1a,xyz v2," + v.sig[3:] + "  " + v.sig, ""},
+		{wrong, errSignatureMismatch.Error()},
+		{"v1,", "has no valid v1 signature"},
+		{"v1, v1,!!!", "has no valid v1 signature"},
+		{"v2," + v.sig[3:], "has no valid v1 signature"},
+		{"", "missing the webhook-signature header"},
+	} {
+		err := verify(sig(tc.header), v.body, at)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("webhook-signature %q: %v, want %q", tc.header, err, tc.err)
+		}
+	}
+	if err := verify(sig(v.sig), append(v.body, ' '), at); err != errSignatureMismatch {
+		t.Errorf("a tampered body: %v, want %v", err, errSignatureMismatch)
+	}
+	for _, tc := range []struct {
+		h   http.Header
+		err string
+	}{
+		{headers("webhook-timestamp", v.ts, "webhook-signature", v.sig), "missing the webhook-id header"},
+		{headers("webhook-id", v.id, "webhook-signature", v.sig), "missing the webhook-timestamp header"},
+		{headers("webhook-id", v.id, "webhook-timestamp", "soon", "webhook-signature", v.sig), "webhook-timestamp header is not a Unix time"},
+	} {
+		if err := verify(tc.h, v.body, at); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("headers %v: %v, want %q", tc.h, err, tc.err)
+		}
+	}
+}
+
+// TestStripeTolerancePastOnly: a Stripe timestamp older than the tolerance
+// is refused, a future one passes, as Stripe's libraries do.
+func TestStripeTolerancePastOnly(t *testing.T) {
+	secret, body := []byte("whsec_test"), []byte(`{"id":"evt_1"}`)
+	at := time.Unix(1700000000, 0)
+	header := fmt.Sprintf("t=%d,v1=%x", at.Unix(), mac(secret, fmt.Appendf(nil, "%d.", at.Unix()), body))
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		ok   bool
+	}{
+		{"5m after", at.Add(5 * time.Minute), true},
+		{"5m1s after", at.Add(5*time.Minute + time.Second), false},
+		{"1h before", at.Add(-time.Hour), true},
+	} {
+		if err := checkStripe(header, secret, body, tc.now, 5*time.Minute); (err == nil) != tc.ok {
+			t.Errorf("now %s the timestamp: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
