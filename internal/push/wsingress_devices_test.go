@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 
 // TestWSIngressManyDevices has 200 devices connected at once, each
 // sending 25 envelopes without waiting (its window) and then collecting
-// its answers: every envelope is answered "stored", the ledger holds each
-// exactly once, and processors are handed each once.
+// its answers (sending again what is answered "retry", as a device must):
+// every envelope is answered "stored", the ledger holds each exactly once,
+// and processors are handed each once.
 func TestWSIngressManyDevices(t *testing.T) {
 	const devices, each = 200, 25
 	r := startWS(t, nil)
@@ -27,20 +29,37 @@ func TestWSIngressManyDevices(t *testing.T) {
 	}
 	testsync.WaitFor(t, "200 devices to be connected", 30*time.Second, func() bool { return r.connected(t) == devices })
 	var wg sync.WaitGroup
+	var retries atomic.Int64
 	for i, d := range conns {
 		wg.Go(func() {
 			dev := fmt.Sprintf("dev-%03d", i)
+			sent := map[string]string{}
 			for n := range each {
-				msg := envelopeFor(dev, fmt.Sprintf("%s-%02d", dev, n))
-				if err := d.conn.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+				id := fmt.Sprintf("%s-%02d", dev, n)
+				sent[id] = envelopeFor(dev, id)
+				if err := d.conn.Write(t.Context(), websocket.MessageText, []byte(sent[id])); err != nil {
 					t.Errorf("%s: send: %v", dev, err)
 					return
 				}
 			}
 			got := map[string]bool{}
-			for range each {
+			for len(got) < each {
 				select {
 				case a := <-d.acks:
+					if a.Status == ackRetry {
+						// 5,000 envelopes at once are more than the
+						// inbox takes (4,096 waiting commits): a slow
+						// machine answers some "retry", and a device
+						// then sends them again after the wait, as
+						// PROTOCOL.md says.
+						retries.Add(1)
+						time.Sleep(time.Duration(a.RetryAfterMS) * time.Millisecond)
+						if err := d.conn.Write(t.Context(), websocket.MessageText, []byte(sent[a.EventID])); err != nil {
+							t.Errorf("%s: send again: %v", dev, err)
+							return
+						}
+						continue
+					}
 					if a.Status != ackStored || got[a.EventID] {
 						t.Errorf("%s: answer %+v (already answered: %v)", dev, a, got[a.EventID])
 					}
@@ -56,6 +75,7 @@ func TestWSIngressManyDevices(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	t.Logf("%d envelopes answered retry and sent again", retries.Load())
 	if t.Failed() {
 		return
 	}
