@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // WSIngressSpec configures kind "ws_ingress": devices connect to
@@ -39,10 +40,29 @@ type WSIngressSpec struct {
 	// MaxConnections caps the connections open at once; beyond it a
 	// handshake is answered 503 with Retry-After. Default 10000.
 	MaxConnections int `toml:"max_connections"`
+	// SeqGapGrace is how long a device's seq may stay missing (an
+	// envelope of a higher seq was stored, this one not) before it is
+	// reported lost: envelopes in flight may be stored out of order.
+	// Default "1m"; "0s" reports a gap at once.
+	SeqGapGrace string `toml:"seq_gap_grace"`
 }
 
 func newWSIngressSpec() *WSIngressSpec {
-	return &WSIngressSpec{MaxMessageBytes: 1 << 20, MaxInflight: 64, ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000}
+	return &WSIngressSpec{MaxMessageBytes: 1 << 20, MaxInflight: 64, ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000,
+		SeqGapGrace: "1m"}
+}
+
+// maxSeqGapGrace bounds seq_gap_grace.
+const maxSeqGapGrace = 24 * time.Hour
+
+// SeqGrace returns SeqGapGrace parsed (1 minute if it does not parse:
+// Validate refuses that).
+func (s *WSIngressSpec) SeqGrace() time.Duration {
+	d, err := time.ParseDuration(s.SeqGapGrace)
+	if err != nil {
+		return time.Minute
+	}
+	return d
 }
 
 // MaxDeviceIDLen is the longest device id (and envelope string field).
@@ -69,6 +89,9 @@ func (s *WSIngressSpec) Validate() []FieldError {
 	}
 	if s.MaxConnections < 1 || s.MaxConnections > 1_000_000 {
 		errs = append(errs, FieldError{"max_connections", "must be between 1 and 1000000"})
+	}
+	if d, err := time.ParseDuration(s.SeqGapGrace); err != nil || d < 0 || d > maxSeqGapGrace {
+		errs = append(errs, FieldError{"seq_gap_grace", fmt.Sprintf("must be a duration from \"0s\" to \"24h\", such as \"1m\", not %q", s.SeqGapGrace)})
 	}
 	ping, pingOK := positiveDuration(&errs, "ping_interval", s.PingInterval)
 	read, readOK := positiveDuration(&errs, "read_timeout", s.ReadTimeout)

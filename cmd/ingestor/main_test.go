@@ -20,6 +20,8 @@ func TestValidateCommand(t *testing.T) {
 	// webhook.good.toml takes its secrets and token from the environment.
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "gh-secret")
 	t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_x")
+	t.Setenv("SVIX_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	t.Setenv("SHOPIFY_SECRET", "shpss_0123")
 	t.Setenv("APP_TOKEN", "0123456789abcdef-app")
 	// ws_ingress.good.toml takes its token and tokens file from there too.
 	t.Setenv("DEVICES_TOKEN", "devices-0123456789abcdef")

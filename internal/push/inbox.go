@@ -20,6 +20,10 @@ type Event struct {
 	Time time.Time
 	// Off and Len locate the event's bytes in the body.
 	Off, Len int
+	// Device and Seq are a device's id and the event's number in its
+	// sequence (Seq 0: none), tracked by the queue (queue.SeqFinding).
+	Device string
+	Seq    int64
 }
 
 // Outcome is what a commit did with one event.
@@ -98,6 +102,44 @@ type Inbox struct {
 	wg      sync.WaitGroup
 	// drain estimates the Retry-After of a full queue.
 	drain drainEstimate
+	// graces holds each source's seq_gap_grace (SetSeqGrace).
+	gracesMu sync.Mutex
+	graces   map[string]time.Duration
+}
+
+// SetSeqGrace sets how long a device seq of source may stay missing before
+// it is reported lost (ws_ingress seq_gap_grace); a source without one
+// reports gaps at once.
+func (in *Inbox) SetSeqGrace(source string, d time.Duration) {
+	in.gracesMu.Lock()
+	defer in.gracesMu.Unlock()
+	if in.graces == nil {
+		in.graces = make(map[string]time.Duration)
+	}
+	in.graces[source] = d
+}
+
+func (in *Inbox) seqGrace(source string) time.Duration {
+	in.gracesMu.Lock()
+	defer in.gracesMu.Unlock()
+	return in.graces[source]
+}
+
+// reportSeqs logs and counts what a commit's device seqs revealed: the
+// numbers a device skipped (events lost at the edge) and counters that
+// went back (an outbox reset).
+func (in *Inbox) reportSeqs(source string, findings []queue.SeqFinding) {
+	for _, f := range findings {
+		if f.Reset {
+			in.o.Metrics.ws.seqResets.WithLabelValues(source).Inc()
+			in.o.Logger.Warn("device seq went back: its counter restarted (its outbox was reset?); events numbered after the old value may be lost",
+				"source", source, "device", f.Device, "from", f.From, "to", f.To)
+			continue
+		}
+		in.o.Metrics.ws.seqGaps.WithLabelValues(source).Inc()
+		in.o.Logger.Warn("device skipped seq numbers: those events were lost before they reached the daemon",
+			"source", source, "device", f.Device, "missing_from", f.From, "missing_to", f.To, "missing", f.To-f.From+1)
+	}
 }
 
 // commit is one Commit call waiting for its group.
@@ -280,7 +322,7 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 		for _, e := range c.events {
 			off := base + e.Off
 			b.Events = append(b.Events, queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: off, RawLen: e.Len,
-				Payload: raw[off : off+e.Len : off+e.Len]})
+				Payload: raw[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq})
 		}
 	}
 	fail := func(err error) {
@@ -307,12 +349,15 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 		fail(fmt.Errorf("make the raw payload durable: %w", err))
 		return
 	}
+	var findings []queue.SeqFinding
+	b.SeqGrace, b.SeqFindings = in.seqGrace(source), &findings
 	frames, err := in.o.Queue.Append(context.Background(), b)
 	if err != nil {
 		in.o.Logger.Error("push: queue commit failed; senders are told to retry", "source", source, "err", err)
 		fail(fmt.Errorf("commit to the queue: %w", err))
 		return
 	}
+	in.reportSeqs(source, findings)
 	in.o.Sender.Submit(frames)
 	in.answer(source, cs, b, frames)
 }

@@ -35,6 +35,10 @@ type wsIngress struct {
 	hasShared bool
 	devices   map[[sha256.Size]byte]string
 	labels    deviceLabels
+	// seqMu guards highSeq, the highest seq stored of each device with a
+	// label of its own (ingestor_device_last_seq).
+	seqMu   sync.Mutex
+	highSeq map[string]int64
 
 	mu      sync.Mutex
 	closing bool
@@ -65,6 +69,7 @@ func newWSIngress(env handlerEnv, spec *sources.WSIngressSpec) (handler, error) 
 	h := &wsIngress{env: env, maxMessage: spec.MaxMessageBytes, window: spec.MaxInflight, readTimeout: read,
 		pingInterval: ping, writeTimeout: min(read, maxAckWriteTimeout), maxConns: spec.MaxConnections,
 		conns: make(map[*wsConn]struct{})}
+	env.inbox.SetSeqGrace(env.source.Name, spec.SeqGrace())
 	if spec.Token != "" {
 		h.shared, h.hasShared = sha256.Sum256([]byte(spec.Token)), true
 	}
@@ -171,4 +176,24 @@ func (h *wsIngress) Close() {
 	}
 	h.mu.Unlock()
 	h.running.Wait()
+}
+
+// lastSeq raises device's ingestor_device_last_seq to seq, a seq just
+// stored, if the device has a label of its own; envelopes stored out of
+// order never lower it.
+func (h *wsIngress) lastSeq(device string, seq int64) {
+	label := h.labels.label(device)
+	if label == otherDevice {
+		return
+	}
+	h.seqMu.Lock()
+	defer h.seqMu.Unlock()
+	if seq <= h.highSeq[label] {
+		return
+	}
+	if h.highSeq == nil {
+		h.highSeq = make(map[string]int64)
+	}
+	h.highSeq[label] = seq
+	h.env.metrics.ws.lastSeq.WithLabelValues(h.env.source.Name, label).Set(float64(seq))
 }

@@ -218,10 +218,13 @@ func (c *wsConn) read() (msg []byte, oversize bool, why closeReason, ok bool) {
 func (c *wsConn) commit(msg []byte, env envelope) {
 	h := c.h
 	outs, err := h.env.inbox.Commit(context.Background(), h.env.source.Name, msg,
-		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg)}})
+		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg), Device: env.DeviceID, Seq: env.Seq}})
 	var busy *BusyError
 	switch {
 	case err == nil && outs[0].New:
+		if env.Seq > 0 {
+			h.lastSeq(env.DeviceID, env.Seq)
+		}
 		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 202)
 	case err == nil:
 		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 200)

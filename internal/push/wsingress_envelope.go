@@ -17,11 +17,15 @@ import (
 type envelope struct {
 	EventID, Type, SessionID, DeviceID string
 	TS                                 time.Time
+	// Seq is the envelope's seq, 0 when it has none or one that is not a
+	// positive integer (such a seq is not tracked; the envelope is stored
+	// all the same, since refusing it would lose the event).
+	Seq int64
 }
 
 // envelopeFields are the top-level keys of an envelope the daemon reads;
-// every one but schema_version is required.
-var envelopeFields = [...]string{"schema_version", "event_id", "type", "ts", "session_id", "device_id", "payload"}
+// every one but schema_version and seq is required.
+var envelopeFields = [...]string{"schema_version", "event_id", "type", "ts", "session_id", "device_id", "payload", "seq"}
 
 // decodeEnvelope reads and validates one envelope (see README, "Devices
 // over WebSocket"). On error, env holds the event_id if one could be read,
@@ -67,6 +71,14 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 		if verr != nil {
 			return verr
 		}
+		if key == "seq" {
+			if kind == jsonscan.Number {
+				if n, perr := strconv.ParseInt(string(val), 10, 64); perr == nil && n > 0 {
+					env.Seq = n
+				}
+			}
+			return nil
+		}
 		if key == "schema_version" {
 			if kind != jsonscan.Number {
 				return fmt.Errorf("schema_version must be the number 1, not %s", kindPhrase(kind))
@@ -97,7 +109,7 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 		return env, err
 	}
 	for i, key := range envelopeFields {
-		if !seen[i] && key != "schema_version" {
+		if !seen[i] && key != "schema_version" && key != "seq" {
 			return env, fmt.Errorf("%s is missing", key)
 		}
 	}

@@ -66,7 +66,7 @@ func referenceEnvelope(msg []byte) (envelope, bool) {
 		members[key] = append(members[key], raw)
 	}
 	for _, key := range envelopeFields {
-		if len(members[key]) > 1 || (len(members[key]) == 0 && key != "schema_version") {
+		if len(members[key]) > 1 || (len(members[key]) == 0 && key != "schema_version" && key != "seq") {
 			return env, false
 		}
 	}
@@ -77,6 +77,11 @@ func referenceEnvelope(msg []byte) (envelope, bool) {
 		}
 		if n, err := strconv.ParseFloat(string(v[0]), 64); err != nil || n != 1 {
 			return env, false
+		}
+	}
+	if v, ok := members["seq"]; ok {
+		if n, err := strconv.ParseInt(string(v[0]), 10, 64); err == nil && n > 0 {
+			env.Seq = n
 		}
 	}
 	var ts string

@@ -20,6 +20,9 @@ const otherDevice = "_other"
 type wsMetrics struct {
 	connected *prometheus.GaugeVec
 	envelopes *prometheus.CounterVec
+	seqGaps   *prometheus.CounterVec
+	seqResets *prometheus.CounterVec
+	lastSeq   *prometheus.GaugeVec
 }
 
 func newWSMetrics() *wsMetrics {
@@ -30,11 +33,19 @@ func newWSMetrics() *wsMetrics {
 			Help: fmt.Sprintf("Envelopes answered on a ws_ingress source, by device and answer: stored, duplicate (stored again), rejected or retry. "+
 				"The first %d device ids of a source get their own series, the rest count as device %q.", maxDeviceLabels, otherDevice)},
 			[]string{"source", "device", "status"}),
+		seqGaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_device_seq_gaps_total",
+			Help: "Ranges of seq numbers a device skipped (still missing after seq_gap_grace): events lost before they reached the daemon."},
+			[]string{"source"}),
+		seqResets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_device_seq_resets_total",
+			Help: "Times a device's seq went back to a number it had used (its outbox was reset)."}, []string{"source"}),
+		lastSeq: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_device_last_seq",
+			Help: fmt.Sprintf("The highest seq stored of each device since the daemon started; only the first %d device ids of a source get a series.", maxDeviceLabels)},
+			[]string{"source", "device"}),
 	}
 }
 
 func (m *wsMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.connected, m.envelopes}
+	return []prometheus.Collector{m.connected, m.envelopes, m.seqGaps, m.seqResets, m.lastSeq}
 }
 
 // deviceLabels hands out the device label values of one source, at most

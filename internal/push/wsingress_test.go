@@ -35,6 +35,7 @@ const (
 // on a real inbox, queue and file raw store.
 type wsRig struct {
 	srv     *Server
+	inbox   *Inbox
 	q       *queue.Queue
 	frames  *frameLog
 	metrics *Metrics
@@ -77,7 +78,7 @@ func startWSPending(t *testing.T, maxPending int64, tune func(*sources.WSIngress
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &wsRig{srv: srv, q: q, frames: frames, metrics: m, dir: dir, url: "ws://" + srv.Addr() + "/ingest/devices/ws"}
+	return &wsRig{srv: srv, inbox: in, q: q, frames: frames, metrics: m, dir: dir, url: "ws://" + srv.Addr() + "/ingest/devices/ws"}
 }
 
 // connected is the devices_connected gauge.

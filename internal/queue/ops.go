@@ -22,6 +22,10 @@ type NewEvent struct {
 	// Payload is the event's bytes; not stored (the raw object holds them),
 	// but handed back in the returned frames for the first send.
 	Payload []byte
+	// Device and DevSeq are a push device's id and the event's number in
+	// its sequence (DevSeq 0: none); see devseq.go.
+	Device string
+	DevSeq int64
 }
 
 // Batch is one fetched batch: its events, its raw object and the cursor
@@ -36,6 +40,11 @@ type Batch struct {
 	// the same transaction as the events.
 	Cursor    string
 	SetCursor bool
+	// SeqGrace is how long a device seq may stay missing before it is
+	// reported lost; SeqFindings, when set, receives what the batch's
+	// device seqs revealed (devseq.go).
+	SeqGrace    time.Duration
+	SeqFindings *[]SeqFinding
 }
 
 // Event is one queued event as it is sent.
@@ -329,6 +338,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 		per := q.opts.EventsPerFrame
 		args := make([]any, 0, per*eventCols)
 		var seqs []int64
+		var devSeqs []deviceSeq
 		for start := 0; start < len(b.Events); start += per {
 			chunk := b.Events[start:min(start+per, len(b.Events))]
 			frameID := q.nextFrame
@@ -358,6 +368,9 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				}
 				last = seq
 				e := &chunk[i]
+				if e.DevSeq > 0 {
+					devSeqs = append(devSeqs, deviceSeq{device: e.Device, seq: e.DevSeq})
+				}
 				f.Events = append(f.Events, Event{
 					Seq: seq, Source: b.Source, Key: e.Key, FetchedAt: b.FetchedAt, EventTime: e.EventTime,
 					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
@@ -375,6 +388,15 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			}
 			added += int64(len(f.Events))
 			frames = append(frames, f)
+		}
+		if len(devSeqs) > 0 {
+			findings, err := trackSeqs(tx, b.Source, devSeqs, b.SeqGrace, now)
+			if err != nil {
+				return nil, 0, err
+			}
+			if b.SeqFindings != nil {
+				*b.SeqFindings = findings
+			}
 		}
 	}
 	if b.SetCursor {

@@ -95,6 +95,24 @@ CREATE TABLE not_before (
 	updated_at INTEGER NOT NULL
 );
 `,
+	// v5: the sequence numbers of push devices, to find events lost at the
+	// edge (devseq.go).
+	`
+CREATE TABLE device_seqs (
+	source     TEXT    NOT NULL,
+	device     TEXT    NOT NULL,
+	high       INTEGER NOT NULL, -- the highest seq stored
+	-- missing is a JSON array of [from, to, since] ranges below high not
+	-- stored yet, since in unix nanoseconds: reported once older than the
+	-- source's grace.
+	missing    TEXT    NOT NULL DEFAULT '[]',
+	gaps       INTEGER NOT NULL DEFAULT 0, -- ranges reported lost
+	lost       INTEGER NOT NULL DEFAULT 0, -- seqs in them
+	resets     INTEGER NOT NULL DEFAULT 0, -- times the seq went back
+	updated_at INTEGER NOT NULL,
+	PRIMARY KEY (source, device)
+) WITHOUT ROWID;
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.
