@@ -213,7 +213,7 @@ func TestGoodFiles(t *testing.T) {
 		}},
 		"webhook.good.toml": {
 			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app",
-				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123"},
+				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123", "CUSTOM_SECRET": "custom-0123"},
 			check: func(t *testing.T, cfg *Config) {
 				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
 				if gh.Secret != "gh-secret" || gh.KeyHeader() != "X-GitHub-Delivery" || gh.KeyField() != "" || !gh.Authenticated() {
@@ -231,6 +231,11 @@ func TestGoodFiles(t *testing.T) {
 				shop := source(t, cfg, "shop").Spec.(*sources.WebhookSpec)
 				if shop.KeyHeader() != "X-Shopify-Webhook-Id" || shop.KeyField() != "" || shop.Secret != "shpss_0123" {
 					t.Errorf("shop = %+v: key header %q, want X-Shopify-Webhook-Id", shop, shop.KeyHeader())
+				}
+				custom := source(t, cfg, "custom").Spec.(*sources.WebhookSpec)
+				if custom.Secret != "custom-0123" || custom.HMACAlgorithm() != "sha512" || custom.HMACEncoding() != "base64" || custom.Prefix != "sha512=" ||
+					custom.SignedContent != "{id}.{timestamp}.{body}" || custom.TimestampHeader != "X-Timestamp" || custom.KeyHeader() != "X-Event-Id" {
+					t.Errorf("custom = %+v: the hmac keys not decoded", custom)
 				}
 				svix := source(t, cfg, "svix").Spec.(*sources.WebhookSpec)
 				if key, err := svix.SigningKey(); err != nil || len(key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
@@ -313,15 +318,26 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:11: source "tokens": token_file: set token or token_file, not both`,
 			`webhook.bad.toml:15: source "shorttoken": token: the token must be at least 16 characters`,
 			`webhook.bad.toml:19: source "missingfile": token_file: read the token: open /nonexistent/hooks.token: no such file or directory`,
-			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard", "shopify" or "hmac_sha256", not "gitlab"`,
+			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard", "shopify", "hmac" or "hmac_sha256", not "gitlab"`,
 			`webhook.bad.toml:24: source "sig": signature_tolerance: must be a positive duration such as "30s", not "-1s"`,
 			`webhook.bad.toml:26: source "nosecret": secret: is required with signature = "hmac_sha256"`,
 			`webhook.bad.toml:26: source "nosecret": signature_header: is required with signature = "hmac_sha256" (e.g. "X-Signature")`,
 			`webhook.bad.toml:32: source "secretonly": secret: is only used with a signature: set signature`,
-			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac_sha256"`,
+			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac" or "hmac_sha256"`,
 			`webhook.bad.toml:38: source "svix": secret: must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`,
 			`webhook.bad.toml:43: source "svixempty": secret: must be "whsec_" + base64 with signature = "standard"`,
 			`webhook.bad.toml:45: source "shopnosecret": secret: is required with signature = "shopify"`,
+			`webhook.bad.toml:49: source "hmacbad": signature_header: is required with signature = "hmac" (e.g. "X-Signature")`,
+			`webhook.bad.toml:53: source "hmacbad": algorithm: must be "sha1", "sha256" or "sha512", not "md5"`,
+			`webhook.bad.toml:54: source "hmacbad": encoding: must be "hex" or "base64", not "base32"`,
+			`webhook.bad.toml:55: source "hmacbad": signed_content: unknown placeholder "{payload}" (want {body}, {timestamp} or {id})`,
+			`webhook.bad.toml:62: source "hmacnobody": signed_content: must include {body}`,
+			`webhook.bad.toml:64: source "hmacnobody": timestamp_header: is only used when signed_content has {timestamp}`,
+			`webhook.bad.toml:70: source "hmacextra": algorithm: is only used with signature = "hmac"`,
+			`webhook.bad.toml:71: source "hmacextra": encoding: is only used with signature = "hmac"`,
+			`webhook.bad.toml:72: source "hmacextra": prefix: is only used with signature = "hmac"`,
+			`webhook.bad.toml:73: source "hmacextra": signed_content: is only used with signature = "hmac"`,
+			`webhook.bad.toml:74: source "hmacextra": timestamp_header: is only used with signature = "hmac"`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,

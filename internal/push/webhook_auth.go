@@ -2,12 +2,15 @@ package push
 
 import (
 	"crypto/hmac"
+	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -59,18 +62,17 @@ func newVerifier(spec *sources.WebhookSpec) (verifier, error) {
 	tolerance := spec.Tolerance()
 	switch spec.Signature {
 	case sources.SignatureGitHub:
-		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkBodyMAC(h, "X-Hub-Signature-256", "sha256=", true, "hex", secret, body)
-		}, nil
-	case sources.SignatureHMACSHA256:
-		name := spec.SignatureHeader
-		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkBodyMAC(h, name, "sha256=", false, "hex", secret, body)
-		}, nil
+		c := &macCheck{header: "X-Hub-Signature-256", prefix: "sha256=", encoding: "hex", hash: sha256.New}
+		return func(h http.Header, body []byte, now time.Time) error { return c.check(h, secret, body, now) }, nil
 	case sources.SignatureShopify:
-		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkBodyMAC(h, "X-Shopify-Hmac-SHA256", "", false, "base64", secret, body)
-		}, nil
+		c := &macCheck{header: "X-Shopify-Hmac-SHA256", encoding: "base64", hash: sha256.New}
+		return func(h http.Header, body []byte, now time.Time) error { return c.check(h, secret, body, now) }, nil
+	case sources.SignatureHMAC, sources.SignatureHMACSHA256:
+		c, err := newMACCheck(spec)
+		if err != nil {
+			return nil, err
+		}
+		return func(h http.Header, body []byte, now time.Time) error { return c.check(h, secret, body, now) }, nil
 	case sources.SignatureStripe:
 		return func(h http.Header, body []byte, now time.Time) error {
 			return checkStripe(h.Get("Stripe-Signature"), secret, body, now, tolerance)
@@ -98,28 +100,103 @@ func mac(secret []byte, parts ...[]byte) []byte {
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
 
-// checkBodyMAC checks that header name holds the HMAC-SHA256 of body in
-// encoding ("hex", either case, or "base64", standard and padded), after
-// prefix (which must be there when required).
-func checkBodyMAC(h http.Header, name, prefix string, required bool, encoding string, secret, body []byte) error {
-	v := h.Get(name)
-	if v == "" {
-		return fmt.Errorf("missing the %s header", name)
+// macCheck is a signature in one header over a template of the request:
+// github, shopify, hmac and hmac_sha256.
+type macCheck struct {
+	// header holds the signature: prefix, then the MAC in encoding ("hex",
+	// either case, or "base64", standard and padded).
+	header, prefix, encoding string
+	// prefixOptional lets the signature come without prefix.
+	prefixOptional bool
+	hash           func() hash.Hash
+	// content is the signed content's parts (nil: the body alone), as
+	// sources.WebhookSpec.SignedContentParts returns them; tsHeader and
+	// idHeader hold the values of {timestamp} and {id}.
+	content            []string
+	tsHeader, idHeader string
+	tolerance          time.Duration
+}
+
+// newMACCheck returns the check of signature = "hmac" or "hmac_sha256".
+func newMACCheck(spec *sources.WebhookSpec) (*macCheck, error) {
+	parts, err := spec.SignedContentParts()
+	if err != nil {
+		return nil, fmt.Errorf("signed_content: %w", err)
 	}
-	sig, ok := strings.CutPrefix(v, prefix)
-	if !ok && required {
-		return fmt.Errorf("the %s header does not start with %q", name, prefix)
+	c := &macCheck{header: spec.SignatureHeader, prefix: spec.Prefix, encoding: spec.HMACEncoding(), content: parts,
+		tsHeader: spec.TimestampHeader, idHeader: spec.KeyHeader(), tolerance: spec.Tolerance()}
+	if spec.Signature == sources.SignatureHMACSHA256 {
+		c.prefix, c.prefixOptional = "sha256=", true
+	}
+	switch spec.HMACAlgorithm() {
+	case "sha1":
+		c.hash = sha1.New
+	case "sha256":
+		c.hash = sha256.New
+	case "sha512":
+		c.hash = sha512.New
+	default:
+		return nil, fmt.Errorf("algorithm: unknown hash %q", spec.HMACAlgorithm())
+	}
+	return c, nil
+}
+
+// check checks the signature of a request with key: the MAC of the signed
+// content, and the signed timestamp within tolerance of now either way.
+func (c *macCheck) check(h http.Header, key, body []byte, now time.Time) error {
+	v := h.Get(c.header)
+	if v == "" {
+		return fmt.Errorf("missing the %s header", c.header)
+	}
+	sig, ok := strings.CutPrefix(v, c.prefix)
+	if !ok && !c.prefixOptional {
+		return fmt.Errorf("the %s header does not start with %q", c.header, c.prefix)
 	}
 	decode := hex.DecodeString
-	if encoding == "base64" {
+	if c.encoding == "base64" {
 		decode = base64.StdEncoding.DecodeString
 	}
 	got, err := decode(sig)
 	if err != nil {
-		return fmt.Errorf("the %s header is not %s", name, encoding)
+		return fmt.Errorf("the %s header is not %s", c.header, c.encoding)
 	}
-	if !hmac.Equal(got, mac(secret, body)) {
+	content := [][]byte{body}
+	var ts int64
+	if c.content != nil {
+		content = content[:0]
+		for _, p := range c.content {
+			switch p {
+			case sources.PlaceholderBody:
+				content = append(content, body)
+			case sources.PlaceholderTimestamp:
+				v := h.Get(c.tsHeader)
+				if v == "" {
+					return fmt.Errorf("missing the %s header", c.tsHeader)
+				}
+				if ts, err = strconv.ParseInt(v, 10, 64); err != nil {
+					return fmt.Errorf("the %s header is not a Unix time", c.tsHeader)
+				}
+				content = append(content, []byte(v))
+			case sources.PlaceholderID:
+				v := h.Get(c.idHeader)
+				if v == "" {
+					return fmt.Errorf("missing the %s header", c.idHeader)
+				}
+				content = append(content, []byte(v))
+			default:
+				content = append(content, []byte(p))
+			}
+		}
+	}
+	m := hmac.New(c.hash, key)
+	for _, p := range content {
+		m.Write(p)
+	}
+	if !hmac.Equal(got, m.Sum(nil)) {
 		return errSignatureMismatch
+	}
+	if c.tsHeader != "" {
+		return checkSkew(ts, now, c.tolerance)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package push
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -176,6 +178,120 @@ func TestStripeTolerancePastOnly(t *testing.T) {
 	} {
 		if err := checkStripe(header, secret, body, tc.now, 5*time.Minute); (err == nil) != tc.ok {
 			t.Errorf("now %s the timestamp: %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// TestHMACScheme checks signature = "hmac" against published vectors (RFC
+// 2202 for SHA-1, GitHub's example for SHA-256, RFC 4231 for SHA-512) and
+// against Python's hmac module for each algorithm and encoding.
+func TestHMACScheme(t *testing.T) {
+	hmacVerifier := func(set func(*sources.WebhookSpec)) verifier {
+		t.Helper()
+		v, err := newVerifier(webhookSpec(t, func(s *sources.WebhookSpec) {
+			s.Signature, s.SignatureHeader = "hmac", "X-Sig"
+			set(s)
+		}))
+		if err != nil || v == nil {
+			t.Fatalf("no hmac verifier: %v", err)
+		}
+		return v
+	}
+	now := time.Now()
+	for _, tc := range []struct{ alg, secret, body, sig string }{
+		{"sha1", "Jefe", "what do ya want for nothing?", "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79"},
+		{"", "It's a Secret to Everybody", "Hello, World!", "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"},
+		{"sha512", "Jefe", "what do ya want for nothing?",
+			"164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737"},
+	} {
+		verify := hmacVerifier(func(s *sources.WebhookSpec) { s.Secret, s.Algorithm = tc.secret, tc.alg })
+		if err := verify(headers("X-Sig", tc.sig), []byte(tc.body), now); err != nil {
+			t.Errorf("algorithm %q: the published vector is refused: %v", tc.alg, err)
+		}
+		if err := verify(headers("X-Sig", tc.sig), []byte(tc.body+" "), now); err != errSignatureMismatch {
+			t.Errorf("algorithm %q: a tampered body: %v, want %v", tc.alg, err, errSignatureMismatch)
+		}
+	}
+
+	const secret = "hmac-secret-0123"
+	body := []byte(`{"id":"evt_1"}`)
+	for _, alg := range []string{"sha1", "sha256", "sha512"} {
+		sum := pyMACWith(t, alg, []byte(secret), body)
+		other := pyMACWith(t, map[string]string{"sha1": "sha256", "sha256": "sha512", "sha512": "sha1"}[alg], []byte(secret), body)
+		for _, enc := range []string{"hex", "base64"} {
+			encode := hex.EncodeToString
+			if enc == "base64" {
+				encode = base64.StdEncoding.EncodeToString
+			}
+			verify := hmacVerifier(func(s *sources.WebhookSpec) { s.Secret, s.Algorithm, s.Encoding = secret, alg, enc })
+			for _, tc := range []struct {
+				name, sig string
+				body      []byte
+				err       string // "" for none
+			}{
+				{"python's", encode(sum), body, ""},
+				{"a tampered body", encode(sum), append(body, ' '), errSignatureMismatch.Error()},
+				{"another algorithm", encode(other), body, errSignatureMismatch.Error()},
+				// A hex digest is valid base64, of other bytes.
+				{"the other encoding", map[string]string{"hex": base64.StdEncoding.EncodeToString(sum), "base64": hex.EncodeToString(sum)}[enc], body,
+					map[string]string{"hex": "not hex", "base64": errSignatureMismatch.Error()}[enc]},
+				{"none", "", body, "missing the X-Sig header"},
+			} {
+				err := verify(headers("X-Sig", tc.sig), tc.body, now)
+				if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+					t.Errorf("%s %s, %s signature: %v, want %q", alg, enc, tc.name, err, tc.err)
+				}
+			}
+		}
+	}
+
+	// A prefix, when set, is required; hmac_sha256 keeps "sha256=" optional.
+	hexSum := hex.EncodeToString(pyMACWith(t, "sha256", []byte(secret), body))
+	verify := hmacVerifier(func(s *sources.WebhookSpec) { s.Secret, s.Prefix = secret, "sha256=" })
+	if err := verify(headers("X-Sig", "sha256="+hexSum), body, now); err != nil {
+		t.Errorf("with its prefix: %v", err)
+	}
+	if err := verify(headers("X-Sig", hexSum), body, now); err == nil || !strings.Contains(err.Error(), `does not start with "sha256="`) {
+		t.Errorf("without its prefix: %v, want refused", err)
+	}
+	alias := hmacVerifier(func(s *sources.WebhookSpec) { s.Signature, s.Secret = "hmac_sha256", secret })
+	for _, sig := range []string{hexSum, "sha256=" + hexSum, strings.ToUpper(hexSum)} {
+		if err := alias(headers("X-Sig", sig), body, now); err != nil {
+			t.Errorf("hmac_sha256 with %q: %v", sig, err)
+		}
+	}
+
+	// signed_content over {id}, {timestamp} and {body}; the timestamp
+	// within signature_tolerance either way.
+	verify = hmacVerifier(func(s *sources.WebhookSpec) {
+		s.Secret, s.Algorithm, s.Encoding, s.Prefix = secret, "sha512", "base64", "v1="
+		s.SignedContent, s.TimestampHeader, s.IDHeader = "v1:{id}:{timestamp}:{body}", "X-Ts", "X-Id"
+	})
+	at := time.Unix(1700000000, 0)
+	sig := "v1=" + base64.StdEncoding.EncodeToString(pyMACWith(t, "sha512", []byte(secret), fmt.Appendf(nil, "v1:msg_1:%d:%s", at.Unix(), body)))
+	signed := headers("X-Sig", sig, "X-Ts", fmt.Sprint(at.Unix()), "X-Id", "msg_1")
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		now  time.Time
+		body []byte
+		err  string
+	}{
+		{"at the timestamp", signed, at, body, ""},
+		{"5m after", signed, at.Add(5 * time.Minute), body, ""},
+		{"5m before", signed, at.Add(-5 * time.Minute), body, ""},
+		{"5m1s after", signed, at.Add(5*time.Minute + time.Second), body, "beyond the 5m0s tolerance"},
+		{"5m1s before", signed, at.Add(-5*time.Minute - time.Second), body, "beyond the 5m0s tolerance"},
+		{"a tampered body", signed, at, append(body, ' '), errSignatureMismatch.Error()},
+		{"another id", headers("X-Sig", sig, "X-Ts", fmt.Sprint(at.Unix()), "X-Id", "msg_2"), at, body, errSignatureMismatch.Error()},
+		{"another timestamp", headers("X-Sig", sig, "X-Ts", fmt.Sprint(at.Unix()+1), "X-Id", "msg_1"), at, body, errSignatureMismatch.Error()},
+		{"no timestamp", headers("X-Sig", sig, "X-Id", "msg_1"), at, body, "missing the X-Ts header"},
+		{"a timestamp not a number", headers("X-Sig", sig, "X-Ts", "soon", "X-Id", "msg_1"), at, body, "the X-Ts header is not a Unix time"},
+		{"no id", headers("X-Sig", sig, "X-Ts", fmt.Sprint(at.Unix())), at, body, "missing the X-Id header"},
+	} {
+		err := verify(tc.h, tc.body, tc.now)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("signed content, %s: %v, want %q", tc.name, err, tc.err)
 		}
 	}
 }

@@ -356,9 +356,16 @@ func pyHMAC(t *testing.T, secret string, msg []byte) string {
 // module.
 func pyMAC(t *testing.T, key, msg []byte) []byte {
 	t.Helper()
+	return pyMACWith(t, "sha256", key, msg)
+}
+
+// pyMACWith returns the HMAC of msg with key and the hash alg ("sha1",
+// "sha256" or "sha512"), computed by Python's hmac module.
+func pyMACWith(t *testing.T, alg string, key, msg []byte) []byte {
+	t.Helper()
 	cmd := exec.Command(testsync.Python3(t), "-c",
-		"import hmac,hashlib,os,sys; print(hmac.new(bytes.fromhex(os.environ['K']), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())")
-	cmd.Env = append(os.Environ(), "K="+hex.EncodeToString(key))
+		"import hmac,hashlib,os,sys; print(hmac.new(bytes.fromhex(os.environ['K']), sys.stdin.buffer.read(), os.environ['A']).hexdigest())")
+	cmd.Env = append(os.Environ(), "K="+hex.EncodeToString(key), "A="+alg)
 	cmd.Stdin = bytes.NewReader(msg)
 	out, err := cmd.Output()
 	if err != nil {
@@ -475,6 +482,28 @@ func TestWebhookSignatures(t *testing.T) {
 		expect(t, send(t, http.MethodPost, h.url, body, "X-Signature", "zz"), http.StatusUnauthorized, "not hex")
 		if logs := h.logs.String(); strings.Contains(logs, secret) {
 			t.Errorf("the secret is in the logs:\n%s", logs)
+		}
+	})
+	t.Run("hmac", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+			s.Signature, s.Secret, s.SignatureHeader, s.Algorithm, s.Encoding, s.Prefix = "hmac", secret, "X-Signature", "sha512", "base64", "sha512="
+			s.SignedContent, s.TimestampHeader, s.IDHeader = "{id}.{timestamp}.{body}", "X-Timestamp", "X-Event-Id"
+		})
+		sign := func(id string, ts int64, b string) []string {
+			sig := base64.StdEncoding.EncodeToString(pyMACWith(t, "sha512", []byte(secret), fmt.Appendf(nil, "%s.%d.%s", id, ts, b)))
+			return []string{"X-Signature", "sha512=" + sig, "X-Timestamp", fmt.Sprint(ts), "X-Event-Id", id}
+		}
+		expect(t, send(t, http.MethodPost, h.url, body, sign("ev-1", now, body)...), http.StatusAccepted, `"idempotency_key":"ev-1"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, sign("ev-2", now, body)...), http.StatusUnauthorized, "does not match")
+		for _, skew := range []int64{-600, 600} {
+			expect(t, send(t, http.MethodPost, h.url, body, sign("ev-2", now+skew, body)...), http.StatusUnauthorized, "beyond the 5m0s tolerance")
+		}
+		noPrefix := sign("ev-2", now, body)
+		noPrefix[1] = strings.TrimPrefix(noPrefix[1], "sha512=")
+		expect(t, send(t, http.MethodPost, h.url, body, noPrefix...), http.StatusUnauthorized, `does not start with \"sha512=\"`)
+		expect(t, send(t, http.MethodPost, h.url, body, sign("ev-2", now, body)[:4]...), http.StatusUnauthorized, "missing the X-Event-Id header")
+		if _, ok, _ := h.q.EventByKey(t.Context(), "hooks", "ev-2"); ok {
+			t.Error("a refused delivery is in the ledger")
 		}
 	})
 }
