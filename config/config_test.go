@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"math"
 	"os"
@@ -213,7 +214,7 @@ func TestGoodFiles(t *testing.T) {
 		}},
 		"webhook.good.toml": {
 			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app",
-				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123", "CUSTOM_SECRET": "custom-0123"},
+				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123", "CUSTOM_SECRET": "custom-0123", "NEW_SECRET": "new-0123", "OLD_SECRET": "old-4567"},
 			check: func(t *testing.T, cfg *Config) {
 				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
 				if gh.Secret != "gh-secret" || gh.KeyHeader() != "X-GitHub-Delivery" || gh.KeyField() != "" || !gh.Authenticated() {
@@ -238,9 +239,29 @@ func TestGoodFiles(t *testing.T) {
 					t.Errorf("custom = %+v: the hmac keys not decoded", custom)
 				}
 				svix := source(t, cfg, "svix").Spec.(*sources.WebhookSpec)
-				if key, err := svix.SigningKey(); err != nil || len(key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
-					t.Errorf("svix = %+v: key of %d bytes (%v), key header %q, want the whsec_ secret decoded and webhook-id",
-						svix, len(key), err, svix.KeyHeader())
+				if keys, err := svix.SigningKeys(); err != nil || len(keys) != 1 || len(keys[0].Key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
+					t.Errorf("svix = %+v: keys %v (%v), key header %q, want the whsec_ secret decoded and webhook-id",
+						svix, len(keys), err, svix.KeyHeader())
+				}
+				// secrets: a string, an inline table, an array of tables.
+				end := time.Date(2026, 12, 31, 0, 0, 0, 0, time.UTC)
+				for _, tc := range []struct {
+					name string
+					want []sources.SigningKey
+				}{
+					{"rotating", []sources.SigningKey{{Key: []byte("new-0123")}, {Key: []byte("old-4567"), NotAfter: end}}},
+					{"rotating_tables", []sources.SigningKey{{Key: base64Key(t, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")},
+						{Key: base64Key(t, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), NotAfter: end.Add(22 * time.Hour)}}},
+				} {
+					keys, err := source(t, cfg, tc.name).Spec.(*sources.WebhookSpec).SigningKeys()
+					if err != nil || len(keys) != len(tc.want) {
+						t.Fatalf("%s: keys %v (%v), want %v", tc.name, keys, err, tc.want)
+					}
+					for i, k := range keys {
+						if string(k.Key) != string(tc.want[i].Key) || !k.NotAfter.Equal(tc.want[i].NotAfter) {
+							t.Errorf("%s: key %d = %q not after %v, want %q not after %v", tc.name, i, k.Key, k.NotAfter, tc.want[i].Key, tc.want[i].NotAfter)
+						}
+					}
 				}
 			},
 		},
@@ -338,6 +359,15 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:72: source "hmacextra": prefix: is only used with signature = "hmac"`,
 			`webhook.bad.toml:73: source "hmacextra": signed_content: is only used with signature = "hmac"`,
 			`webhook.bad.toml:74: source "hmacextra": timestamp_header: is only used with signature = "hmac"`,
+			`webhook.bad.toml:80: source "bothsecrets": secrets: set secret or secrets, not both`,
+			`webhook.bad.toml:85: source "emptysecrets": secrets: must list at least one secret`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.0: is empty`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.1: not_after must be an RFC 3339 time such as "2026-12-31T00:00:00Z", not "tomorrow"`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.2: unknown key "valu" (a secret is a string, or a table of value and an optional not_after)`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.3: must be a string, or a table of value and an optional not_after, not int64`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.4: must be "whsec_" + base64 with signature = "standard"`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.5: not_after needs a UTC offset, e.g. 2026-12-31T00:00:00Z`,
+			`webhook.bad.toml:95: source "unsignedsecrets": secrets: is only used with a signature: set signature`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
@@ -656,4 +686,14 @@ func TestDefaultAckMaxMessageBytes(t *testing.T) {
 			t.Errorf("DefaultAckMaxMessageBytes(%d, %d) = %d, want %d", tc.frames, tc.events, got, tc.want)
 		}
 	}
+}
+
+// base64Key returns b64 decoded.
+func base64Key(t *testing.T, b64 string) []byte {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

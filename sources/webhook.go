@@ -55,10 +55,11 @@ type WebhookSpec struct {
 	// "hmac" with its defaults and an optional "sha256=" prefix); "" for
 	// none.
 	Signature string `toml:"signature"`
-	// Secret is the signing secret of Signature; required with it. Use
-	// "${ENV}"; it is never logged. With "standard" it is "whsec_" + the
-	// base64 of the key (the prefix is optional) and is decoded; with the
-	// others its bytes are the key (Stripe's "whsec_..." included).
+	// Secret is the signing secret of Signature; it or Secrets is required
+	// with it. Use "${ENV}"; it is never logged. With "standard" it is
+	// "whsec_" + the base64 of the key (the prefix is optional) and is
+	// decoded; with the others its bytes are the key (Stripe's "whsec_..."
+	// included).
 	Secret string `toml:"secret"`
 	// SignatureHeader is the request header holding the signature of
 	// "hmac" and "hmac_sha256"; required with them, e.g. "X-Signature".
@@ -88,6 +89,12 @@ type WebhookSpec struct {
 	// it has one. A timestamp further than SignatureTolerance from now,
 	// either way, is refused.
 	TimestampHeader string `toml:"timestamp_header"`
+	// Secrets are the signing secrets during a rotation, instead of
+	// Secret: a signature matching any of them passes. Each is a string
+	// or a table with value and an optional not_after (RFC 3339), after
+	// which it no longer matches. A match is counted by the secret's
+	// position in the list, never its value.
+	Secrets []WebhookSecret `toml:"secrets"`
 }
 
 // The signature schemes of WebhookSpec.Signature.

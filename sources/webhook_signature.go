@@ -4,7 +4,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // The placeholders of WebhookSpec.SignedContent.
@@ -26,12 +30,24 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 		return errs
 	}
 	switch {
-	case s.Signature != "" && s.Secret == "":
-		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\")", s.Signature)
+	case s.Secret != "" && s.Secrets != nil:
+		bad("secrets", "set secret or secrets, not both")
+	case s.Signature != "" && s.Secret == "" && s.Secrets == nil:
+		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\"; or secrets, to rotate it)", s.Signature)
 	case s.Signature == "" && s.Secret != "":
 		bad("secret", "is only used with a signature: set signature")
-	default:
-		if _, err := s.SigningKey(); err != nil {
+	case s.Signature == "" && s.Secrets != nil:
+		bad("secrets", "is only used with a signature: set signature")
+	case s.Secrets != nil && len(s.Secrets) == 0:
+		bad("secrets", "must list at least one secret (e.g. [\"${NEW_SECRET}\", \"${OLD_SECRET}\"])")
+	case s.Secrets != nil:
+		for i, sec := range s.Secrets {
+			if _, err := s.signingKey(sec); err != nil {
+				bad("secrets."+strconv.Itoa(i), "%v", err)
+			}
+		}
+	case s.Secret != "":
+		if _, err := s.signingKey(WebhookSecret{Value: s.Secret}); err != nil {
 			bad("secret", "%v", err)
 		}
 	}
@@ -89,18 +105,114 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 	return errs
 }
 
-// SigningKey returns the HMAC key of Signature: with "standard", Secret
-// base64-decoded after its optional "whsec_" prefix; else Secret's bytes.
-// Its error never quotes the secret.
-func (s *WebhookSpec) SigningKey() ([]byte, error) {
+// WebhookSecret is one secret of WebhookSpec.Secrets. In TOML it is a
+// string (the value) or a table of value and an optional not_after.
+type WebhookSecret struct {
+	// Value is the secret, as WebhookSpec.Secret.
+	Value string `toml:"value"`
+	// NotAfter is the RFC 3339 time after which the secret no longer
+	// matches; "" for never.
+	NotAfter string `toml:"not_after"`
+	// problem is what UnmarshalTOML found wrong, for Validate to report
+	// at the secret's position.
+	problem string
+}
+
+// UnmarshalTOML implements toml.Unmarshaler: v is a string or a table. A
+// malformed secret is not an error here, so that Validate reports it with
+// its position.
+func (w *WebhookSecret) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case string:
+		w.Value = v
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			var ok bool
+			switch k {
+			case "value":
+				w.Value, ok = v[k].(string)
+			case "not_after":
+				switch t := v[k].(type) {
+				case string:
+					w.NotAfter, ok = t, true
+				case time.Time:
+					if strings.HasSuffix(t.Location().String(), "-local") {
+						w.problem = "not_after needs a UTC offset, e.g. 2026-12-31T00:00:00Z"
+						return nil
+					}
+					w.NotAfter, ok = t.Format(time.RFC3339Nano), true
+				}
+			default:
+				w.problem = fmt.Sprintf("unknown key %q (a secret is a string, or a table of value and an optional not_after)", k)
+				return nil
+			}
+			if !ok {
+				w.problem = fmt.Sprintf("%s must be a string, not %T", k, v[k])
+				return nil
+			}
+		}
+	default:
+		w.problem = fmt.Sprintf("must be a string, or a table of value and an optional not_after, not %T", v)
+	}
+	return nil
+}
+
+// SigningKey is one HMAC key of a webhook source.
+type SigningKey struct {
+	Key []byte
+	// NotAfter is when the key stops matching; zero for never.
+	NotAfter time.Time
+}
+
+// SigningKeys returns the HMAC keys of Signature, in the order of Secrets,
+// or the one of Secret. Its error never quotes a secret.
+func (s *WebhookSpec) SigningKeys() ([]SigningKey, error) {
+	if s.Secrets == nil {
+		key, err := s.signingKey(WebhookSecret{Value: s.Secret})
+		if err != nil {
+			return nil, err
+		}
+		return []SigningKey{key}, nil
+	}
+	keys := make([]SigningKey, len(s.Secrets))
+	for i, sec := range s.Secrets {
+		key, err := s.signingKey(sec)
+		if err != nil {
+			return nil, fmt.Errorf("secret %d: %w", i, err)
+		}
+		keys[i] = key
+	}
+	return keys, nil
+}
+
+// signingKey returns the key of sec: with "standard", its value
+// base64-decoded after its optional "whsec_" prefix; else the value's
+// bytes. Its error never quotes the secret.
+func (s *WebhookSpec) signingKey(sec WebhookSecret) (SigningKey, error) {
+	var k SigningKey
+	switch {
+	case sec.problem != "":
+		return k, errors.New(sec.problem)
+	case sec.Value == "":
+		return k, errors.New("is empty")
+	}
+	if sec.NotAfter != "" {
+		t, err := time.Parse(time.RFC3339, sec.NotAfter)
+		if err != nil {
+			return k, fmt.Errorf("not_after must be an RFC 3339 time such as \"2026-12-31T00:00:00Z\", not %q", sec.NotAfter)
+		}
+		k.NotAfter = t
+	}
 	if s.Signature != SignatureStandard {
-		return []byte(s.Secret), nil
+		k.Key = []byte(sec.Value)
+		return k, nil
 	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s.Secret, "whsec_"))
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sec.Value, "whsec_"))
 	if err != nil || len(key) == 0 {
-		return nil, errors.New(`must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`)
+		return k, errors.New(`must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`)
 	}
-	return key, nil
+	k.Key = key
+	return k, nil
 }
 
 // HMACAlgorithm returns the hash of "hmac" and "hmac_sha256": Algorithm,

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
@@ -35,8 +36,10 @@ type webhook struct {
 	keyHeader string
 	// token is nil when the source has no bearer token.
 	token *bearer
-	// verify is nil when the source has no signature scheme.
-	verify verifier
+	// verify is nil when the source has no signature scheme; matches
+	// counts its matches by the position of the secret.
+	verify  verifier
+	matches []prometheus.Counter
 	// rejectLog lets a few rejections a minute be logged at info (warn
 	// for authentication failures); the others are logged at debug, so a
 	// misbehaving sender cannot flood the log.
@@ -66,6 +69,12 @@ func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	h.verify = verify
+	if verify != nil {
+		n := max(len(spec.Secrets), 1)
+		for i := range n {
+			h.matches = append(h.matches, env.metrics.signatureMatches.WithLabelValues(h.name, strconv.Itoa(i)))
+		}
+	}
 	token, err := spec.BearerToken()
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
@@ -222,11 +231,8 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.reject(w, r, reqID, code, err.Error())
 		return
 	}
-	if h.verify != nil {
-		if err := h.verify(r.Header, body, time.Now()); err != nil {
-			h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
-			return
-		}
+	if !h.signed(w, r, reqID, body) {
+		return
 	}
 	found, batch, err := h.rules.decode(body)
 	if err != nil {
@@ -263,6 +269,22 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 	}
 	answers[0].RequestID = reqID
 	writeJSONBytes(w, code, answers[0].appendJSON(make([]byte, 0, 256)))
+}
+
+// signed checks the signature, if the source has a scheme, answering 401
+// when it is missing or wrong, and counts the secret that matched. It
+// reports whether the request goes on.
+func (h *webhook) signed(w http.ResponseWriter, r *http.Request, reqID string, body []byte) bool {
+	if h.verify == nil {
+		return true
+	}
+	pos, err := h.verify(r.Header, body, time.Now())
+	if err != nil {
+		h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
+		return false
+	}
+	h.matches[pos].Inc()
+	return true
 }
 
 // authorized checks the bearer token, if the source has one, answering 401

@@ -29,11 +29,12 @@ import (
 // hookServer is a push listener serving one webhook source, "hooks", on a
 // real inbox (real queue, real file raw store).
 type hookServer struct {
-	url    string // http://ADDR/ingest/hooks
-	in     *Inbox
-	q      *queue.Queue
-	frames *frameLog
-	logs   *testsync.LockedBuffer
+	url     string // http://ADDR/ingest/hooks
+	in      *Inbox
+	q       *queue.Queue
+	frames  *frameLog
+	logs    *testsync.LockedBuffer
+	metrics *Metrics
 }
 
 // startHooks starts a push listener on loopback for a webhook source whose
@@ -42,10 +43,10 @@ func startHooks(t *testing.T, maxPending int64, set func(*sources.WebhookSpec)) 
 	t.Helper()
 	in, q, _, frames := openInbox(t, maxPending)
 	spec := webhookSpec(t, set)
-	logs := &testsync.LockedBuffer{}
+	logs, metrics := &testsync.LockedBuffer{}, NewMetrics(nil)
 	srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"},
 		Sources: []config.Source{{Name: "hooks", Kind: "webhook", Enabled: true, Spec: spec}},
-		Inbox:   in, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Inbox:   in, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func startHooks(t *testing.T, maxPending int64, set func(*sources.WebhookSpec)) 
 			t.Error(err)
 		}
 	})
-	return &hookServer{url: "http://" + srv.Addr() + "/ingest/hooks", in: in, q: q, frames: frames, logs: logs}
+	return &hookServer{url: "http://" + srv.Addr() + "/ingest/hooks", in: in, q: q, frames: frames, logs: logs, metrics: metrics}
 }
 
 // webhookSpec returns a valid webhook spec: the defaults adjusted by set.
@@ -554,5 +555,58 @@ func TestWebhookSlowBodyIsCutOff(t *testing.T) {
 	}
 	if q.PendingEvents() != 0 {
 		t.Errorf("%d events stored from a stalled body", q.PendingEvents())
+	}
+}
+
+// TestWebhookSecretRotation: during a rotation a request signed with the
+// new or the old secret passes, one signed with a secret past its
+// not_after is refused, the matches counter moves by position, and no
+// secret is ever answered or logged.
+func TestWebhookSecretRotation(t *testing.T) {
+	secrets := []string{"new-secret-0123", "old-secret-4567", "gone-secret-89ab"}
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+		s.Signature = "github"
+		s.Secrets = []sources.WebhookSecret{{Value: secrets[0]},
+			{Value: secrets[1], NotAfter: time.Now().Add(time.Hour).Format(time.RFC3339)},
+			{Value: secrets[2], NotAfter: "2026-01-01T00:00:00Z"}}
+	})
+	matches := func(pos string) float64 {
+		return metricValue(t, h.metrics.signatureMatches.WithLabelValues("hooks", pos))
+	}
+	post := func(secret, id string) reply {
+		body := `{"n":"` + id + `"}`
+		return send(t, http.MethodPost, h.url, body, "X-Hub-Signature-256", "sha256="+pyHMAC(t, secret, []byte(body)), "X-GitHub-Delivery", id)
+	}
+	var answers []string
+	for i, tc := range []struct {
+		secret string
+		code   int
+		want   [3]float64
+	}{
+		{secrets[0], http.StatusAccepted, [3]float64{1, 0, 0}},
+		{secrets[1], http.StatusAccepted, [3]float64{1, 1, 0}},
+		{secrets[1], http.StatusAccepted, [3]float64{1, 2, 0}},
+		{secrets[2], http.StatusUnauthorized, [3]float64{1, 2, 0}},
+		{"never-configured", http.StatusUnauthorized, [3]float64{1, 2, 0}},
+	} {
+		r := post(tc.secret, fmt.Sprint("d", i))
+		answers = append(answers, r.body)
+		if r.code != tc.code {
+			t.Errorf("signed with secret %q: answered %d %s, want %d", tc.secret, r.code, r.body, tc.code)
+		}
+		if got := [3]float64{matches("0"), matches("1"), matches("2")}; got != tc.want {
+			t.Errorf("after a request signed with %q: matches by position %v, want %v", tc.secret, got, tc.want)
+		}
+	}
+	logs := h.logs.String()
+	for _, secret := range secrets {
+		for _, text := range append(answers, logs) {
+			if strings.Contains(text, secret) {
+				t.Errorf("secret %q is in an answer or the log:\n%s", secret, text)
+			}
+		}
+	}
+	if !strings.Contains(logs, "does not match") {
+		t.Errorf("the refusals are not logged:\n%s", logs)
 	}
 }
