@@ -243,6 +243,11 @@ func TestGoodFiles(t *testing.T) {
 					t.Errorf("svix = %+v: keys %v (%v), key header %q, want the whsec_ secret decoded and webhook-id",
 						svix, len(keys), err, svix.KeyHeader())
 				}
+				for name, want := range map[string]string{"x": "crc_sha256", "github": "", "custom": ""} {
+					if got := source(t, cfg, name).Spec.(*sources.WebhookSpec).HandshakeChallenge(); got != want {
+						t.Errorf("%s: challenge %q, want %q", name, got, want)
+					}
+				}
 				// secrets: a string, an inline table, an array of tables.
 				end := time.Date(2026, 12, 31, 0, 0, 0, 0, time.UTC)
 				for _, tc := range []struct {
@@ -368,6 +373,8 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:90: source "badsecrets": secrets.4: must be "whsec_" + base64 with signature = "standard"`,
 			`webhook.bad.toml:90: source "badsecrets": secrets.5: not_after needs a UTC offset, e.g. 2026-12-31T00:00:00Z`,
 			`webhook.bad.toml:95: source "unsignedsecrets": secrets: is only used with a signature: set signature`,
+			`webhook.bad.toml:101: source "badchallenge": challenge: must be "slack", "crc_sha256" or "none", not "twitter"`,
+			`webhook.bad.toml:106: source "crcunsigned": challenge: "crc_sha256" needs a signature: its answer is an HMAC with the first secret`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,

@@ -95,6 +95,14 @@ type WebhookSpec struct {
 	// which it no longer matches. A match is counted by the secret's
 	// position in the list, never its value.
 	Secrets []WebhookSecret `toml:"secrets"`
+	// Challenge is the handshake the source answers instead of storing
+	// it: "slack" (a POSTed url_verification is answered with its
+	// challenge, after the signature check), "crc_sha256" (GET
+	// /ingest/NAME?crc_token=T is answered with "sha256=" + the base64
+	// HMAC-SHA256 of T with the first secret not past its not_after, as X
+	// does) or "none". Default "slack" with signature = "slack", else
+	// "none".
+	Challenge string `toml:"challenge"`
 }
 
 // The signature schemes of WebhookSpec.Signature.
@@ -106,6 +114,13 @@ const (
 	SignatureShopify    = "shopify"
 	SignatureHMAC       = "hmac"
 	SignatureHMACSHA256 = "hmac_sha256"
+)
+
+// The handshakes of WebhookSpec.Challenge.
+const (
+	ChallengeSlack     = "slack"
+	ChallengeCRCSHA256 = "crc_sha256"
+	ChallengeNone      = "none"
 )
 
 func newWebhookSpec() *WebhookSpec {

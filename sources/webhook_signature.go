@@ -51,6 +51,15 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 			bad("secret", "%v", err)
 		}
 	}
+	switch s.Challenge {
+	case "", ChallengeSlack, ChallengeNone:
+	case ChallengeCRCSHA256:
+		if s.Signature == "" {
+			bad("challenge", "\"crc_sha256\" needs a signature: its answer is an HMAC with the first secret")
+		}
+	default:
+		bad("challenge", "must be \"slack\", \"crc_sha256\" or \"none\", not %q", s.Challenge)
+	}
 	custom := s.Signature == SignatureHMAC || s.Signature == SignatureHMACSHA256
 	switch {
 	case custom && s.SignatureHeader == "":
@@ -213,6 +222,18 @@ func (s *WebhookSpec) signingKey(sec WebhookSecret) (SigningKey, error) {
 	}
 	k.Key = key
 	return k, nil
+}
+
+// HandshakeChallenge returns the handshake the source answers:
+// Challenge, "slack" by default with signature = "slack"; "" for none.
+func (s *WebhookSpec) HandshakeChallenge() string {
+	switch {
+	case s.Challenge == ChallengeNone:
+		return ""
+	case s.Challenge == "" && s.Signature == SignatureSlack:
+		return ChallengeSlack
+	}
+	return s.Challenge
 }
 
 // HMACAlgorithm returns the hash of "hmac" and "hmac_sha256": Algorithm,

@@ -40,6 +40,10 @@ type webhook struct {
 	// counts its matches by the position of the secret.
 	verify  verifier
 	matches []prometheus.Counter
+	// challenge is the handshake answered (sources.Challenge*, "" for
+	// none); crcKeys are the keys of "crc_sha256".
+	challenge string
+	crcKeys   keyring
 	// rejectLog lets a few rejections a minute be logged at info (warn
 	// for authentication failures); the others are logged at debug, so a
 	// misbehaving sender cannot flood the log.
@@ -74,6 +78,13 @@ func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
 		for i := range n {
 			h.matches = append(h.matches, env.metrics.signatureMatches.WithLabelValues(h.name, strconv.Itoa(i)))
 		}
+	}
+	if h.challenge = spec.HandshakeChallenge(); h.challenge == sources.ChallengeCRCSHA256 {
+		keys, err := spec.SigningKeys()
+		if err != nil {
+			return nil, fmt.Errorf("webhook: secrets: %w", err)
+		}
+		h.crcKeys = keys
 	}
 	token, err := spec.BearerToken()
 	if err != nil {
@@ -192,6 +203,8 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-ID", reqID)
 	rest := r.PathValue("rest")
 	switch {
+	case rest == "" && r.Method == http.MethodGet && h.challenge == sources.ChallengeCRCSHA256:
+		h.crc(w, r, reqID)
 	case rest == "":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -231,7 +244,7 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.reject(w, r, reqID, code, err.Error())
 		return
 	}
-	if !h.signed(w, r, reqID, body) {
+	if !h.admitted(w, r, reqID, body) {
 		return
 	}
 	found, batch, err := h.rules.decode(body)
@@ -271,20 +284,20 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 	writeJSONBytes(w, code, answers[0].appendJSON(make([]byte, 0, 256)))
 }
 
-// signed checks the signature, if the source has a scheme, answering 401
-// when it is missing or wrong, and counts the secret that matched. It
-// reports whether the request goes on.
-func (h *webhook) signed(w http.ResponseWriter, r *http.Request, reqID string, body []byte) bool {
-	if h.verify == nil {
-		return true
+// admitted checks the signature, if the source has a scheme, answering 401
+// when it is missing or wrong, and counts the secret that matched; then it
+// answers a Slack url_verification (webhook_challenge.go). It reports
+// whether the request goes on to be stored.
+func (h *webhook) admitted(w http.ResponseWriter, r *http.Request, reqID string, body []byte) bool {
+	if h.verify != nil {
+		pos, err := h.verify(r.Header, body, time.Now())
+		if err != nil {
+			h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
+			return false
+		}
+		h.matches[pos].Inc()
 	}
-	pos, err := h.verify(r.Header, body, time.Now())
-	if err != nil {
-		h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
-		return false
-	}
-	h.matches[pos].Inc()
-	return true
+	return h.challenge != sources.ChallengeSlack || !h.slackChallenge(w, r, reqID, body)
 }
 
 // authorized checks the bearer token, if the source has one, answering 401

@@ -105,11 +105,7 @@ func (k keyring) match(now time.Time, newHash func() hash.Hash, sigs [][]byte, c
 		if !key.NotAfter.IsZero() && now.After(key.NotAfter) {
 			continue
 		}
-		m := hmac.New(newHash, key.Key)
-		for _, p := range content {
-			m.Write(p)
-		}
-		sum := m.Sum(nil)
+		sum := hmacOf(newHash, key.Key, content...)
 		for _, sig := range sigs {
 			if hmac.Equal(sig, sum) && pos < 0 {
 				pos = i
@@ -117,6 +113,15 @@ func (k keyring) match(now time.Time, newHash func() hash.Hash, sigs [][]byte, c
 		}
 	}
 	return pos
+}
+
+// hmacOf returns the HMAC (with newHash) of the content with key.
+func hmacOf(newHash func() hash.Hash, key []byte, content ...[]byte) []byte {
+	m := hmac.New(newHash, key)
+	for _, p := range content {
+		m.Write(p)
+	}
+	return m.Sum(nil)
 }
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
