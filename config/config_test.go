@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"math"
 	"os"
@@ -213,7 +214,7 @@ func TestGoodFiles(t *testing.T) {
 		}},
 		"webhook.good.toml": {
 			env: map[string]string{"GITHUB_WEBHOOK_SECRET": "gh-secret", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "0123456789abcdef-app",
-				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123"},
+				"SVIX_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "SHOPIFY_SECRET": "shpss_0123", "CUSTOM_SECRET": "custom-0123", "NEW_SECRET": "new-0123", "OLD_SECRET": "old-4567"},
 			check: func(t *testing.T, cfg *Config) {
 				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
 				if gh.Secret != "gh-secret" || gh.KeyHeader() != "X-GitHub-Delivery" || gh.KeyField() != "" || !gh.Authenticated() {
@@ -232,10 +233,40 @@ func TestGoodFiles(t *testing.T) {
 				if shop.KeyHeader() != "X-Shopify-Webhook-Id" || shop.KeyField() != "" || shop.Secret != "shpss_0123" {
 					t.Errorf("shop = %+v: key header %q, want X-Shopify-Webhook-Id", shop, shop.KeyHeader())
 				}
+				custom := source(t, cfg, "custom").Spec.(*sources.WebhookSpec)
+				if custom.Secret != "custom-0123" || custom.HMACAlgorithm() != "sha512" || custom.HMACEncoding() != "base64" || custom.Prefix != "sha512=" ||
+					custom.SignedContent != "{id}.{timestamp}.{body}" || custom.TimestampHeader != "X-Timestamp" || custom.KeyHeader() != "X-Event-Id" {
+					t.Errorf("custom = %+v: the hmac keys not decoded", custom)
+				}
 				svix := source(t, cfg, "svix").Spec.(*sources.WebhookSpec)
-				if key, err := svix.SigningKey(); err != nil || len(key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
-					t.Errorf("svix = %+v: key of %d bytes (%v), key header %q, want the whsec_ secret decoded and webhook-id",
-						svix, len(key), err, svix.KeyHeader())
+				if keys, err := svix.SigningKeys(); err != nil || len(keys) != 1 || len(keys[0].Key) != 24 || svix.KeyHeader() != "webhook-id" || svix.KeyField() != "" {
+					t.Errorf("svix = %+v: keys %v (%v), key header %q, want the whsec_ secret decoded and webhook-id",
+						svix, len(keys), err, svix.KeyHeader())
+				}
+				for name, want := range map[string]string{"x": "crc_sha256", "github": "", "custom": ""} {
+					if got := source(t, cfg, name).Spec.(*sources.WebhookSpec).HandshakeChallenge(); got != want {
+						t.Errorf("%s: challenge %q, want %q", name, got, want)
+					}
+				}
+				// secrets: a string, an inline table, an array of tables.
+				end := time.Date(2026, 12, 31, 0, 0, 0, 0, time.UTC)
+				for _, tc := range []struct {
+					name string
+					want []sources.SigningKey
+				}{
+					{"rotating", []sources.SigningKey{{Key: []byte("new-0123")}, {Key: []byte("old-4567"), NotAfter: end}}},
+					{"rotating_tables", []sources.SigningKey{{Key: base64Key(t, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")},
+						{Key: base64Key(t, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), NotAfter: end.Add(22 * time.Hour)}}},
+				} {
+					keys, err := source(t, cfg, tc.name).Spec.(*sources.WebhookSpec).SigningKeys()
+					if err != nil || len(keys) != len(tc.want) {
+						t.Fatalf("%s: keys %v (%v), want %v", tc.name, keys, err, tc.want)
+					}
+					for i, k := range keys {
+						if string(k.Key) != string(tc.want[i].Key) || !k.NotAfter.Equal(tc.want[i].NotAfter) {
+							t.Errorf("%s: key %d = %q not after %v, want %q not after %v", tc.name, i, k.Key, k.NotAfter, tc.want[i].Key, tc.want[i].NotAfter)
+						}
+					}
 				}
 			},
 		},
@@ -314,15 +345,37 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:11: source "tokens": token_file: set token or token_file, not both`,
 			`webhook.bad.toml:15: source "shorttoken": token: the token must be at least 16 characters`,
 			`webhook.bad.toml:19: source "missingfile": token_file: read the token: open /nonexistent/hooks.token: no such file or directory`,
-			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard", "shopify" or "hmac_sha256", not "gitlab"`,
+			`webhook.bad.toml:23: source "sig": signature: must be "github", "stripe", "slack", "standard", "shopify", "hmac" or "hmac_sha256", not "gitlab"`,
 			`webhook.bad.toml:24: source "sig": signature_tolerance: must be a positive duration such as "30s", not "-1s"`,
 			`webhook.bad.toml:26: source "nosecret": secret: is required with signature = "hmac_sha256"`,
 			`webhook.bad.toml:26: source "nosecret": signature_header: is required with signature = "hmac_sha256" (e.g. "X-Signature")`,
 			`webhook.bad.toml:32: source "secretonly": secret: is only used with a signature: set signature`,
-			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac_sha256"`,
+			`webhook.bad.toml:33: source "secretonly": signature_header: is only used with signature = "hmac" or "hmac_sha256"`,
 			`webhook.bad.toml:38: source "svix": secret: must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`,
 			`webhook.bad.toml:43: source "svixempty": secret: must be "whsec_" + base64 with signature = "standard"`,
 			`webhook.bad.toml:45: source "shopnosecret": secret: is required with signature = "shopify"`,
+			`webhook.bad.toml:49: source "hmacbad": signature_header: is required with signature = "hmac" (e.g. "X-Signature")`,
+			`webhook.bad.toml:53: source "hmacbad": algorithm: must be "sha1", "sha256" or "sha512", not "md5"`,
+			`webhook.bad.toml:54: source "hmacbad": encoding: must be "hex" or "base64", not "base32"`,
+			`webhook.bad.toml:55: source "hmacbad": signed_content: unknown placeholder "{payload}" (want {body}, {timestamp} or {id})`,
+			`webhook.bad.toml:62: source "hmacnobody": signed_content: must include {body}`,
+			`webhook.bad.toml:64: source "hmacnobody": timestamp_header: is only used when signed_content has {timestamp}`,
+			`webhook.bad.toml:70: source "hmacextra": algorithm: is only used with signature = "hmac"`,
+			`webhook.bad.toml:71: source "hmacextra": encoding: is only used with signature = "hmac"`,
+			`webhook.bad.toml:72: source "hmacextra": prefix: is only used with signature = "hmac"`,
+			`webhook.bad.toml:73: source "hmacextra": signed_content: is only used with signature = "hmac"`,
+			`webhook.bad.toml:74: source "hmacextra": timestamp_header: is only used with signature = "hmac"`,
+			`webhook.bad.toml:80: source "bothsecrets": secrets: set secret or secrets, not both`,
+			`webhook.bad.toml:85: source "emptysecrets": secrets: must list at least one secret`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.0: is empty`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.1: not_after must be an RFC 3339 time such as "2026-12-31T00:00:00Z", not "tomorrow"`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.2: unknown key "valu" (a secret is a string, or a table of value and an optional not_after)`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.3: must be a string, or a table of value and an optional not_after, not int64`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.4: must be "whsec_" + base64 with signature = "standard"`,
+			`webhook.bad.toml:90: source "badsecrets": secrets.5: not_after needs a UTC offset, e.g. 2026-12-31T00:00:00Z`,
+			`webhook.bad.toml:95: source "unsignedsecrets": secrets: is only used with a signature: set signature`,
+			`webhook.bad.toml:101: source "badchallenge": challenge: must be "slack", "crc_sha256" or "none", not "twitter"`,
+			`webhook.bad.toml:106: source "crcunsigned": challenge: "crc_sha256" needs a signature: its answer is an HMAC with the first secret`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
@@ -641,4 +694,14 @@ func TestDefaultAckMaxMessageBytes(t *testing.T) {
 			t.Errorf("DefaultAckMaxMessageBytes(%d, %d) = %d, want %d", tc.frames, tc.events, got, tc.want)
 		}
 	}
+}
+
+// base64Key returns b64 decoded.
+func base64Key(t *testing.T, b64 string) []byte {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

@@ -1,8 +1,6 @@
 package sources
 
 import (
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -23,7 +21,8 @@ import (
 // (KeyField, KeyHeader) and, when it signs a timestamp, refuses one outside
 // SignatureTolerance in its own direction: Stripe past only (a future
 // timestamp passes, as Stripe's libraries do), Slack and Standard Webhooks
-// both ways. GitHub, Shopify and hmac_sha256 sign no timestamp.
+// both ways; "hmac" with a {timestamp} in SignedContent both ways too.
+// GitHub, Shopify and hmac_sha256 sign no timestamp.
 type WebhookSpec struct {
 	// MaxBodyBytes caps a request body. Default 1 MiB.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
@@ -51,16 +50,19 @@ type WebhookSpec struct {
 	TokenFile string `toml:"token_file"`
 	// Signature is the signature scheme every request must carry:
 	// "github", "stripe", "slack", "standard" (Standard Webhooks, as Svix
-	// sends), "shopify" or "hmac_sha256"; "" for none.
+	// sends), "shopify", "hmac" (described by SignatureHeader, Algorithm,
+	// Encoding, Prefix and SignedContent) or "hmac_sha256" (an alias of
+	// "hmac" with its defaults and an optional "sha256=" prefix); "" for
+	// none.
 	Signature string `toml:"signature"`
-	// Secret is the signing secret of Signature; required with it. Use
-	// "${ENV}"; it is never logged. With "standard" it is "whsec_" + the
-	// base64 of the key (the prefix is optional) and is decoded; with the
-	// others its bytes are the key (Stripe's "whsec_..." included).
+	// Secret is the signing secret of Signature; it or Secrets is required
+	// with it. Use "${ENV}"; it is never logged. With "standard" it is
+	// "whsec_" + the base64 of the key (the prefix is optional) and is
+	// decoded; with the others its bytes are the key (Stripe's "whsec_..."
+	// included).
 	Secret string `toml:"secret"`
-	// SignatureHeader is the request header holding the hex HMAC-SHA256 of
-	// the body (optionally prefixed "sha256="); required with signature =
-	// "hmac_sha256", e.g. "X-Signature".
+	// SignatureHeader is the request header holding the signature of
+	// "hmac" and "hmac_sha256"; required with them, e.g. "X-Signature".
 	SignatureHeader string `toml:"signature_header"`
 	// SignatureTolerance is the replay window of the schemes that sign a
 	// timestamp, each in its own direction: a Stripe timestamp older than
@@ -68,6 +70,39 @@ type WebhookSpec struct {
 	// Slack or Standard Webhooks one further than this from now, either
 	// way, is refused. Default "5m".
 	SignatureTolerance string `toml:"signature_tolerance"`
+	// Algorithm is the hash of signature = "hmac": "sha1", "sha256" or
+	// "sha512". Default "sha256".
+	Algorithm string `toml:"algorithm"`
+	// Encoding is how signature = "hmac" writes the MAC: "hex" (either
+	// case) or "base64" (standard alphabet, padded). Default "hex".
+	Encoding string `toml:"encoding"`
+	// Prefix is the text before the MAC in SignatureHeader with signature
+	// = "hmac", e.g. "sha256="; a signature without it is refused.
+	Prefix string `toml:"prefix"`
+	// SignedContent is the template of the bytes signature = "hmac" signs:
+	// literal text and the placeholders {body}, {timestamp} (the value of
+	// TimestampHeader) and {id} (the value of IDHeader). It must include
+	// {body}. Default "{body}".
+	SignedContent string `toml:"signed_content"`
+	// TimestampHeader is the request header holding the Unix time in
+	// seconds that SignedContent's {timestamp} stands for; required when
+	// it has one. A timestamp further than SignatureTolerance from now,
+	// either way, is refused.
+	TimestampHeader string `toml:"timestamp_header"`
+	// Secrets are the signing secrets during a rotation, instead of
+	// Secret: a signature matching any of them passes. Each is a string
+	// or a table with value and an optional not_after (RFC 3339), after
+	// which it no longer matches. A match is counted by the secret's
+	// position in the list, never its value.
+	Secrets []WebhookSecret `toml:"secrets"`
+	// Challenge is the handshake the source answers instead of storing
+	// it: "slack" (a POSTed url_verification is answered with its
+	// challenge, after the signature check), "crc_sha256" (GET
+	// /ingest/NAME?crc_token=T is answered with "sha256=" + the base64
+	// HMAC-SHA256 of T with the first secret not past its not_after, as X
+	// does) or "none". Default "slack" with signature = "slack", else
+	// "none".
+	Challenge string `toml:"challenge"`
 }
 
 // The signature schemes of WebhookSpec.Signature.
@@ -77,7 +112,15 @@ const (
 	SignatureSlack      = "slack"
 	SignatureStandard   = "standard"
 	SignatureShopify    = "shopify"
+	SignatureHMAC       = "hmac"
 	SignatureHMACSHA256 = "hmac_sha256"
+)
+
+// The handshakes of WebhookSpec.Challenge.
+const (
+	ChallengeSlack     = "slack"
+	ChallengeCRCSHA256 = "crc_sha256"
+	ChallengeNone      = "none"
 )
 
 func newWebhookSpec() *WebhookSpec {
@@ -114,30 +157,7 @@ func (s *WebhookSpec) Validate() []FieldError {
 		bad(key, "%v", err)
 	}
 	positiveDuration(&errs, "signature_tolerance", s.SignatureTolerance)
-	switch s.Signature {
-	case "", SignatureGitHub, SignatureStripe, SignatureSlack, SignatureStandard, SignatureShopify, SignatureHMACSHA256:
-	default:
-		bad("signature", "must be \"github\", \"stripe\", \"slack\", \"standard\", \"shopify\" or \"hmac_sha256\", not %q", s.Signature)
-		return errs
-	}
-	switch {
-	case s.Signature != "" && s.Secret == "":
-		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\")", s.Signature)
-	case s.Signature == "" && s.Secret != "":
-		bad("secret", "is only used with a signature: set signature")
-	default:
-		if _, err := s.SigningKey(); err != nil {
-			bad("secret", "%v", err)
-		}
-	}
-	switch {
-	case s.Signature == SignatureHMACSHA256 && s.SignatureHeader == "":
-		bad("signature_header", "is required with signature = \"hmac_sha256\" (e.g. \"X-Signature\")")
-	case s.Signature != SignatureHMACSHA256 && s.SignatureHeader != "":
-		bad("signature_header", "is only used with signature = \"hmac_sha256\"")
-	case s.SignatureHeader != "" && !headerName(s.SignatureHeader):
-		bad("signature_header", "%q is not a valid header name", s.SignatureHeader)
-	}
+	errs = append(errs, s.validateSignature()...)
 	return errs
 }
 
@@ -164,20 +184,6 @@ func (s *WebhookSpec) BearerToken() (string, error) {
 		return "", fmt.Errorf("the token %s", msg)
 	}
 	return token, nil
-}
-
-// SigningKey returns the HMAC key of Signature: with "standard", Secret
-// base64-decoded after its optional "whsec_" prefix; else Secret's bytes.
-// Its error never quotes the secret.
-func (s *WebhookSpec) SigningKey() ([]byte, error) {
-	if s.Signature != SignatureStandard {
-		return []byte(s.Secret), nil
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s.Secret, "whsec_"))
-	if err != nil || len(key) == 0 {
-		return nil, errors.New(`must be "whsec_" + base64 with signature = "standard" (the base64 of the signing key, as the provider shows it)`)
-	}
-	return key, nil
 }
 
 // KeyField returns the body field holding an event's idempotency key:

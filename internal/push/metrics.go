@@ -14,7 +14,10 @@ type Metrics struct {
 	groupSize      prometheus.Histogram
 	commitDuration prometheus.Histogram
 	rawErrors      prometheus.Counter
-	ws             *wsMetrics
+	// signatureMatches counts the webhook signatures that passed, by
+	// source and the position of the secret that matched.
+	signatureMatches *prometheus.CounterVec
+	ws               *wsMetrics
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -32,10 +35,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		rawErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_push_raw_errors_total",
 			Help: "Push groups whose raw write failed; their senders were told to retry."}),
+		signatureMatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_webhook_signature_matches_total",
+			Help: "Webhook signatures that passed, by source and the position of the secret that matched in secrets (\"0\", \"1\", ...; never its value)."},
+			[]string{"source", "secret"}),
 		ws: newWSMetrics(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.busy, m.groupSize, m.commitDuration, m.rawErrors)
+		reg.MustRegister(m.Requests, m.busy, m.groupSize, m.commitDuration, m.rawErrors, m.signatureMatches)
 		reg.MustRegister(m.ws.collectors()...)
 	}
 	return m

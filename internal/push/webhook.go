@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
@@ -35,8 +36,14 @@ type webhook struct {
 	keyHeader string
 	// token is nil when the source has no bearer token.
 	token *bearer
-	// verify is nil when the source has no signature scheme.
-	verify verifier
+	// verify is nil when the source has no signature scheme; matches
+	// counts its matches by the position of the secret.
+	verify  verifier
+	matches []prometheus.Counter
+	// challenge is the handshake answered (sources.Challenge*, "" for
+	// none); crcKeys are the keys of "crc_sha256".
+	challenge string
+	crcKeys   keyring
 	// rejectLog lets a few rejections a minute be logged at info (warn
 	// for authentication failures); the others are logged at debug, so a
 	// misbehaving sender cannot flood the log.
@@ -66,6 +73,19 @@ func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	h.verify = verify
+	if verify != nil {
+		n := max(len(spec.Secrets), 1)
+		for i := range n {
+			h.matches = append(h.matches, env.metrics.signatureMatches.WithLabelValues(h.name, strconv.Itoa(i)))
+		}
+	}
+	if h.challenge = spec.HandshakeChallenge(); h.challenge == sources.ChallengeCRCSHA256 {
+		keys, err := spec.SigningKeys()
+		if err != nil {
+			return nil, fmt.Errorf("webhook: secrets: %w", err)
+		}
+		h.crcKeys = keys
+	}
 	token, err := spec.BearerToken()
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
@@ -183,6 +203,8 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-ID", reqID)
 	rest := r.PathValue("rest")
 	switch {
+	case rest == "" && r.Method == http.MethodGet && h.challenge == sources.ChallengeCRCSHA256:
+		h.crc(w, r, reqID)
 	case rest == "":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -222,11 +244,8 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.reject(w, r, reqID, code, err.Error())
 		return
 	}
-	if h.verify != nil {
-		if err := h.verify(r.Header, body, time.Now()); err != nil {
-			h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
-			return
-		}
+	if !h.admitted(w, r, reqID, body) {
+		return
 	}
 	found, batch, err := h.rules.decode(body)
 	if err != nil {
@@ -263,6 +282,22 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 	}
 	answers[0].RequestID = reqID
 	writeJSONBytes(w, code, answers[0].appendJSON(make([]byte, 0, 256)))
+}
+
+// admitted checks the signature, if the source has a scheme, answering 401
+// when it is missing or wrong, and counts the secret that matched; then it
+// answers a Slack url_verification (webhook_challenge.go). It reports
+// whether the request goes on to be stored.
+func (h *webhook) admitted(w http.ResponseWriter, r *http.Request, reqID string, body []byte) bool {
+	if h.verify != nil {
+		pos, err := h.verify(r.Header, body, time.Now())
+		if err != nil {
+			h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
+			return false
+		}
+		h.matches[pos].Inc()
+	}
+	return h.challenge != sources.ChallengeSlack || !h.slackChallenge(w, r, reqID, body)
 }
 
 // authorized checks the bearer token, if the source has one, answering 401

@@ -2,12 +2,15 @@ package push
 
 import (
 	"crypto/hmac"
+	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -45,52 +48,77 @@ func (b *bearer) check(r *http.Request) int {
 	return authOK
 }
 
-// verifier checks the signature of a request; its error says why a
-// request is refused, in words for the sender, and never holds the secret.
-type verifier func(h http.Header, body []byte, now time.Time) error
+// verifier checks the signature of a request and returns the position of
+// the secret that matched; its error says why a request is refused, in
+// words for the sender, and never holds a secret.
+type verifier func(h http.Header, body []byte, now time.Time) (int, error)
 
 // newVerifier returns the verifier of spec's signature scheme, or nil when
 // it has none.
 func newVerifier(spec *sources.WebhookSpec) (verifier, error) {
-	secret, err := spec.SigningKey()
-	if err != nil {
-		return nil, fmt.Errorf("secret: %w", err)
+	if spec.Signature == "" {
+		return nil, nil
 	}
-	tolerance := spec.Tolerance()
+	signing, err := spec.SigningKeys()
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	keys, tolerance := keyring(signing), spec.Tolerance()
+	var c *macCheck
 	switch spec.Signature {
 	case sources.SignatureGitHub:
-		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkBodyMAC(h, "X-Hub-Signature-256", "sha256=", true, "hex", secret, body)
-		}, nil
-	case sources.SignatureHMACSHA256:
-		name := spec.SignatureHeader
-		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkBodyMAC(h, name, "sha256=", false, "hex", secret, body)
-		}, nil
+		c = &macCheck{header: "X-Hub-Signature-256", prefix: "sha256=", encoding: "hex", hash: sha256.New}
 	case sources.SignatureShopify:
-		return func(h http.Header, body []byte, _ time.Time) error {
-			return checkBodyMAC(h, "X-Shopify-Hmac-SHA256", "", false, "base64", secret, body)
-		}, nil
+		c = &macCheck{header: "X-Shopify-Hmac-SHA256", encoding: "base64", hash: sha256.New}
+	case sources.SignatureHMAC, sources.SignatureHMACSHA256:
+		if c, err = newMACCheck(spec); err != nil {
+			return nil, err
+		}
 	case sources.SignatureStripe:
-		return func(h http.Header, body []byte, now time.Time) error {
-			return checkStripe(h.Get("Stripe-Signature"), secret, body, now, tolerance)
+		return func(h http.Header, body []byte, now time.Time) (int, error) {
+			return checkStripe(h.Get("Stripe-Signature"), keys, body, now, tolerance)
 		}, nil
 	case sources.SignatureSlack:
-		return func(h http.Header, body []byte, now time.Time) error {
-			return checkSlack(h, secret, body, now, tolerance)
+		return func(h http.Header, body []byte, now time.Time) (int, error) {
+			return checkSlack(h, keys, body, now, tolerance)
 		}, nil
 	case sources.SignatureStandard:
-		return func(h http.Header, body []byte, now time.Time) error {
-			return checkStandard(h, secret, body, now, tolerance)
+		return func(h http.Header, body []byte, now time.Time) (int, error) {
+			return checkStandard(h, keys, body, now, tolerance)
 		}, nil
+	default:
+		return nil, fmt.Errorf("unknown signature scheme %q", spec.Signature)
 	}
-	return nil, nil
+	return func(h http.Header, body []byte, now time.Time) (int, error) { return c.check(h, keys, body, now) }, nil
 }
 
-// mac returns the HMAC-SHA256 of the parts with secret.
-func mac(secret []byte, parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	for _, p := range parts {
+// keyring is a source's signing keys, in the order of its secrets.
+type keyring []sources.SigningKey
+
+// match returns the position of the first key, not past its not_after at
+// now, whose HMAC (with newHash) of the content equals one of sigs; -1
+// when none does. Every such key is compared with every signature, each in
+// constant time.
+func (k keyring) match(now time.Time, newHash func() hash.Hash, sigs [][]byte, content ...[]byte) int {
+	pos := -1
+	for i, key := range k {
+		if !key.NotAfter.IsZero() && now.After(key.NotAfter) {
+			continue
+		}
+		sum := hmacOf(newHash, key.Key, content...)
+		for _, sig := range sigs {
+			if hmac.Equal(sig, sum) && pos < 0 {
+				pos = i
+			}
+		}
+	}
+	return pos
+}
+
+// hmacOf returns the HMAC (with newHash) of the content with key.
+func hmacOf(newHash func() hash.Hash, key []byte, content ...[]byte) []byte {
+	m := hmac.New(newHash, key)
+	for _, p := range content {
 		m.Write(p)
 	}
 	return m.Sum(nil)
@@ -98,38 +126,113 @@ func mac(secret []byte, parts ...[]byte) []byte {
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
 
-// checkBodyMAC checks that header name holds the HMAC-SHA256 of body in
-// encoding ("hex", either case, or "base64", standard and padded), after
-// prefix (which must be there when required).
-func checkBodyMAC(h http.Header, name, prefix string, required bool, encoding string, secret, body []byte) error {
-	v := h.Get(name)
-	if v == "" {
-		return fmt.Errorf("missing the %s header", name)
+// macCheck is a signature in one header over a template of the request:
+// github, shopify, hmac and hmac_sha256.
+type macCheck struct {
+	// header holds the signature: prefix, then the MAC in encoding ("hex",
+	// either case, or "base64", standard and padded).
+	header, prefix, encoding string
+	// prefixOptional lets the signature come without prefix.
+	prefixOptional bool
+	hash           func() hash.Hash
+	// content is the signed content's parts (nil: the body alone), as
+	// sources.WebhookSpec.SignedContentParts returns them; tsHeader and
+	// idHeader hold the values of {timestamp} and {id}.
+	content            []string
+	tsHeader, idHeader string
+	tolerance          time.Duration
+}
+
+// newMACCheck returns the check of signature = "hmac" or "hmac_sha256".
+func newMACCheck(spec *sources.WebhookSpec) (*macCheck, error) {
+	parts, err := spec.SignedContentParts()
+	if err != nil {
+		return nil, fmt.Errorf("signed_content: %w", err)
 	}
-	sig, ok := strings.CutPrefix(v, prefix)
-	if !ok && required {
-		return fmt.Errorf("the %s header does not start with %q", name, prefix)
+	c := &macCheck{header: spec.SignatureHeader, prefix: spec.Prefix, encoding: spec.HMACEncoding(), content: parts,
+		tsHeader: spec.TimestampHeader, idHeader: spec.KeyHeader(), tolerance: spec.Tolerance()}
+	if spec.Signature == sources.SignatureHMACSHA256 {
+		c.prefix, c.prefixOptional = "sha256=", true
+	}
+	switch spec.HMACAlgorithm() {
+	case "sha1":
+		c.hash = sha1.New
+	case "sha256":
+		c.hash = sha256.New
+	case "sha512":
+		c.hash = sha512.New
+	default:
+		return nil, fmt.Errorf("algorithm: unknown hash %q", spec.HMACAlgorithm())
+	}
+	return c, nil
+}
+
+// check checks the signature of a request with keys: the MAC of the
+// signed content, and the signed timestamp within tolerance of now either
+// way. It returns the position of the key that matched.
+func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time) (int, error) {
+	v := h.Get(c.header)
+	if v == "" {
+		return -1, fmt.Errorf("missing the %s header", c.header)
+	}
+	sig, ok := strings.CutPrefix(v, c.prefix)
+	if !ok && !c.prefixOptional {
+		return -1, fmt.Errorf("the %s header does not start with %q", c.header, c.prefix)
 	}
 	decode := hex.DecodeString
-	if encoding == "base64" {
+	if c.encoding == "base64" {
 		decode = base64.StdEncoding.DecodeString
 	}
 	got, err := decode(sig)
 	if err != nil {
-		return fmt.Errorf("the %s header is not %s", name, encoding)
+		return -1, fmt.Errorf("the %s header is not %s", c.header, c.encoding)
 	}
-	if !hmac.Equal(got, mac(secret, body)) {
-		return errSignatureMismatch
+	content := [][]byte{body}
+	var ts int64
+	if c.content != nil {
+		content = content[:0]
+		for _, p := range c.content {
+			switch p {
+			case sources.PlaceholderBody:
+				content = append(content, body)
+			case sources.PlaceholderTimestamp:
+				v := h.Get(c.tsHeader)
+				if v == "" {
+					return -1, fmt.Errorf("missing the %s header", c.tsHeader)
+				}
+				if ts, err = strconv.ParseInt(v, 10, 64); err != nil {
+					return -1, fmt.Errorf("the %s header is not a Unix time", c.tsHeader)
+				}
+				content = append(content, []byte(v))
+			case sources.PlaceholderID:
+				v := h.Get(c.idHeader)
+				if v == "" {
+					return -1, fmt.Errorf("missing the %s header", c.idHeader)
+				}
+				content = append(content, []byte(v))
+			default:
+				content = append(content, []byte(p))
+			}
+		}
 	}
-	return nil
+	pos := keys.match(now, c.hash, [][]byte{got}, content...)
+	if pos < 0 {
+		return -1, errSignatureMismatch
+	}
+	if c.tsHeader != "" {
+		if err := checkSkew(ts, now, c.tolerance); err != nil {
+			return -1, err
+		}
+	}
+	return pos, nil
 }
 
 // checkStripe checks a Stripe-Signature header, "t=TS,v1=SIG[,v1=SIG...]":
 // one v1 must be the HMAC-SHA256 of "TS.body", and TS no older than
 // tolerance (Stripe's own libraries refuse only old timestamps).
-func checkStripe(header string, secret, body []byte, now time.Time, tolerance time.Duration) error {
+func checkStripe(header string, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
 	if header == "" {
-		return errors.New("missing the Stripe-Signature header")
+		return -1, errors.New("missing the Stripe-Signature header")
 	}
 	var ts string
 	var sigs [][]byte
@@ -146,53 +249,53 @@ func checkStripe(header string, secret, body []byte, now time.Time, tolerance ti
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return errors.New("the Stripe-Signature header has no valid timestamp t=")
+		return -1, errors.New("the Stripe-Signature header has no valid timestamp t=")
 	}
 	if len(sigs) == 0 {
-		return errors.New("the Stripe-Signature header has no v1 signature")
+		return -1, errors.New("the Stripe-Signature header has no v1 signature")
 	}
-	want := mac(secret, []byte(ts), []byte("."), body)
-	match := false
-	for _, sig := range sigs {
-		match = hmac.Equal(sig, want) || match
-	}
-	if !match {
-		return errSignatureMismatch
+	pos := keys.match(now, sha256.New, sigs, []byte(ts), []byte("."), body)
+	if pos < 0 {
+		return -1, errSignatureMismatch
 	}
 	if age := now.Sub(time.Unix(t, 0)); age > tolerance {
-		return fmt.Errorf("the signature timestamp is %s old, beyond the %s tolerance", age.Truncate(time.Second), tolerance)
+		return -1, fmt.Errorf("the signature timestamp is %s old, beyond the %s tolerance", age.Truncate(time.Second), tolerance)
 	}
-	return nil
+	return pos, nil
 }
 
 // checkSlack checks X-Slack-Signature, "v0=" + the hex HMAC-SHA256 of
 // "v0:TS:body" with TS the X-Slack-Request-Timestamp, which must be within
 // tolerance of now either way.
-func checkSlack(h http.Header, secret, body []byte, now time.Time, tolerance time.Duration) error {
+func checkSlack(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
 	ts := h.Get("X-Slack-Request-Timestamp")
 	if ts == "" {
-		return errors.New("missing the X-Slack-Request-Timestamp header")
+		return -1, errors.New("missing the X-Slack-Request-Timestamp header")
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return errors.New("the X-Slack-Request-Timestamp header is not a Unix time")
+		return -1, errors.New("the X-Slack-Request-Timestamp header is not a Unix time")
 	}
 	v := h.Get("X-Slack-Signature")
 	if v == "" {
-		return errors.New("missing the X-Slack-Signature header")
+		return -1, errors.New("missing the X-Slack-Signature header")
 	}
 	sig, ok := strings.CutPrefix(v, "v0=")
 	if !ok {
-		return errors.New(`the X-Slack-Signature header does not start with "v0="`)
+		return -1, errors.New(`the X-Slack-Signature header does not start with "v0="`)
 	}
 	got, err := hex.DecodeString(sig)
 	if err != nil {
-		return errors.New("the X-Slack-Signature header is not hex")
+		return -1, errors.New("the X-Slack-Signature header is not hex")
 	}
-	if !hmac.Equal(got, mac(secret, []byte("v0:"+ts+":"), body)) {
-		return errSignatureMismatch
+	pos := keys.match(now, sha256.New, [][]byte{got}, []byte("v0:"+ts+":"), body)
+	if pos < 0 {
+		return -1, errSignatureMismatch
 	}
-	return checkSkew(t, now, tolerance)
+	if err := checkSkew(t, now, tolerance); err != nil {
+		return -1, err
+	}
+	return pos, nil
 }
 
 // checkSkew refuses a signed Unix time t further than tolerance from now,
@@ -209,39 +312,41 @@ func checkSkew(t int64, now time.Time, tolerance time.Duration) error {
 // be the base64 HMAC-SHA256 of "ID.TS.body" (ID the webhook-id, TS the
 // webhook-timestamp); other versions are ignored. TS must be within
 // tolerance of now either way.
-func checkStandard(h http.Header, key, body []byte, now time.Time, tolerance time.Duration) error {
+func checkStandard(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
 	id := h.Get("webhook-id")
 	if id == "" {
-		return errors.New("missing the webhook-id header")
+		return -1, errors.New("missing the webhook-id header")
 	}
 	ts := h.Get("webhook-timestamp")
 	if ts == "" {
-		return errors.New("missing the webhook-timestamp header")
+		return -1, errors.New("missing the webhook-timestamp header")
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return errors.New("the webhook-timestamp header is not a Unix time")
+		return -1, errors.New("the webhook-timestamp header is not a Unix time")
 	}
 	v := h.Get("webhook-signature")
 	if v == "" {
-		return errors.New("missing the webhook-signature header")
+		return -1, errors.New("missing the webhook-signature header")
 	}
-	want := mac(key, []byte(id+"."+ts+"."), body)
-	found, match := false, false
+	var sigs [][]byte
 	for _, entry := range strings.Fields(v) {
 		version, sig, _ := strings.Cut(entry, ",")
 		got, err := base64.StdEncoding.DecodeString(sig)
 		if version != "v1" || err != nil || len(got) == 0 {
 			continue
 		}
-		found = true
-		match = hmac.Equal(got, want) || match
+		sigs = append(sigs, got)
 	}
-	if !found {
-		return errors.New(`the webhook-signature header has no valid v1 signature ("v1," + base64)`)
+	if len(sigs) == 0 {
+		return -1, errors.New(`the webhook-signature header has no valid v1 signature ("v1," + base64)`)
 	}
-	if !match {
-		return errSignatureMismatch
+	pos := keys.match(now, sha256.New, sigs, []byte(id+"."+ts+"."), body)
+	if pos < 0 {
+		return -1, errSignatureMismatch
 	}
-	return checkSkew(t, now, tolerance)
+	if err := checkSkew(t, now, tolerance); err != nil {
+		return -1, err
+	}
+	return pos, nil
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -29,23 +31,25 @@ import (
 // hookServer is a push listener serving one webhook source, "hooks", on a
 // real inbox (real queue, real file raw store).
 type hookServer struct {
-	url    string // http://ADDR/ingest/hooks
-	in     *Inbox
-	q      *queue.Queue
-	frames *frameLog
-	logs   *testsync.LockedBuffer
+	url     string // http://ADDR/ingest/hooks
+	in      *Inbox
+	q       *queue.Queue
+	raw     rawstore.Store
+	frames  *frameLog
+	logs    *testsync.LockedBuffer
+	metrics *Metrics
 }
 
 // startHooks starts a push listener on loopback for a webhook source whose
 // spec set adjusts; maxPending is publish.max_pending_events.
 func startHooks(t *testing.T, maxPending int64, set func(*sources.WebhookSpec)) *hookServer {
 	t.Helper()
-	in, q, _, frames := openInbox(t, maxPending)
+	in, q, raw, frames := openInbox(t, maxPending)
 	spec := webhookSpec(t, set)
-	logs := &testsync.LockedBuffer{}
+	logs, metrics := &testsync.LockedBuffer{}, NewMetrics(nil)
 	srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"},
 		Sources: []config.Source{{Name: "hooks", Kind: "webhook", Enabled: true, Spec: spec}},
-		Inbox:   in, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Inbox:   in, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +61,7 @@ func startHooks(t *testing.T, maxPending int64, set func(*sources.WebhookSpec)) 
 			t.Error(err)
 		}
 	})
-	return &hookServer{url: "http://" + srv.Addr() + "/ingest/hooks", in: in, q: q, frames: frames, logs: logs}
+	return &hookServer{url: "http://" + srv.Addr() + "/ingest/hooks", in: in, q: q, raw: raw, frames: frames, logs: logs, metrics: metrics}
 }
 
 // webhookSpec returns a valid webhook spec: the defaults adjusted by set.
@@ -356,9 +360,16 @@ func pyHMAC(t *testing.T, secret string, msg []byte) string {
 // module.
 func pyMAC(t *testing.T, key, msg []byte) []byte {
 	t.Helper()
+	return pyMACWith(t, "sha256", key, msg)
+}
+
+// pyMACWith returns the HMAC of msg with key and the hash alg ("sha1",
+// "sha256" or "sha512"), computed by Python's hmac module.
+func pyMACWith(t *testing.T, alg string, key, msg []byte) []byte {
+	t.Helper()
 	cmd := exec.Command(testsync.Python3(t), "-c",
-		"import hmac,hashlib,os,sys; print(hmac.new(bytes.fromhex(os.environ['K']), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())")
-	cmd.Env = append(os.Environ(), "K="+hex.EncodeToString(key))
+		"import hmac,hashlib,os,sys; print(hmac.new(bytes.fromhex(os.environ['K']), sys.stdin.buffer.read(), os.environ['A']).hexdigest())")
+	cmd.Env = append(os.Environ(), "K="+hex.EncodeToString(key), "A="+alg)
 	cmd.Stdin = bytes.NewReader(msg)
 	out, err := cmd.Output()
 	if err != nil {
@@ -477,6 +488,28 @@ func TestWebhookSignatures(t *testing.T) {
 			t.Errorf("the secret is in the logs:\n%s", logs)
 		}
 	})
+	t.Run("hmac", func(t *testing.T) {
+		h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+			s.Signature, s.Secret, s.SignatureHeader, s.Algorithm, s.Encoding, s.Prefix = "hmac", secret, "X-Signature", "sha512", "base64", "sha512="
+			s.SignedContent, s.TimestampHeader, s.IDHeader = "{id}.{timestamp}.{body}", "X-Timestamp", "X-Event-Id"
+		})
+		sign := func(id string, ts int64, b string) []string {
+			sig := base64.StdEncoding.EncodeToString(pyMACWith(t, "sha512", []byte(secret), fmt.Appendf(nil, "%s.%d.%s", id, ts, b)))
+			return []string{"X-Signature", "sha512=" + sig, "X-Timestamp", fmt.Sprint(ts), "X-Event-Id", id}
+		}
+		expect(t, send(t, http.MethodPost, h.url, body, sign("ev-1", now, body)...), http.StatusAccepted, `"idempotency_key":"ev-1"`)
+		expect(t, send(t, http.MethodPost, h.url, tampered, sign("ev-2", now, body)...), http.StatusUnauthorized, "does not match")
+		for _, skew := range []int64{-600, 600} {
+			expect(t, send(t, http.MethodPost, h.url, body, sign("ev-2", now+skew, body)...), http.StatusUnauthorized, "beyond the 5m0s tolerance")
+		}
+		noPrefix := sign("ev-2", now, body)
+		noPrefix[1] = strings.TrimPrefix(noPrefix[1], "sha512=")
+		expect(t, send(t, http.MethodPost, h.url, body, noPrefix...), http.StatusUnauthorized, `does not start with \"sha512=\"`)
+		expect(t, send(t, http.MethodPost, h.url, body, sign("ev-2", now, body)[:4]...), http.StatusUnauthorized, "missing the X-Event-Id header")
+		if _, ok, _ := h.q.EventByKey(t.Context(), "hooks", "ev-2"); ok {
+			t.Error("a refused delivery is in the ledger")
+		}
+	})
 }
 
 // TestWebhookSlowBodyIsCutOff: a sender that stops sending its body is
@@ -526,4 +559,139 @@ func TestWebhookSlowBodyIsCutOff(t *testing.T) {
 	if q.PendingEvents() != 0 {
 		t.Errorf("%d events stored from a stalled body", q.PendingEvents())
 	}
+}
+
+// TestWebhookSecretRotation: during a rotation a request signed with the
+// new or the old secret passes, one signed with a secret past its
+// not_after is refused, the matches counter moves by position, and no
+// secret is ever answered or logged.
+func TestWebhookSecretRotation(t *testing.T) {
+	secrets := []string{"new-secret-0123", "old-secret-4567", "gone-secret-89ab"}
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+		s.Signature = "github"
+		s.Secrets = []sources.WebhookSecret{{Value: secrets[0]},
+			{Value: secrets[1], NotAfter: time.Now().Add(time.Hour).Format(time.RFC3339)},
+			{Value: secrets[2], NotAfter: "2026-01-01T00:00:00Z"}}
+	})
+	matches := func(pos string) float64 {
+		return metricValue(t, h.metrics.signatureMatches.WithLabelValues("hooks", pos))
+	}
+	post := func(secret, id string) reply {
+		body := `{"n":"` + id + `"}`
+		return send(t, http.MethodPost, h.url, body, "X-Hub-Signature-256", "sha256="+pyHMAC(t, secret, []byte(body)), "X-GitHub-Delivery", id)
+	}
+	var answers []string
+	for i, tc := range []struct {
+		secret string
+		code   int
+		want   [3]float64
+	}{
+		{secrets[0], http.StatusAccepted, [3]float64{1, 0, 0}},
+		{secrets[1], http.StatusAccepted, [3]float64{1, 1, 0}},
+		{secrets[1], http.StatusAccepted, [3]float64{1, 2, 0}},
+		{secrets[2], http.StatusUnauthorized, [3]float64{1, 2, 0}},
+		{"never-configured", http.StatusUnauthorized, [3]float64{1, 2, 0}},
+	} {
+		r := post(tc.secret, fmt.Sprint("d", i))
+		answers = append(answers, r.body)
+		if r.code != tc.code {
+			t.Errorf("signed with secret %q: answered %d %s, want %d", tc.secret, r.code, r.body, tc.code)
+		}
+		if got := [3]float64{matches("0"), matches("1"), matches("2")}; got != tc.want {
+			t.Errorf("after a request signed with %q: matches by position %v, want %v", tc.secret, got, tc.want)
+		}
+	}
+	logs := h.logs.String()
+	for _, secret := range secrets {
+		for _, text := range append(answers, logs) {
+			if strings.Contains(text, secret) {
+				t.Errorf("secret %q is in an answer or the log:\n%s", secret, text)
+			}
+		}
+	}
+	if !strings.Contains(logs, "does not match") {
+		t.Errorf("the refusals are not logged:\n%s", logs)
+	}
+}
+
+// storedNothing fails the test if the source stored anything: a ledger
+// row, a frame or a raw object.
+func (h *hookServer) storedNothing(t *testing.T) {
+	t.Helper()
+	var objects []string
+	if err := h.raw.List(t.Context(), "", func(key string) error { objects = append(objects, key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.q.PendingEvents(); n != 0 || h.frames.events() != 0 || len(objects) != 0 {
+		t.Errorf("stored %d events, %d in frames, raw objects %v; want nothing", n, h.frames.events(), objects)
+	}
+}
+
+// TestWebhookSlackChallenge: Slack's url_verification is answered with its
+// challenge after the signature check and not stored; a bad signature on
+// it is refused; challenge = "none" stores it as an event.
+func TestWebhookSlackChallenge(t *testing.T) {
+	const secret = "8f742231b10e8888abcd99yyyzzz85a5"
+	// The example of Slack's Events API url_verification page.
+	const challenge = `{"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}`
+	sign := func(body string) []string {
+		ts := fmt.Sprint(time.Now().Unix())
+		return []string{"Content-Type", "application/json", "X-Slack-Request-Timestamp", ts,
+			"X-Slack-Signature", "v0=" + pyHMAC(t, secret, []byte("v0:"+ts+":"+body))}
+	}
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "slack", secret })
+	r := send(t, http.MethodPost, h.url, challenge, sign(challenge)...)
+	if want := `{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}`; r.code != http.StatusOK ||
+		strings.TrimSpace(r.body) != want || r.header.Get("Content-Type") != "application/json" {
+		t.Errorf("url_verification answered %d %q (Content-Type %q), want 200 %s as application/json", r.code, r.body, r.header.Get("Content-Type"), want)
+	}
+	bad := sign(challenge)
+	bad[5] = "v0=" + strings.Repeat("00", 32)
+	expect(t, send(t, http.MethodPost, h.url, challenge, bad...), http.StatusUnauthorized, "does not match")
+	noChallenge := `{"type":"url_verification"}`
+	expect(t, send(t, http.MethodPost, h.url, noChallenge, sign(noChallenge)...), http.StatusBadRequest, "url_verification without a challenge")
+	h.storedNothing(t)
+	// An event that only mentions url_verification is an event.
+	event := `{"type":"event_callback","event":{"text":"url_verification"}}`
+	expect(t, send(t, http.MethodPost, h.url, event, sign(event)...), http.StatusAccepted, `"status":"queued"`)
+
+	off := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret, s.Challenge = "slack", secret, "none" })
+	expect(t, send(t, http.MethodPost, off.url, challenge, sign(challenge)...), http.StatusAccepted, `"status":"queued"`)
+}
+
+// TestWebhookCRCChallenge: with challenge = "crc_sha256", GET
+// ?crc_token=T is answered with "sha256=" + the base64 HMAC-SHA256 of T
+// with the first secret still valid, and stores nothing.
+func TestWebhookCRCChallenge(t *testing.T) {
+	secrets := []string{"old-consumer-secret", "consumer-secret-0123", "next-consumer-secret"}
+	h := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) {
+		s.Signature, s.SignatureHeader, s.Encoding, s.Prefix, s.Challenge = "hmac", "X-Twitter-Webhooks-Signature", "base64", "sha256=", "crc_sha256"
+		s.Secrets = []sources.WebhookSecret{{Value: secrets[0], NotAfter: "2026-01-01T00:00:00Z"}, {Value: secrets[1]}, {Value: secrets[2]}}
+	})
+	const token = "d4b3c2a1-crc_token+/="
+	r := send(t, http.MethodGet, h.url+"?crc_token="+url.QueryEscape(token), "")
+	want := `{"response_token":"sha256=` + base64.StdEncoding.EncodeToString(pyMAC(t, []byte(secrets[1]), []byte(token))) + `"}`
+	if r.code != http.StatusOK || strings.TrimSpace(r.body) != want || r.header.Get("Content-Type") != "application/json" {
+		t.Errorf("CRC answered %d %q (Content-Type %q), want 200 %s", r.code, r.body, r.header.Get("Content-Type"), want)
+	}
+	// A token that could be a JSON body would make the answer a valid
+	// signature of it: refused.
+	expect(t, send(t, http.MethodGet, h.url+"?crc_token="+url.QueryEscape(`{"id":"forged"}`), ""), http.StatusBadRequest, "crc_token")
+	expect(t, send(t, http.MethodGet, h.url+"?crc_token=", ""), http.StatusBadRequest, "crc_token")
+	r = send(t, http.MethodGet, h.url, "")
+	expect(t, r, http.StatusMethodNotAllowed, "crc_token")
+	if r.header.Get("Allow") != "GET, POST" {
+		t.Errorf("405 Allow = %q, want GET, POST", r.header.Get("Allow"))
+	}
+	h.storedNothing(t)
+
+	// The X-style signature of a POST still works with the same secrets.
+	body := `{"for_user_id":"2244994945","tweet_create_events":[]}`
+	sig := "sha256=" + base64.StdEncoding.EncodeToString(pyMAC(t, []byte(secrets[2]), []byte(body)))
+	expect(t, send(t, http.MethodPost, h.url, body, "X-Twitter-Webhooks-Signature", sig), http.StatusAccepted, `"status":"queued"`)
+
+	// Without challenge = "crc_sha256", a GET is a 405.
+	plain := startHooks(t, 1_000_000, func(s *sources.WebhookSpec) { s.Signature, s.Secret = "github", secrets[1] })
+	expect(t, send(t, http.MethodGet, plain.url+"?crc_token=abc", ""), http.StatusMethodNotAllowed, "POST")
+	plain.storedNothing(t)
 }
