@@ -356,6 +356,7 @@ func TestBadFiles(t *testing.T) {
 			`push_guard.bad.toml:5: source "hooks": rate_limiter: no [rate_limiters.nope] block defines "nope"`,
 			`push_guard.bad.toml:9: source "devices": allow_cidrs: "fe80::1%eth0" is not a CIDR`,
 			`push_guard.bad.toml:10: source "devices": require_client_cert: needs push.client_ca_file`,
+			`push_guard.bad.toml:20: source "typo": allow_cidr: unknown key`,
 		}, absent: []string{`source "off"`}},
 		"push_client_ca.bad.toml": {want: []string{
 			`push_client_ca.bad.toml:2: push.client_ca_file: needs push.tls_cert_file and push.tls_key_file: client certificates are only asked for over TLS`,
