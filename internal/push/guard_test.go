@@ -266,3 +266,29 @@ func TestGuardWSIngressHandshake(t *testing.T) {
 		t.Errorf("refusals counted: 403 %v, 429 %v; want 1 and 1", a, b)
 	}
 }
+
+// TestGuardStartRefuses: Start refuses what validate would have: a source
+// requiring client certificates on a listener without client_ca_file, and
+// a rate_limiter that is not defined.
+func TestGuardStartRefuses(t *testing.T) {
+	in, _, _, _ := openInbox(t, 100)
+	for _, tc := range []struct {
+		src  config.Source
+		want string
+	}{
+		{hook(t, "mtls", func(s *sources.WebhookSpec) { s.RequireClientCert = true }), `source "mtls": require_client_cert needs push.client_ca_file`},
+		{hook(t, "limited", func(s *sources.WebhookSpec) { s.RateLimiter = "nope" }), `source "limited": rate_limiter: no [rate_limiters.nope] is defined`},
+	} {
+		srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"}, Inbox: in, Sources: []config.Source{tc.src}})
+		if err == nil {
+			if serr := srv.Shutdown(context.Background()); serr != nil {
+				t.Error(serr)
+			}
+			t.Errorf("%s: started", tc.src.Name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.src.Name, err, tc.want)
+		}
+	}
+}

@@ -91,16 +91,24 @@ func Start(o ServerOptions) (*Server, error) {
 		}
 		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
 			loopback: config.LoopbackAddr(o.Push.Addr)}
+		var h handler
 		var keys *sources.PushGuard
+		var err error
 		switch spec := src.Spec.(type) {
 		case *sources.WebhookSpec:
+			h, err = newWebhook(env, spec)
 			keys = &spec.PushGuard
 		case *sources.WSIngressSpec:
+			h, err = newWSIngress(env, spec)
 			keys = &spec.PushGuard
 		default:
 			continue
 		}
-		if err := s.addSource(env, o, keys); err != nil {
+		if err == nil {
+			s.handlers[src.Name] = h
+			err = s.addGuard(env, o, keys)
+		}
+		if err != nil {
 			s.closeHandlers()
 			return nil, fmt.Errorf("source %q: %w", src.Name, err)
 		}
@@ -136,29 +144,17 @@ func Start(o ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-// addSource builds the handler of a push source and its guard (keys).
-func (s *Server) addSource(env handlerEnv, o ServerOptions, keys *sources.PushGuard) error {
+// addGuard builds the guard of a push source from its keys, if it has
+// any.
+func (s *Server) addGuard(env handlerEnv, o ServerOptions, keys *sources.PushGuard) error {
 	if keys.RequireClientCert && o.Push.ClientCAFile == "" {
 		return errors.New("require_client_cert needs push.client_ca_file")
 	}
 	g, err := newGuard(env, keys, o.Limiters)
-	if err != nil {
+	if err != nil || g == nil {
 		return err
 	}
-	var h handler
-	switch spec := env.source.Spec.(type) {
-	case *sources.WebhookSpec:
-		h, err = newWebhook(env, spec)
-	case *sources.WSIngressSpec:
-		h, err = newWSIngress(env, spec)
-	}
-	if err != nil {
-		return err
-	}
-	s.handlers[env.source.Name] = h
-	if g != nil {
-		s.guards[env.source.Name] = g
-	}
+	s.guards[env.source.Name] = g
 	return nil
 }
 
