@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -270,6 +272,23 @@ func TestGoodFiles(t *testing.T) {
 				}
 			},
 		},
+		"push_guard.good.toml": {
+			env: pushGuardEnv(t),
+			check: func(t *testing.T, cfg *Config) {
+				if cfg.Push.ClientCAFile == "" || cfg.Push.TLSCertFile == "" {
+					t.Errorf("push = %+v, want TLS and a client CA", cfg.Push)
+				}
+				gh := source(t, cfg, "github").Spec.(*sources.WebhookSpec)
+				want := []string{"192.30.252.0/22", "2001:db8::/32", "203.0.113.7/32"}
+				if p, err := gh.AllowedPrefixes(); err != nil || fmt.Sprint(p) != fmt.Sprint(want) || gh.LimiterName() != "hooks" || gh.RequireClientCert {
+					t.Errorf("github = %+v: prefixes %v (%v), want %v and limiter hooks", gh.PushGuard, p, err, want)
+				}
+				dev := source(t, cfg, "devices").Spec.(*sources.WSIngressSpec)
+				if !dev.RequireClientCert || dev.LimiterName() != "hooks" || len(dev.AllowCIDRs) != 1 {
+					t.Errorf("devices = %+v", dev.PushGuard)
+				}
+			},
+		},
 		"has_more.good.toml": {check: func(t *testing.T, cfg *Config) {
 			if spec, ok := source(t, cfg, "catchup").Spec.(*sources.HTTPPollSpec); !ok || spec.HasMoreField != "meta.has_more" {
 				t.Errorf("catchup spec %+v", spec)
@@ -382,6 +401,23 @@ func TestBadFiles(t *testing.T) {
 			`push.bad.toml:9: source "hooks": kind: a webhook source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,
 			`push.bad.toml:10: source "hooks": max_body_bytes: must be between 1 and 67108864 (64 MiB)`,
 			`push.bad.toml:13: source "devices": kind: a ws_ingress source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,
+		}},
+		"push_guard.bad.toml": {want: []string{
+			`push_guard.bad.toml:3: source "hooks": allow_cidrs: "10.0.0.0/33" is not a CIDR such as "192.30.252.0/22" or "2001:db8::/32"; ` +
+				`"192.30.252.1/22" has bits set past its /22: did you mean "192.30.252.0/22"?; ` +
+				`"github" is not a CIDR such as "192.30.252.0/22" or "2001:db8::/32", nor an address`,
+			`push_guard.bad.toml:4: source "hooks": require_client_cert: needs push.client_ca_file, the CA that client certificates are verified against`,
+			`push_guard.bad.toml:5: source "hooks": rate_limiter: no [rate_limiters.nope] block defines "nope"`,
+			`push_guard.bad.toml:9: source "devices": allow_cidrs: "fe80::1%eth0" is not a CIDR`,
+			`push_guard.bad.toml:10: source "devices": require_client_cert: needs push.client_ca_file`,
+			`push_guard.bad.toml:20: source "typo": allow_cidr: unknown key`,
+		}, absent: []string{`source "off"`}},
+		"push_client_ca.bad.toml": {want: []string{
+			`push_client_ca.bad.toml:2: push.client_ca_file: needs push.tls_cert_file and push.tls_key_file: client certificates are only asked for over TLS`,
+		}},
+		"push_client_ca_pem.bad.toml": {want: []string{
+			`push_client_ca_pem.bad.toml:2: push.tls_cert_file: cannot load the certificate and key`,
+			`push_client_ca_pem.bad.toml:4: push.client_ca_file: ../testdata/config/device-tokens holds no PEM certificate`,
 		}},
 		"missing_kind.bad.toml": {want: []string{
 			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll", "webhook", "websocket" or "ws_ingress")`,
@@ -631,6 +667,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		"publish":   {publishTOML{}},
 		"defaults":  {defaultsTOML{}},
 		"source":    {sourceTOML{}},
+		"push":      {pushTOML{}},
 	}
 	for _, kind := range sources.Kinds() {
 		spec, _ := sources.NewSpec(kind)
@@ -651,8 +688,8 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 	for table, types := range known {
 		for _, v := range types {
 			rt := reflect.TypeOf(v)
-			for i := range rt.NumField() {
-				if name := tagName(rt.Field(i)); name != "" && !documented[table+"."+name] {
+			for _, f := range reflect.VisibleFields(rt) {
+				if name := tagName(f); name != "" && !documented[table+"."+name] {
 					t.Errorf("key %s (%s.%s) is not documented in ingestor.example.toml", name, table, rt.Name())
 				}
 			}
@@ -670,9 +707,8 @@ func TestKindKeysDoNotShadowCommonKeys(t *testing.T) {
 	}
 	for _, kind := range sources.Kinds() {
 		spec, _ := sources.NewSpec(kind)
-		st := reflect.TypeOf(spec).Elem()
-		for i := range st.NumField() {
-			if name := tagName(st.Field(i)); common[name] {
+		for _, f := range reflect.VisibleFields(reflect.TypeOf(spec).Elem()) {
+			if name := tagName(f); common[name] {
 				t.Errorf("kind %s declares %q, a key common to every source", kind, name)
 			}
 		}
@@ -704,4 +740,12 @@ func base64Key(t *testing.T, b64 string) []byte {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// pushGuardEnv writes a CA, a server certificate and its key for
+// push_guard.good.toml and returns the environment naming them.
+func pushGuardEnv(t *testing.T) map[string]string {
+	pki := testsync.NewPKI(t)
+	return map[string]string{"PUSH_TLS_CERT": pki.ServerCertFile, "PUSH_TLS_KEY": pki.ServerKeyFile, "PUSH_CLIENT_CA": pki.CAFile,
+		"GITHUB_WEBHOOK_SECRET": "gh-secret", "DEVICES_TOKEN": "devices-0123456789abcdef"}
 }

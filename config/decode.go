@@ -97,7 +97,9 @@ func (d *decoder) table(prim toml.Primitive, path []string) (map[string]toml.Pri
 }
 
 // fields maps the toml tag of every field of the structs that targets point
-// to onto the field; the first target wins a name.
+// to onto the field; the first target wins a name. The fields of an
+// embedded struct count as the outer struct's own (sources.PushGuard's
+// keys are written in the source block), as BurntSushi/toml has them.
 func fields(targets ...any) map[string]reflect.Value {
 	out := map[string]reflect.Value{}
 	for _, t := range targets {
@@ -106,10 +108,10 @@ func fields(targets ...any) map[string]reflect.Value {
 			continue
 		}
 		v = v.Elem()
-		for i := range v.NumField() {
-			name := tagName(v.Type().Field(i))
+		for _, f := range reflect.VisibleFields(v.Type()) {
+			name := tagName(f)
 			if _, dup := out[name]; name != "" && !dup {
-				out[name] = v.Field(i)
+				out[name] = v.FieldByIndex(f.Index)
 			}
 		}
 	}
@@ -117,10 +119,11 @@ func fields(targets ...any) map[string]reflect.Value {
 }
 
 // tagName returns the TOML key of a struct field: its toml tag, or "" when
-// the field is unexported or has none.
+// the field is unexported, has none or is an embedded struct (whose own
+// fields are the keys).
 func tagName(f reflect.StructField) string {
 	name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-	if !f.IsExported() || name == "-" {
+	if !f.IsExported() || name == "-" || f.Anonymous && name == "" {
 		return ""
 	}
 	return name
@@ -295,9 +298,9 @@ func (d *decoder) expandValue(path []string, v reflect.Value) {
 			d.expandValue(path, v.Index(i))
 		}
 	case reflect.Struct:
-		for i := range v.NumField() {
-			if name := tagName(v.Type().Field(i)); name != "" {
-				d.expandValue(child(path, name), v.Field(i))
+		for _, f := range reflect.VisibleFields(v.Type()) {
+			if name := tagName(f); name != "" {
+				d.expandValue(child(path, name), v.FieldByIndex(f.Index))
 			}
 		}
 	case reflect.Pointer:

@@ -2,7 +2,10 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -21,13 +24,19 @@ type Push struct {
 	// TLSCertFile and TLSKeyFile, both or neither, serve HTTPS (and wss).
 	TLSCertFile string
 	TLSKeyFile  string
+	// ClientCAFile is a PEM bundle of the CAs client certificates are
+	// verified against; with it the listener (TLS only) asks every client
+	// for a certificate and refuses a handshake with one it cannot verify.
+	// A source with require_client_cert refuses requests without one.
+	ClientCAFile string
 }
 
 // pushTOML is [push] as written in the file.
 type pushTOML struct {
-	Addr        string `toml:"addr"`
-	TLSCertFile string `toml:"tls_cert_file"`
-	TLSKeyFile  string `toml:"tls_key_file"`
+	Addr         string `toml:"addr"`
+	TLSCertFile  string `toml:"tls_cert_file"`
+	TLSKeyFile   string `toml:"tls_key_file"`
+	ClientCAFile string `toml:"client_ca_file"`
 }
 
 func (d *decoder) push(top map[string]toml.Primitive) Push {
@@ -47,15 +56,47 @@ func (d *decoder) push(top map[string]toml.Primitive) Push {
 			d.errAt(child(p, "tls_cert_file"), "cannot load the certificate and key: %v", err)
 		}
 	}
-	return Push{Addr: t.Addr, TLSCertFile: t.TLSCertFile, TLSKeyFile: t.TLSKeyFile}
+	switch ca := child(p, "client_ca_file"); {
+	case t.ClientCAFile == "":
+	case t.TLSCertFile == "" || t.TLSKeyFile == "":
+		d.errAt(ca, "needs push.tls_cert_file and push.tls_key_file: client certificates are only asked for over TLS")
+	default:
+		if _, err := LoadClientCAs(t.ClientCAFile); err != nil {
+			d.errAt(ca, "%v", err)
+		}
+	}
+	return Push{Addr: t.Addr, TLSCertFile: t.TLSCertFile, TLSKeyFile: t.TLSKeyFile, ClientCAFile: t.ClientCAFile}
+}
+
+// LoadClientCAs reads push.client_ca_file, a PEM bundle of CA
+// certificates.
+func LoadClientCAs(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the client CAs: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // checkPush runs when an enabled source is a push kind: push.addr must
-// not be taken by another listener, and beyond loopback every enabled push
-// source must authenticate its senders.
+// not be taken by another listener, beyond loopback every enabled push
+// source must authenticate its senders, and a source that requires client
+// certificates needs push.client_ca_file.
 func (d *decoder) checkPush(push Push, dm Daemon, srcs []Source) {
 	if !PushEnabled(srcs) {
 		return
+	}
+	if push.ClientCAFile == "" {
+		for _, s := range srcs {
+			if g, ok := s.Spec.(interface{ ClientCertRequired() bool }); ok && s.Enabled && g.ClientCertRequired() {
+				d.errAt([]string{"source", s.Name, "require_client_cert"},
+					"needs push.client_ca_file, the CA that client certificates are verified against (and TLS: push.tls_cert_file, push.tls_key_file)")
+			}
+		}
 	}
 	p := []string{"push", "addr"}
 	if push.Addr == dm.HTTPAddr || push.Addr == dm.AdminAddr {

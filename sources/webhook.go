@@ -24,6 +24,7 @@ import (
 // both ways; "hmac" with a {timestamp} in SignedContent both ways too.
 // GitHub, Shopify and hmac_sha256 sign no timestamp.
 type WebhookSpec struct {
+	PushGuard
 	// MaxBodyBytes caps a request body. Default 1 MiB.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 	// IDField is the dotted path of the event's idempotency key in the
@@ -129,7 +130,7 @@ func newWebhookSpec() *WebhookSpec {
 
 // Validate implements Spec.
 func (s *WebhookSpec) Validate() []FieldError {
-	var errs []FieldError
+	errs := s.PushGuard.Validate()
 	bad := func(key, msg string, args ...any) { errs = append(errs, FieldError{key, fmt.Sprintf(msg, args...)}) }
 	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 64<<20 {
 		bad("max_body_bytes", "must be between 1 and 67108864 (64 MiB)")

@@ -14,6 +14,7 @@ import (
 // acknowledged only once it is durable. The wire protocol is in README,
 // "Devices over WebSocket".
 type WSIngressSpec struct {
+	PushGuard
 	// MaxMessageBytes caps one envelope; a larger message closes the
 	// connection with 1008. Default 1 MiB.
 	MaxMessageBytes int64 `toml:"max_message_bytes"`
@@ -70,7 +71,7 @@ const MaxDeviceIDLen = 256
 
 // Validate implements Spec.
 func (s *WSIngressSpec) Validate() []FieldError {
-	var errs []FieldError
+	errs := s.PushGuard.Validate()
 	if s.MaxMessageBytes < 1 || s.MaxMessageBytes > 64<<20 {
 		errs = append(errs, FieldError{"max_message_bytes", "must be between 1 and 67108864 (64 MiB)"})
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 // TestValidateCommand runs `ingestor validate` over every config in
@@ -26,6 +28,12 @@ func TestValidateCommand(t *testing.T) {
 	// ws_ingress.good.toml takes its token and tokens file from there too.
 	t.Setenv("DEVICES_TOKEN", "devices-0123456789abcdef")
 	t.Setenv("DEVICE_TOKENS_FILE", "../../testdata/config/device-tokens")
+	// push_guard.good.toml takes the push listener's certificate, key and
+	// client CA from there too.
+	pki := testsync.NewPKI(t)
+	t.Setenv("PUSH_TLS_CERT", pki.ServerCertFile)
+	t.Setenv("PUSH_TLS_KEY", pki.ServerKeyFile)
+	t.Setenv("PUSH_CLIENT_CA", pki.CAFile)
 	good, err := filepath.Glob("../../testdata/config/*.good.toml")
 	if err != nil || len(good) == 0 {
 		t.Fatalf("no good configs found: %v", err)

@@ -204,7 +204,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	// Registered with or without a push source, like the CURVE counter.
 	pm := push.NewMetrics(d.reg)
 	if config.PushEnabled(cfg.Sources) {
-		if err := d.startPush(deps.Metrics, pm); err != nil {
+		if err := d.startPush(deps, pm); err != nil {
 			return nil, err
 		}
 	}
@@ -248,14 +248,16 @@ func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*deliv
 }
 
 // startPush starts the push inbox and listener; their events count on
-// the pipeline's per-source metrics.
-func (d *Daemon) startPush(m *actors.Metrics, pm *push.Metrics) error {
+// the pipeline's per-source metrics, and a push source's rate_limiter is
+// the same bucket as the polled sources naming it.
+func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
+	m := deps.Metrics
 	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Raw: d.raw, Sender: d.sender,
 		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm,
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	var err error
 	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
-		Logger: d.log, Metrics: pm, Registry: d.reg})
+		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: deps.Limiters})
 	return err
 }
 

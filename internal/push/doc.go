@@ -12,6 +12,8 @@
 // queue's dedupe window) is not queued again; its answer carries the stored
 // event's status.
 //
-// server.go holds the listener and the routing (/ingest/NAME...), inbox.go
-// the group commit, webhook*.go and wsingress*.go the two kinds.
+// server.go holds the listener and the routing (/ingest/NAME...), guard.go
+// what refuses a request before its source sees it (allow_cidrs,
+// require_client_cert, rate_limiter), inbox.go the group commit,
+// webhook*.go and wsingress*.go the two kinds.
 package push

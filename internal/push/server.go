@@ -30,6 +30,9 @@ type ServerOptions struct {
 	Metrics *Metrics
 	// Registry takes the metrics a kind's handler adds (nil: none).
 	Registry prometheus.Registerer
+	// Limiters are the named limiters ([rate_limiters.NAME]) that a
+	// source's rate_limiter names.
+	Limiters *sources.RateLimiters
 }
 
 // Server is the push listener: /ingest/NAME and below, for each enabled
@@ -38,9 +41,11 @@ type Server struct {
 	srv      *http.Server
 	ln       net.Listener
 	handlers map[string]handler
-	log      *slog.Logger
-	closing  atomic.Bool
-	done     chan struct{}
+	// guards holds the guard of each source that has one.
+	guards  map[string]*guard
+	log     *slog.Logger
+	closing atomic.Bool
+	done    chan struct{}
 }
 
 // handler serves one push source. Close runs once the listener stopped
@@ -79,7 +84,7 @@ func Start(o ServerOptions) (*Server, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{handlers: make(map[string]handler), log: o.Logger, done: make(chan struct{})}
+	s := &Server{handlers: make(map[string]handler), guards: make(map[string]*guard), log: o.Logger, done: make(chan struct{})}
 	for _, src := range o.Sources {
 		if !src.Enabled {
 			continue
@@ -87,20 +92,26 @@ func Start(o ServerOptions) (*Server, error) {
 		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
 			loopback: config.LoopbackAddr(o.Push.Addr)}
 		var h handler
+		var keys *sources.PushGuard
 		var err error
 		switch spec := src.Spec.(type) {
 		case *sources.WebhookSpec:
 			h, err = newWebhook(env, spec)
+			keys = &spec.PushGuard
 		case *sources.WSIngressSpec:
 			h, err = newWSIngress(env, spec)
+			keys = &spec.PushGuard
 		default:
 			continue
+		}
+		if err == nil {
+			s.handlers[src.Name] = h
+			err = s.addGuard(env, o, keys)
 		}
 		if err != nil {
 			s.closeHandlers()
 			return nil, fmt.Errorf("source %q: %w", src.Name, err)
 		}
-		s.handlers[src.Name] = h
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ingest/{name}", s.dispatch)
@@ -116,13 +127,12 @@ func Start(o ServerOptions) (*Server, error) {
 		return nil, fmt.Errorf("push listen %s: %w", o.Push.Addr, err)
 	}
 	if o.Push.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.Push.TLSCertFile, o.Push.TLSKeyFile)
+		conf, err := serverTLS(o.Push)
 		if err != nil {
 			s.closeHandlers()
-			return nil, errors.Join(fmt.Errorf("push.tls_cert_file: %w", err), ln.Close())
+			return nil, errors.Join(err, ln.Close())
 		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"http/1.1"}})
+		ln = tls.NewListener(ln, conf)
 	}
 	s.ln = ln
 	go func() {
@@ -134,14 +144,51 @@ func Start(o ServerOptions) (*Server, error) {
 	return s, nil
 }
 
+// addGuard builds the guard of a push source from its keys, if it has
+// any.
+func (s *Server) addGuard(env handlerEnv, o ServerOptions, keys *sources.PushGuard) error {
+	if keys.RequireClientCert && o.Push.ClientCAFile == "" {
+		return errors.New("require_client_cert needs push.client_ca_file")
+	}
+	g, err := newGuard(env, keys, o.Limiters)
+	if err != nil || g == nil {
+		return err
+	}
+	s.guards[env.source.Name] = g
+	return nil
+}
+
+// serverTLS is the TLS configuration of the push listener: its certificate
+// and, with client_ca_file, the verification of the client certificates
+// given (a source's require_client_cert refuses requests without one).
+func serverTLS(p config.Push) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(p.TLSCertFile, p.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("push.tls_cert_file: %w", err)
+	}
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	if p.ClientCAFile != "" {
+		if conf.ClientCAs, err = config.LoadClientCAs(p.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("push.client_ca_file: %w", err)
+		}
+		conf.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return conf, nil
+}
+
 // Addr returns the address the listener is bound to.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// dispatch routes a request to its source's handler.
+// dispatch routes a request to its source's handler, once its source's
+// guard (guard.go) admits it.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
-	h, ok := s.handlers[r.PathValue("name")]
+	name := r.PathValue("name")
+	h, ok := s.handlers[name]
 	if !ok {
-		WriteError(w, http.StatusNotFound, fmt.Sprintf("no push source %q is enabled", r.PathValue("name")))
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("no push source %q is enabled", name))
+		return
+	}
+	if g := s.guards[name]; g != nil && !g.admit(w, r) {
 		return
 	}
 	h.ServeHTTP(w, r)
