@@ -91,6 +91,7 @@ bench: build
 	$(BIN)/ingestor-bench -mode rehydrate
 	$(BIN)/ingestor-bench -exactly-once -events 300000
 	$(BIN)/ingestor-bench -mode webhook
+	$(BIN)/ingestor-bench -mode webhook -signature github
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

@@ -52,7 +52,7 @@ event_size = %d
 `, i, o.eventsPerTick, o.eventSize)
 	}
 	if o.mode == modeWebhook {
-		webhookConfig(&b)
+		webhookConfig(&b, o.signature)
 	}
 	cfg, err := config.Parse("ingestor-bench.toml", []byte(b.String()))
 	if err != nil {

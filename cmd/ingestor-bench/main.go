@@ -90,6 +90,7 @@ type options struct {
 	verbose        bool
 	cpuProfile     string
 	clients        int
+	signature      string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -98,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests")
 	fs.IntVar(&o.clients, "clients", 64, "webhook mode: concurrent keep-alive HTTP clients")
+	fs.StringVar(&o.signature, "signature", "", `webhook mode: "github" to sign every request (X-Hub-Signature-256) and have the daemon verify it; "" for none`)
 	fs.Int64Var(&o.events, "events", 2_000_000, "stop once this many events are acked")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long even if fewer events were acked (0: no cap)")
 	fs.IntVar(&o.sources, "sources", 2, "demo sources")
@@ -129,6 +131,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.mode != modeThroughput && o.mode != modeProcessorDown && o.mode != modeRehydrate && o.mode != modeWebhook {
 		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s or %s, not %q", modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, o.mode))
+	}
+	if o.signature != "" && o.signature != webhookSignature {
+		errs = append(errs, fmt.Errorf("-signature must be %q or empty, not %q", webhookSignature, o.signature))
 	}
 	if o.synchronous != "full" && o.synchronous != "normal" {
 		errs = append(errs, fmt.Errorf("-synchronous must be full or normal, not %q", o.synchronous))

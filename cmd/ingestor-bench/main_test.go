@@ -133,30 +133,40 @@ func TestDurationCap(t *testing.T) {
 	}
 }
 
-// TestRunWebhook runs webhook mode briefly: every request is answered as
-// stored and acked, and both output forms carry the figures.
+// TestRunWebhook runs webhook mode briefly, without and with signatures:
+// every request is answered as stored (a refused signature would fail
+// the run) and acked, and both output forms carry the figures.
 func TestRunWebhook(t *testing.T) {
 	o, err := parseFlags([]string{"-mode", "webhook"}, &bytes.Buffer{})
-	if err != nil || o.events != webhookRequests || o.clients != 64 {
-		t.Fatalf("webhook defaults: events %d clients %d err %v", o.events, o.clients, err)
+	if err != nil || o.events != webhookRequests || o.clients != 64 || o.signature != "" {
+		t.Fatalf("webhook defaults: events %d clients %d signature %q err %v", o.events, o.clients, o.signature, err)
 	}
-	var out, errOut bytes.Buffer
-	args := []string{"-mode", "webhook", "-events", "3000", "-clients", "8", "-json", "-dir", filepath.Join(t.TempDir(), "b")}
-	if err := run(t.Context(), args, &out, &errOut); err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, errOut.String())
+	if _, err := parseFlags([]string{"-mode", "webhook", "-signature", "stripe"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "-signature") {
+		t.Errorf("-signature stripe: err %v, want one naming -signature", err)
 	}
-	var r webhookResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("decode %q: %v", out.String(), err)
-	}
-	if r.Requests != 3000 || r.Acked != 3000 || r.PerSec <= 0 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 || r.MeanGroupSize < 1 {
-		t.Errorf("implausible webhook measurements: %+v", r)
-	}
-	var text bytes.Buffer
-	if err := printWebhook(&text, &r, false); err != nil {
-		t.Fatal(err)
-	}
-	if line := text.String(); !strings.HasPrefix(line, "webhook: ") || !strings.Contains(line, " requests/s") {
-		t.Errorf("text output %q lacks \"webhook\" and \"N requests/s\"", line)
+	for _, signature := range []string{"", "github"} {
+		var out, errOut bytes.Buffer
+		args := []string{"-mode", "webhook", "-signature", signature, "-events", "3000", "-clients", "8", "-json", "-dir", filepath.Join(t.TempDir(), "b")}
+		if err := run(t.Context(), args, &out, &errOut); err != nil {
+			t.Fatalf("run %q: %v\nstderr:\n%s", args, err, errOut.String())
+		}
+		var r webhookResult
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("decode %q: %v", out.String(), err)
+		}
+		if r.Requests != 3000 || r.Acked != 3000 || r.PerSec <= 0 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 || r.MeanGroupSize < 1 || r.Signature != signature {
+			t.Errorf("implausible webhook measurements: %+v", r)
+		}
+		var text bytes.Buffer
+		if err := printWebhook(&text, &r, false); err != nil {
+			t.Fatal(err)
+		}
+		want := "no signature"
+		if signature != "" {
+			want = "signature github checked"
+		}
+		if line := text.String(); !strings.HasPrefix(line, "webhook: ") || !strings.Contains(line, " requests/s") || !strings.Contains(line, want) {
+			t.Errorf("text output %q lacks \"webhook\", \"N requests/s\" or %q", line, want)
+		}
 	}
 }

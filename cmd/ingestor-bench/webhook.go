@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +38,7 @@ const (
 // -json output of that mode.
 type webhookResult struct {
 	Mode        string  `json:"mode"`
+	Signature   string  `json:"signature"`
 	Clients     int     `json:"clients"`
 	Requests    int64   `json:"requests"`
 	EventSize   int     `json:"event_size"`
@@ -50,8 +54,16 @@ type webhookResult struct {
 	GroupCommitsPerSec float64   `json:"group_commits_per_sec"`
 }
 
-// webhookConfig adds the push listener and one webhook source to cfg.
-func webhookConfig(b *strings.Builder) {
+// webhookSignature is the one scheme -signature knows, and
+// webhookSecret the bench source's secret.
+const (
+	webhookSignature = "github"
+	webhookSecret    = "ingestor-bench-webhook-secret"
+)
+
+// webhookConfig adds the push listener and one webhook source to cfg,
+// which checks signature (one of webhookSignature, or "" for none).
+func webhookConfig(b *strings.Builder, signature string) {
 	b.WriteString(`
 [push]
 addr = "127.0.0.1:0"
@@ -60,6 +72,9 @@ addr = "127.0.0.1:0"
 kind = "webhook"
 id_field = "id"
 `)
+	if signature != "" {
+		fmt.Fprintf(b, "signature = %q\nsecret = %q\n", signature, webhookSecret)
+	}
 }
 
 // benchWebhook runs webhook mode.
@@ -97,7 +112,7 @@ func benchWebhook(ctx context.Context, o options, cfg *config.Config, log *slog.
 	for c := range o.clients {
 		wg.Go(func() {
 			body := make([]byte, 0, o.eventSize+32)
-			pc, err := dialPoster(d.PushAddr(), "/ingest/hooks")
+			pc, err := dialPoster(d.PushAddr(), "/ingest/hooks", o.signature != "")
 			if err != nil {
 				errs[c] = err
 				cancel()
@@ -148,7 +163,7 @@ func benchWebhook(ctx context.Context, o options, cfg *config.Config, log *slog.
 		}
 		return round(all[min(len(all)-1, int(p/100*float64(len(all))))].Seconds()*1000, 2)
 	}
-	res := &webhookResult{Mode: modeWebhook, Clients: o.clients, Requests: int64(len(all)), EventSize: o.eventSize,
+	res := &webhookResult{Mode: modeWebhook, Signature: o.signature, Clients: o.clients, Requests: int64(len(all)), EventSize: o.eventSize,
 		Synchronous: o.synchronous, WallSeconds: round(wall.Seconds(), 3),
 		PerSec:     round(float64(len(all))/wall.Seconds(), 0),
 		Latency:    latencyMs{P50: pct(50), P90: pct(90), P99: pct(99), Max: pct(100)},
@@ -170,21 +185,31 @@ type poster struct {
 	br   *bufio.Reader
 	head string
 	buf  []byte
+	// sign is set when each request carries X-Hub-Signature-256.
+	sign bool
+	sum  []byte
 }
 
-func dialPoster(addr, path string) (*poster, error) {
+func dialPoster(addr, path string, sign bool) (*poster, error) {
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &poster{conn: conn, br: bufio.NewReader(conn),
+	return &poster{conn: conn, br: bufio.NewReader(conn), sign: sign,
 		head: "POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: "}, nil
 }
 
 // post sends one event and checks it was stored (202, or 200 for a
 // duplicate).
 func (p *poster) post(body []byte) error {
-	p.buf = append(append(strconv.AppendInt(append(p.buf[:0], p.head...), int64(len(body)), 10), "\r\n\r\n"...), body...)
+	p.buf = strconv.AppendInt(append(p.buf[:0], p.head...), int64(len(body)), 10)
+	if p.sign {
+		m := hmac.New(sha256.New, []byte(webhookSecret))
+		m.Write(body)
+		p.sum = m.Sum(p.sum[:0])
+		p.buf = hex.AppendEncode(append(p.buf, "\r\nX-Hub-Signature-256: sha256="...), p.sum)
+	}
+	p.buf = append(append(p.buf, "\r\n\r\n"...), body...)
 	if _, err := p.conn.Write(p.buf); err != nil {
 		return err
 	}
@@ -232,9 +257,13 @@ func printWebhook(w io.Writer, r *webhookResult, asJSON bool) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "webhook: %.0f requests/s durable (synchronous = %s), %d clients keep-alive, one %d-byte event per request; "+
+	signed := "no signature"
+	if r.Signature != "" {
+		signed = "signature " + r.Signature + " checked"
+	}
+	_, err := fmt.Fprintf(w, "webhook: %.0f requests/s durable (synchronous = %s, %s), %d clients keep-alive, one %d-byte event per request; "+
 		"latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests in %.2f s, %.1f requests per group commit; CPU %.2f s, peak RSS %.1f MiB\n",
-		r.PerSec, r.Synchronous, r.Clients, r.EventSize, r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Requests, r.WallSeconds,
+		r.PerSec, r.Synchronous, signed, r.Clients, r.EventSize, r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Requests, r.WallSeconds,
 		r.MeanGroupSize, r.CPUSeconds, r.PeakRSSMiB)
 	return err
 }
