@@ -112,7 +112,7 @@ func (d *decoder) checkPush(push Push, dm Daemon, srcs []Source) {
 		if !ok || !s.Enabled || ps.Authenticated() {
 			continue
 		}
-		d.errAt([]string{"source", s.Name, "kind"}, "a %s source on push.addr %q, which is not loopback, must authenticate its senders: set a token or a signature", s.Kind, push.Addr)
+		d.errAt([]string{"source", s.Name, "kind"}, "a %s source on push.addr %q, which is not loopback, must authenticate its senders: set a token, a signature or require_client_cert", s.Kind, push.Addr)
 	}
 }
 

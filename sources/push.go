@@ -13,8 +13,9 @@ import (
 type PushSpec interface {
 	Spec
 	// Authenticated reports whether every request to the source must
-	// prove its sender (a bearer token or a signature). A push listener
-	// beyond loopback serves only authenticated sources.
+	// prove its sender (a bearer token, a signature or a verified client
+	// certificate). A push listener beyond loopback serves only
+	// authenticated sources.
 	Authenticated() bool
 }
 

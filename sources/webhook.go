@@ -233,10 +233,10 @@ func (s *WebhookSpec) Open(env Env) (Source, error) {
 	return pushSource{name: env.Name, kind: "webhook"}, nil
 }
 
-// Authenticated implements PushSpec: a token or a signature proves the
-// sender.
+// Authenticated implements PushSpec: a token, a signature or a verified
+// client certificate (require_client_cert) proves the sender.
 func (s *WebhookSpec) Authenticated() bool {
-	return s.Token != "" || s.TokenFile != "" || s.Signature != ""
+	return s.Token != "" || s.TokenFile != "" || s.Signature != "" || s.RequireClientCert
 }
 
 // dottedPath reports whether p is a dotted path such as "id" or "meta.id".

@@ -157,5 +157,9 @@ func (s *WSIngressSpec) Open(env Env) (Source, error) {
 }
 
 // Authenticated implements PushSpec: every handshake must present the
-// shared token or a device's token.
-func (s *WSIngressSpec) Authenticated() bool { return s.Token != "" || s.TokensFile != "" }
+// shared token, a device's token, or a verified client certificate
+// (require_client_cert; any certificate the CA signed may then send for
+// any device_id).
+func (s *WSIngressSpec) Authenticated() bool {
+	return s.Token != "" || s.TokensFile != "" || s.RequireClientCert
+}
