@@ -242,12 +242,19 @@ func testPythonHostileFrames(t *testing.T) {
 	if !py.alive() {
 		t.Fatal("the Python processor exited")
 	}
+	// The processor printed the events before it acked; the goroutine
+	// that collects its output may not have read them yet.
+	testsync.WaitFor(t, "the processor's output of the valid frame", 10*time.Second, func() bool { return len(py.lines()) >= 2 })
 	got := py.lines()
 	if len(got) != 2 || !strings.HasPrefix(got[0], "s a 1 {'n': 1}") || !strings.HasPrefix(got[1], `s b 1 b'\xff'`) {
 		t.Fatalf("processed %q, want events a and b only", got)
 	}
 	// Every hostile message was dropped and logged; the log lines were
-	// written before the ack.
+	// written before the ack, and are read by a goroutine of their own.
+	testsync.WaitFor(t, "the processor's log of every hostile frame", 10*time.Second, func() bool {
+		logs := py.stderrText()
+		return strings.Count(logs, "dropped a malformed frame") >= len(hostile)-2 && strings.Contains(logs, "event s/k12 failed")
+	})
 	logs := py.stderrText()
 	if n := strings.Count(logs, "dropped a malformed frame"); n != len(hostile)-2 {
 		t.Fatalf("%d frames logged as dropped, want %d", n, len(hostile)-2)
