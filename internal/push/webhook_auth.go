@@ -126,6 +126,32 @@ func hmacOf(newHash func() hash.Hash, key []byte, content ...[]byte) []byte {
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
 
+// missingHeader is the error of a signature check for a header it needs
+// and did not get.
+type missingHeader string
+
+func (e missingHeader) Error() string { return "missing the " + string(e) + " header" }
+
+// staleError is the error of a signature check whose signed timestamp is
+// beyond its tolerance.
+type staleError string
+
+func (e staleError) Error() string { return string(e) }
+
+// signatureReason is the quarantine reason of a signature check's error:
+// missing_signature, stale_timestamp or bad_signature.
+func signatureReason(err error) string {
+	var missing missingHeader
+	var stale staleError
+	switch {
+	case errors.As(err, &missing):
+		return reasonMissingSignature
+	case errors.As(err, &stale):
+		return reasonStaleTimestamp
+	}
+	return reasonBadSignature
+}
+
 // macCheck is a signature in one header over a template of the request:
 // github, shopify, hmac and hmac_sha256.
 type macCheck struct {
@@ -173,7 +199,7 @@ func newMACCheck(spec *sources.WebhookSpec) (*macCheck, error) {
 func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time) (int, error) {
 	v := h.Get(c.header)
 	if v == "" {
-		return -1, fmt.Errorf("missing the %s header", c.header)
+		return -1, missingHeader(c.header)
 	}
 	sig, ok := strings.CutPrefix(v, c.prefix)
 	if !ok && !c.prefixOptional {
@@ -198,7 +224,7 @@ func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time
 			case sources.PlaceholderTimestamp:
 				v := h.Get(c.tsHeader)
 				if v == "" {
-					return -1, fmt.Errorf("missing the %s header", c.tsHeader)
+					return -1, missingHeader(c.tsHeader)
 				}
 				if ts, err = strconv.ParseInt(v, 10, 64); err != nil {
 					return -1, fmt.Errorf("the %s header is not a Unix time", c.tsHeader)
@@ -207,7 +233,7 @@ func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time
 			case sources.PlaceholderID:
 				v := h.Get(c.idHeader)
 				if v == "" {
-					return -1, fmt.Errorf("missing the %s header", c.idHeader)
+					return -1, missingHeader(c.idHeader)
 				}
 				content = append(content, []byte(v))
 			default:
@@ -232,7 +258,7 @@ func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time
 // tolerance (Stripe's own libraries refuse only old timestamps).
 func checkStripe(header string, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
 	if header == "" {
-		return -1, errors.New("missing the Stripe-Signature header")
+		return -1, missingHeader("Stripe-Signature")
 	}
 	var ts string
 	var sigs [][]byte
@@ -259,7 +285,7 @@ func checkStripe(header string, keys keyring, body []byte, now time.Time, tolera
 		return -1, errSignatureMismatch
 	}
 	if age := now.Sub(time.Unix(t, 0)); age > tolerance {
-		return -1, fmt.Errorf("the signature timestamp is %s old, beyond the %s tolerance", age.Truncate(time.Second), tolerance)
+		return -1, staleError(fmt.Sprintf("the signature timestamp is %s old, beyond the %s tolerance", age.Truncate(time.Second), tolerance))
 	}
 	return pos, nil
 }
@@ -270,7 +296,7 @@ func checkStripe(header string, keys keyring, body []byte, now time.Time, tolera
 func checkSlack(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
 	ts := h.Get("X-Slack-Request-Timestamp")
 	if ts == "" {
-		return -1, errors.New("missing the X-Slack-Request-Timestamp header")
+		return -1, missingHeader("X-Slack-Request-Timestamp")
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
@@ -278,7 +304,7 @@ func checkSlack(h http.Header, keys keyring, body []byte, now time.Time, toleran
 	}
 	v := h.Get("X-Slack-Signature")
 	if v == "" {
-		return -1, errors.New("missing the X-Slack-Signature header")
+		return -1, missingHeader("X-Slack-Signature")
 	}
 	sig, ok := strings.CutPrefix(v, "v0=")
 	if !ok {
@@ -302,7 +328,7 @@ func checkSlack(h http.Header, keys keyring, body []byte, now time.Time, toleran
 // either way.
 func checkSkew(t int64, now time.Time, tolerance time.Duration) error {
 	if skew := now.Sub(time.Unix(t, 0)).Abs(); skew > tolerance {
-		return fmt.Errorf("the request timestamp is %s away from now, beyond the %s tolerance", skew.Truncate(time.Second), tolerance)
+		return staleError(fmt.Sprintf("the request timestamp is %s away from now, beyond the %s tolerance", skew.Truncate(time.Second), tolerance))
 	}
 	return nil
 }
@@ -315,11 +341,11 @@ func checkSkew(t int64, now time.Time, tolerance time.Duration) error {
 func checkStandard(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
 	id := h.Get("webhook-id")
 	if id == "" {
-		return -1, errors.New("missing the webhook-id header")
+		return -1, missingHeader("webhook-id")
 	}
 	ts := h.Get("webhook-timestamp")
 	if ts == "" {
-		return -1, errors.New("missing the webhook-timestamp header")
+		return -1, missingHeader("webhook-timestamp")
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
@@ -327,7 +353,7 @@ func checkStandard(h http.Header, keys keyring, body []byte, now time.Time, tole
 	}
 	v := h.Get("webhook-signature")
 	if v == "" {
-		return -1, errors.New("missing the webhook-signature header")
+		return -1, missingHeader("webhook-signature")
 	}
 	var sigs [][]byte
 	for _, entry := range strings.Fields(v) {
