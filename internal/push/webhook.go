@@ -40,6 +40,8 @@ type webhook struct {
 	// counts its matches by the position of the secret.
 	verify  verifier
 	matches []prometheus.Counter
+	// scheme is the signature scheme, named in each event's verdict.
+	scheme string
 	// challenge is the handshake answered (sources.Challenge*, "" for
 	// none); crcKeys are the keys of "crc_sha256".
 	challenge string
@@ -74,7 +76,7 @@ func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (*webhook, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	h.verify = verify
+	h.verify, h.scheme = verify, spec.Signature
 	if verify != nil {
 		n := max(len(spec.Secrets), 1)
 		for i := range n {
@@ -180,6 +182,23 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(append(b, s[start:]...), '"')
 }
 
+// statusAnswer is the JSON answer of a status look-up: the event and, for
+// an event of a signed source, how its signature was verified.
+type statusAnswer struct {
+	eventAnswer
+	Verification *verification `json:"verification,omitempty"`
+}
+
+// verification is an event's signature verdict (queue.Verdict): the
+// scheme, the position of the secret that matched, the time the signature
+// signs (absent when the scheme signs none) and when it was received.
+type verification struct {
+	Scheme     string    `json:"scheme"`
+	Secret     int       `json:"secret"`
+	SignedAt   time.Time `json:"signed_at,omitzero"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
 // batchAnswer is the JSON answer to a batch.
 type batchAnswer struct {
 	Events    []eventAnswer `json:"events"`
@@ -253,7 +272,8 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.refuse(w, r, reqID, code, why, err.Error(), body, false)
 		return
 	}
-	if !h.admitted(w, r, reqID, body) {
+	verdict, ok := h.admitted(w, r, reqID, body)
+	if !ok {
 		return
 	}
 	found, batch, err := h.rules.decode(body)
@@ -265,6 +285,9 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 	if err != nil {
 		h.refuse(w, r, reqID, http.StatusBadRequest, reasonInvalidKey, err.Error(), body, true)
 		return
+	}
+	for i := range events {
+		events[i].Verdict = verdict
 	}
 	outs, err := h.env.inbox.Commit(r.Context(), h.name, body, events)
 	if err != nil {
@@ -296,17 +319,24 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 // admitted checks the signature, if the source has a scheme, answering 401
 // when it is missing or wrong, and counts the secret that matched; then it
 // answers a Slack url_verification (webhook_challenge.go). It reports
-// whether the request goes on to be stored.
-func (h *webhook) admitted(w http.ResponseWriter, r *http.Request, reqID string, body []byte) bool {
+// whether the request goes on to be stored, and the verdict its events
+// are stored with (nil without a scheme).
+func (h *webhook) admitted(w http.ResponseWriter, r *http.Request, reqID string, body []byte) (*queue.Verdict, bool) {
+	var verdict *queue.Verdict
 	if h.verify != nil {
-		pos, err := h.verify(r.Header, body, time.Now())
+		now := time.Now()
+		m, err := h.verify(r.Header, body, now)
 		if err != nil {
 			h.refuse(w, r, reqID, http.StatusUnauthorized, signatureReason(err), "bad signature: "+err.Error(), body, true)
-			return false
+			return nil, false
 		}
-		h.matches[pos].Inc()
+		h.matches[m.secret].Inc()
+		verdict = &queue.Verdict{Scheme: h.scheme, Secret: m.secret, ReceivedAt: now.UTC()}
+		if m.signedAt != 0 {
+			verdict.SignedAt = time.Unix(m.signedAt, 0).UTC()
+		}
 	}
-	return h.challenge != sources.ChallengeSlack || !h.slackChallenge(w, r, reqID, body)
+	return verdict, h.challenge != sources.ChallengeSlack || !h.slackChallenge(w, r, reqID, body)
 }
 
 // authorized checks the bearer token, if the source has one, answering 401
@@ -481,8 +511,11 @@ func (h *webhook) status(w http.ResponseWriter, r *http.Request, reqID, sel stri
 		h.reject(w, r, reqID, http.StatusNotFound, "no such event (never received, or forgotten after publish.dedupe_window)")
 	default:
 		h.env.metrics.Requests.WithLabelValues(h.name, "200").Inc()
-		a := answerOf(st, false)
+		a := statusAnswer{eventAnswer: answerOf(st, false)}
 		a.RequestID = reqID
+		if v := st.Verdict; v != nil {
+			a.Verification = &verification{Scheme: v.Scheme, Secret: v.Secret, SignedAt: v.SignedAt, ReceivedAt: v.ReceivedAt}
+		}
 		WriteJSON(w, http.StatusOK, a)
 	}
 }

@@ -133,6 +133,17 @@ CREATE TABLE quarantine (
 );
 CREATE INDEX quarantine_source ON quarantine(source, id);
 `,
+	// v7: the signature verdict of each event of a signed webhook source,
+	// for the status look-up (verdict.go).
+	`
+CREATE TABLE event_verdicts (
+	seq         INTEGER PRIMARY KEY, -- the event's events.id
+	scheme      TEXT    NOT NULL,    -- the source's signature scheme
+	secret      INTEGER NOT NULL,    -- the position of the secret that matched
+	signed_at   INTEGER NOT NULL,    -- the signed Unix time in seconds, 0 for none
+	received_at INTEGER NOT NULL     -- unix nanoseconds
+);
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.
