@@ -114,6 +114,8 @@ func TestWebhookQuarantine(t *testing.T) {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.CAs, Certificates: certs}}}
 	}
 	c, noCert := tlsClient(pki.Client), tlsClient()
+	t.Cleanup(c.CloseIdleConnections)
+	t.Cleanup(noCert.CloseIdleConnections)
 	bearer := "Bearer " + token
 
 	stale := time.Now().Add(-time.Hour)
