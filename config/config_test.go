@@ -245,6 +245,11 @@ func TestGoodFiles(t *testing.T) {
 					t.Errorf("svix = %+v: keys %v (%v), key header %q, want the whsec_ secret decoded and webhook-id",
 						svix, len(keys), err, svix.KeyHeader())
 				}
+				if q, gh := source(t, cfg, "quarantined").Spec.(*sources.WebhookSpec), source(t, cfg, "github").Spec.(*sources.WebhookSpec); q.QuarantineSize != 0 ||
+					q.QuarantineBodyBytes != 65536 || gh.QuarantineSize != 100 || gh.QuarantineBodyBytes != 4096 {
+					t.Errorf("quarantine keys: quarantined %d/%d, want 0/65536; github %d/%d, want the defaults 100/4096",
+						q.QuarantineSize, q.QuarantineBodyBytes, gh.QuarantineSize, gh.QuarantineBodyBytes)
+				}
 				for name, want := range map[string]string{"x": "crc_sha256", "github": "", "custom": ""} {
 					if got := source(t, cfg, name).Spec.(*sources.WebhookSpec).HandshakeChallenge(); got != want {
 						t.Errorf("%s: challenge %q, want %q", name, got, want)
@@ -395,6 +400,8 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:95: source "unsignedsecrets": secrets: is only used with a signature: set signature`,
 			`webhook.bad.toml:101: source "badchallenge": challenge: must be "slack", "crc_sha256" or "none", not "twitter"`,
 			`webhook.bad.toml:106: source "crcunsigned": challenge: "crc_sha256" needs a signature: its answer is an HMAC with the first secret`,
+			`webhook.bad.toml:111: source "quarantine": quarantine_size: must be between 0 (keep none) and 10000, not -1`,
+			`webhook.bad.toml:112: source "quarantine": quarantine_body_bytes: must be between 0 and 65536 (64 KiB), not 1048576`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,

@@ -104,7 +104,23 @@ type WebhookSpec struct {
 	// does) or "none". Default "slack" with signature = "slack", else
 	// "none".
 	Challenge string `toml:"challenge"`
+	// QuarantineSize is how many refused deliveries of the source (bad or
+	// missing signature or token, stale timestamp, wrong content type, a
+	// body too large or invalid, refused by allow_cidrs or
+	// require_client_cert) the queue database keeps, the oldest dropped
+	// first; 0 keeps none. Default 100, at most 10000.
+	QuarantineSize int `toml:"quarantine_size"`
+	// QuarantineBodyBytes caps the body kept with a refused delivery: a
+	// longer one is kept cut, and a body is never read further to fill it.
+	// Default 4096, at most 65536.
+	QuarantineBodyBytes int `toml:"quarantine_body_bytes"`
 }
+
+// The limits of WebhookSpec.QuarantineSize and QuarantineBodyBytes.
+const (
+	maxQuarantineSize      = 10000
+	maxQuarantineBodyBytes = 64 << 10
+)
 
 // The signature schemes of WebhookSpec.Signature.
 const (
@@ -125,7 +141,7 @@ const (
 )
 
 func newWebhookSpec() *WebhookSpec {
-	return &WebhookSpec{MaxBodyBytes: 1 << 20, SignatureTolerance: "5m"}
+	return &WebhookSpec{MaxBodyBytes: 1 << 20, SignatureTolerance: "5m", QuarantineSize: 100, QuarantineBodyBytes: 4096}
 }
 
 // Validate implements Spec.
@@ -134,6 +150,12 @@ func (s *WebhookSpec) Validate() []FieldError {
 	bad := func(key, msg string, args ...any) { errs = append(errs, FieldError{key, fmt.Sprintf(msg, args...)}) }
 	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 64<<20 {
 		bad("max_body_bytes", "must be between 1 and 67108864 (64 MiB)")
+	}
+	if s.QuarantineSize < 0 || s.QuarantineSize > maxQuarantineSize {
+		bad("quarantine_size", "must be between 0 (keep none) and %d, not %d", maxQuarantineSize, s.QuarantineSize)
+	}
+	if s.QuarantineBodyBytes < 0 || s.QuarantineBodyBytes > maxQuarantineBodyBytes {
+		bad("quarantine_body_bytes", "must be between 0 and %d (64 KiB), not %d", maxQuarantineBodyBytes, s.QuarantineBodyBytes)
 	}
 	for _, p := range []struct{ key, val string }{{"id_field", s.IDField}, {"time_field", s.TimeField}} {
 		if p.val != "" && !dottedPath(p.val) {

@@ -204,33 +204,48 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // holds the data dir lock, otherwise through the queue, opened while
 // holding the lock so that no daemon starts meanwhile.
 func openDLQ(ctx context.Context, cfg *config.Config) (dlqBackend, func() error, error) {
+	q, remote, closeQ, err := openQueueOrDaemon(cfg, "dlq")
+	if err != nil {
+		return nil, nil, err
+	}
+	if remote != nil {
+		return remote, closeQ, nil
+	}
+	raw, err := rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
+		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle})
+	if err != nil {
+		return nil, nil, errors.Join(err, closeQ())
+	}
+	return queue.NewDLQ(q, raw, nil), closeQ, nil
+}
+
+// openQueueOrDaemon reaches the queue of cfg's data dir for the command
+// cmd: remote is the running daemon's admin endpoints when it holds the
+// data dir lock; otherwise q is the queue, opened while holding the lock
+// so that no daemon starts meanwhile. closeQ closes what was opened.
+func openQueueOrDaemon(cfg *config.Config, cmd string) (q *queue.Queue, remote *httpDLQ, closeQ func() error, err error) {
 	dir := cfg.Daemon.DataDir
 	qpath := filepath.Join(dir, "queue.db")
 	if _, err := os.Stat(qpath); err != nil {
-		return nil, nil, fmt.Errorf("no queue in data dir %s: %w", dir, err)
+		return nil, nil, nil, fmt.Errorf("no queue in data dir %s: %w", dir, err)
 	}
 	unlock, err := datadir.Lock(dir)
 	var inUse *datadir.InUseError
 	if errors.As(err, &inUse) {
 		addr := cfg.Daemon.AdminListenAddr()
 		if addr == "" {
-			return nil, nil, fmt.Errorf("%w; its ops endpoints are off (daemon.http_addr is empty), so stop it to use dlq", err)
+			return nil, nil, nil, fmt.Errorf("%w; its ops endpoints are off (daemon.http_addr is empty), so stop it to use %s", err, cmd)
 		}
-		return newHTTPDLQ(addr, cfg.Daemon.AdminToken, cfg.File), func() error { return nil }, nil
+		return nil, newHTTPDLQ(addr, cfg.Daemon.AdminToken, cfg.File), func() error { return nil }, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	raw, err := rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
-		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle})
+	q, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous, EventsPerFrame: cfg.Publish.EventsPerFrame})
 	if err != nil {
-		return nil, nil, errors.Join(err, unlock())
+		return nil, nil, nil, errors.Join(err, unlock())
 	}
-	q, err := queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous, EventsPerFrame: cfg.Publish.EventsPerFrame})
-	if err != nil {
-		return nil, nil, errors.Join(err, unlock())
-	}
-	return queue.NewDLQ(q, raw, nil), func() error { return errors.Join(q.Close(), unlock()) }, nil
+	return q, nil, func() error { return errors.Join(q.Close(), unlock()) }, nil
 }
 
 // adminURL is the base URL of the ops endpoints listening on addr
@@ -345,7 +360,9 @@ func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) (h
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	if body != nil {
+	if body != nil || method != http.MethodGet {
+		// The admin endpoints want JSON on every request that changes
+		// state, with a body or not (DELETE).
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if h.token != "" {

@@ -5,6 +5,7 @@
 //	ingestor check-source NAME -c FILE   poll one source once and print what it finds; writes nothing
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
+//	ingestor quarantine list|show|clear -c FILE  inspect the refused webhook deliveries
 //	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
 //	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
 //	ingestor edge status          print the forwarder's outbox backlog
@@ -37,6 +38,9 @@ const usage = `usage:
   ingestor dlq list|show ID|replay [ID...|-source S -reason R -all]|drop [ID...|filters] [-yes] -c FILE
                                list, inspect, replay or drop dead letters (through the running
                                daemon's ops endpoints, or the queue when it is stopped)
+  ingestor quarantine list [-source S] [-limit N] [-o json] | show ID [-o json] | clear -source S  -c FILE
+                               list, inspect or clear the refused deliveries of webhook sources
+                               (through the running daemon's admin endpoints, or the queue)
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
@@ -66,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdReplay(args[1:], stdout, stderr)
 	case "dlq":
 		return cmdDLQ(args[1:], os.Stdin, stdout, stderr)
+	case "quarantine":
+		return cmdQuarantine(args[1:], stdout, stderr)
 	case "curve-keygen":
 		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "edge":

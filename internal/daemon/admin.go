@@ -12,7 +12,8 @@ import (
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
-// registerAdmin adds the dead-letter endpoints to mux, each behind guard.
+// registerAdmin adds the dead-letter and quarantine endpoints to mux, each
+// behind guard.
 func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 	dlq := queue.NewDLQ(d.queue, d.raw, d.sender.Submit)
 	handle := func(pattern string, h http.HandlerFunc) {
@@ -28,6 +29,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 			h(w, r)
 		})
 	}
+	d.registerQuarantine(handle)
 	handle("GET /dlq", func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseDLQQuery(r.URL.Query())
 		if err != nil {
@@ -80,6 +82,60 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 		}
 		d.log.Info("dead letters dropped", "entries", n)
 		d.writeJSON(w, map[string]int{"dropped": n})
+	})
+}
+
+// registerQuarantine adds the quarantine endpoints to mux through handle,
+// which puts each behind the admin guard: GET /quarantine?source=S&limit=N
+// (newest first, without bodies), GET /quarantine/{id} (with its body) and
+// DELETE /quarantine?source=S.
+func (d *Daemon) registerQuarantine(handle func(pattern string, h http.HandlerFunc)) {
+	handle("GET /quarantine", func(w http.ResponseWriter, r *http.Request) {
+		limit := 100
+		if s := r.URL.Query().Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				d.writeError(w, http.StatusBadRequest, fmt.Errorf("limit %q: want a positive number", s))
+				return
+			}
+			limit = n
+		}
+		list, err := d.queue.QuarantineList(r.Context(), r.URL.Query().Get("source"), limit)
+		if err != nil {
+			d.writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		d.writeJSON(w, list)
+	})
+	handle("GET /quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		if err != nil {
+			d.writeError(w, http.StatusBadRequest, fmt.Errorf("quarantined delivery id %q: %w", r.PathValue("id"), err))
+			return
+		}
+		e, err := d.queue.Quarantined(r.Context(), id)
+		switch {
+		case errors.Is(err, queue.ErrNoQuarantined):
+			d.writeError(w, http.StatusNotFound, err)
+		case err != nil:
+			d.writeError(w, http.StatusInternalServerError, err)
+		default:
+			d.writeJSON(w, e)
+		}
+	})
+	handle("DELETE /quarantine", func(w http.ResponseWriter, r *http.Request) {
+		source := r.URL.Query().Get("source")
+		if source == "" {
+			d.writeError(w, http.StatusBadRequest, errors.New("DELETE /quarantine needs ?source=S"))
+			return
+		}
+		n, err := d.queue.ClearQuarantine(r.Context(), source)
+		if err != nil {
+			d.writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		d.log.Info("quarantine cleared", "source", source, "deliveries", n)
+		d.writeJSON(w, map[string]int{"cleared": n})
 	})
 }
 

@@ -15,5 +15,6 @@
 // server.go holds the listener and the routing (/ingest/NAME...), guard.go
 // what refuses a request before its source sees it (allow_cidrs,
 // require_client_cert, rate_limiter), inbox.go the group commit,
-// webhook*.go and wsingress*.go the two kinds.
+// webhook*.go and wsingress*.go the two kinds, quarantine.go the refused
+// webhook deliveries kept for ops (off the path of every answer).
 package push

@@ -32,6 +32,8 @@ type guard struct {
 	// rejectLog lets a few refusals a minute be logged at warn; the
 	// others are logged at debug, so a flood cannot flood the log.
 	rejectLog *rate.Limiter
+	// rejects records the 403s of a webhook source (nil for ws_ingress).
+	rejects *rejections
 }
 
 // newGuard builds the guard of a source from its keys; nil when it checks
@@ -61,17 +63,17 @@ func newGuard(env handlerEnv, keys *sources.PushGuard, limiters *sources.RateLim
 // answered r.
 func (g *guard) admit(w http.ResponseWriter, r *http.Request) bool {
 	if g.allow != nil && !g.allowed(r.RemoteAddr) {
-		g.refuse(w, r, http.StatusForbidden, fmt.Sprintf("source %q does not take requests from %s (allow_cidrs)", g.source, peerHost(r.RemoteAddr)))
+		g.refuse(w, r, http.StatusForbidden, reasonCIDR, fmt.Sprintf("source %q does not take requests from %s (allow_cidrs)", g.source, peerHost(r.RemoteAddr)))
 		return false
 	}
 	if g.requireCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-		g.refuse(w, r, http.StatusForbidden, fmt.Sprintf("source %q needs a client certificate (require_client_cert), verified against push.client_ca_file", g.source))
+		g.refuse(w, r, http.StatusForbidden, reasonClientCert, fmt.Sprintf("source %q needs a client certificate (require_client_cert), verified against push.client_ca_file", g.source))
 		return false
 	}
 	if g.limiter != nil {
 		if wait, ok := take(g.limiter, time.Now()); !ok {
 			w.Header().Set("Retry-After", retryAfter(wait))
-			g.refuse(w, r, http.StatusTooManyRequests, fmt.Sprintf("source %q is over its rate_limiter %q, retry later", g.source, g.limiterName))
+			g.refuse(w, r, http.StatusTooManyRequests, "", fmt.Sprintf("source %q is over its rate_limiter %q, retry later", g.source, g.limiterName))
 			return false
 		}
 	}
@@ -114,11 +116,16 @@ func take(l *rate.Limiter, now time.Time) (time.Duration, bool) {
 }
 
 // refuse answers code with reason as a webhook refusal is answered
-// (X-Request-ID, {"error", "request_id"}), counts and logs it. The
-// connection is closed after the answer: net/http would otherwise read
-// what is left of the body first, to reuse the connection.
-func (g *guard) refuse(w http.ResponseWriter, r *http.Request, code int, reason string) {
+// (X-Request-ID, {"error", "request_id"}), counts and logs it; a webhook
+// source's refusal with a why (a quarantine reason, "" for none) is
+// recorded, its body unread. The connection is closed after the answer:
+// net/http would otherwise read what is left of the body first, to reuse
+// the connection.
+func (g *guard) refuse(w http.ResponseWriter, r *http.Request, code int, why, reason string) {
 	reqID := requestID(r)
+	if g.rejects != nil && why != "" {
+		g.rejects.record(r, reqID, code, why, reason, nil, false)
+	}
 	w.Header().Set("X-Request-ID", reqID)
 	w.Header().Set("Connection", "close")
 	g.metrics.Requests.WithLabelValues(g.source, strconv.Itoa(code)).Inc()

@@ -24,6 +24,9 @@ type Event struct {
 	// sequence (Seq 0: none), tracked by the queue (queue.SeqFinding).
 	Device string
 	Seq    int64
+	// Verdict is the signature verdict of a signed webhook's event, or
+	// nil; the events of one request share it.
+	Verdict *queue.Verdict
 }
 
 // Outcome is what a commit did with one event.
@@ -322,7 +325,7 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 		for _, e := range c.events {
 			off := base + e.Off
 			b.Events = append(b.Events, queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: off, RawLen: e.Len,
-				Payload: raw[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq})
+				Payload: raw[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq, Verdict: e.Verdict})
 		}
 	}
 	fail := func(err error) {

@@ -17,7 +17,11 @@ type Metrics struct {
 	// signatureMatches counts the webhook signatures that passed, by
 	// source and the position of the secret that matched.
 	signatureMatches *prometheus.CounterVec
-	ws               *wsMetrics
+	// rejected counts the webhook deliveries refused, by source and
+	// reason; quarantineDropped those the quarantine had no room for.
+	rejected          *prometheus.CounterVec
+	quarantineDropped *prometheus.CounterVec
+	ws                *wsMetrics
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -38,10 +42,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		signatureMatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_webhook_signature_matches_total",
 			Help: "Webhook signatures that passed, by source and the position of the secret that matched in secrets (\"0\", \"1\", ...; never its value)."},
 			[]string{"source", "secret"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_webhook_rejected_total",
+			Help: "Webhook deliveries refused, by source and reason (bad_signature, missing_signature, stale_timestamp, bad_token, missing_token, content_type, too_large, invalid_body, cidr, client_cert, ...)."},
+			[]string{"source", "reason"}),
+		quarantineDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_webhook_quarantine_dropped_total",
+			Help: "Refused webhook deliveries not kept in the quarantine because its write buffer was full, by source."},
+			[]string{"source"}),
 		ws: newWSMetrics(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.busy, m.groupSize, m.commitDuration, m.rawErrors, m.signatureMatches)
+		reg.MustRegister(m.Requests, m.busy, m.groupSize, m.commitDuration, m.rawErrors, m.signatureMatches, m.rejected, m.quarantineDropped)
 		reg.MustRegister(m.ws.collectors()...)
 	}
 	return m

@@ -42,10 +42,13 @@ type Server struct {
 	ln       net.Listener
 	handlers map[string]handler
 	// guards holds the guard of each source that has one.
-	guards  map[string]*guard
-	log     *slog.Logger
-	closing atomic.Bool
-	done    chan struct{}
+	guards map[string]*guard
+	// quarantine keeps the refused deliveries of webhook sources
+	// (quarantine.go); nil without an inbox.
+	quarantine *quarantine
+	log        *slog.Logger
+	closing    atomic.Bool
+	done       chan struct{}
 }
 
 // handler serves one push source. Close runs once the listener stopped
@@ -65,6 +68,8 @@ type handlerEnv struct {
 	reg     prometheus.Registerer
 	// loopback reports that the push listener is on a loopback address.
 	loopback bool
+	// quarantine is the listener's quarantine (nil without an inbox).
+	quarantine *quarantine
 }
 
 // Limits of the push listener's connections. A webhook handler bounds the
@@ -85,18 +90,25 @@ func Start(o ServerOptions) (*Server, error) {
 		o.Metrics = NewMetrics(nil)
 	}
 	s := &Server{handlers: make(map[string]handler), guards: make(map[string]*guard), log: o.Logger, done: make(chan struct{})}
+	if o.Inbox != nil {
+		s.quarantine = newQuarantine(o.Inbox.o.Queue, o.Metrics, o.Logger)
+	}
 	for _, src := range o.Sources {
 		if !src.Enabled {
 			continue
 		}
 		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
-			loopback: config.LoopbackAddr(o.Push.Addr)}
+			loopback: config.LoopbackAddr(o.Push.Addr), quarantine: s.quarantine}
 		var h handler
 		var keys *sources.PushGuard
+		var rejects *rejections
 		var err error
 		switch spec := src.Spec.(type) {
 		case *sources.WebhookSpec:
-			h, err = newWebhook(env, spec)
+			var wh *webhook
+			if wh, err = newWebhook(env, spec); err == nil {
+				h, rejects = wh, wh.rejects
+			}
 			keys = &spec.PushGuard
 		case *sources.WSIngressSpec:
 			h, err = newWSIngress(env, spec)
@@ -106,7 +118,7 @@ func Start(o ServerOptions) (*Server, error) {
 		}
 		if err == nil {
 			s.handlers[src.Name] = h
-			err = s.addGuard(env, o, keys)
+			err = s.addGuard(env, o, keys, rejects)
 		}
 		if err != nil {
 			s.closeHandlers()
@@ -145,8 +157,8 @@ func Start(o ServerOptions) (*Server, error) {
 }
 
 // addGuard builds the guard of a push source from its keys, if it has
-// any.
-func (s *Server) addGuard(env handlerEnv, o ServerOptions, keys *sources.PushGuard) error {
+// any; rejects records its refusals (nil: a source that keeps none).
+func (s *Server) addGuard(env handlerEnv, o ServerOptions, keys *sources.PushGuard, rejects *rejections) error {
 	if keys.RequireClientCert && o.Push.ClientCAFile == "" {
 		return errors.New("require_client_cert needs push.client_ca_file")
 	}
@@ -154,6 +166,7 @@ func (s *Server) addGuard(env handlerEnv, o ServerOptions, keys *sources.PushGua
 	if err != nil || g == nil {
 		return err
 	}
+	g.rejects = rejects
 	s.guards[env.source.Name] = g
 	return nil
 }
@@ -210,9 +223,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// closeHandlers closes every handler, then the quarantine, which writes
+// what it holds.
 func (s *Server) closeHandlers() {
 	for _, h := range s.handlers {
 		h.Close()
+	}
+	if s.quarantine != nil {
+		s.quarantine.close()
 	}
 }
 

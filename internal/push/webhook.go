@@ -40,6 +40,8 @@ type webhook struct {
 	// counts its matches by the position of the secret.
 	verify  verifier
 	matches []prometheus.Counter
+	// scheme is the signature scheme, named in each event's verdict.
+	scheme string
 	// challenge is the handshake answered (sources.Challenge*, "" for
 	// none); crcKeys are the keys of "crc_sha256".
 	challenge string
@@ -50,6 +52,8 @@ type webhook struct {
 	rejectLog *rate.Limiter
 	// readTimeout bounds the time to read a body: bodyReadTimeout.
 	readTimeout time.Duration
+	// rejects records the refused deliveries (quarantine.go).
+	rejects *rejections
 }
 
 const (
@@ -64,15 +68,15 @@ const (
 	unavailableRetryAfter = 5 * time.Second
 )
 
-func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (handler, error) {
+func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (*webhook, error) {
 	h := &webhook{env: env, name: env.source.Name, maxBody: spec.MaxBodyBytes, keyHeader: spec.KeyHeader(),
 		rules:     bodyRules{idField: spec.KeyField(), timeField: spec.TimeField, required: spec.RequiredFields},
-		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10), readTimeout: bodyReadTimeout}
+		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10), readTimeout: bodyReadTimeout, rejects: newRejections(env, spec)}
 	verify, err := newVerifier(spec)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	h.verify = verify
+	h.verify, h.scheme = verify, spec.Signature
 	if verify != nil {
 		n := max(len(spec.Secrets), 1)
 		for i := range n {
@@ -178,6 +182,23 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(append(b, s[start:]...), '"')
 }
 
+// statusAnswer is the JSON answer of a status look-up: the event and, for
+// an event of a signed source, how its signature was verified.
+type statusAnswer struct {
+	eventAnswer
+	Verification *verification `json:"verification,omitempty"`
+}
+
+// verification is an event's signature verdict (queue.Verdict): the
+// scheme, the position of the secret that matched, the time the signature
+// signs (absent when the scheme signs none) and when it was received.
+type verification struct {
+	Scheme     string    `json:"scheme"`
+	Secret     int       `json:"secret"`
+	SignedAt   time.Time `json:"signed_at,omitzero"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
 // batchAnswer is the JSON answer to a batch.
 type batchAnswer struct {
 	Events    []eventAnswer `json:"events"`
@@ -208,7 +229,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rest == "":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			h.reject(w, r, reqID, http.StatusMethodNotAllowed, "POST events to /ingest/"+h.name)
+			h.refuse(w, r, reqID, http.StatusMethodNotAllowed, reasonMethod, "POST events to /ingest/"+h.name, nil, false)
 			return
 		}
 		h.ingest(w, r, reqID)
@@ -232,30 +253,41 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 	if err := rc.SetReadDeadline(time.Now().Add(h.readTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.env.log.Debug("webhook: set the body read deadline", "err", err)
 	}
-	if !h.authorized(w, r, reqID) {
+	if !h.authorized(w, r, reqID, true) {
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !jsonMediaType(ct) {
-		h.reject(w, r, reqID, http.StatusUnsupportedMediaType, "Content-Type must be application/json (or application/*+json)")
+		h.refuse(w, r, reqID, http.StatusUnsupportedMediaType, reasonContentType, "Content-Type must be application/json (or application/*+json)", nil, false)
 		return
 	}
 	body, code, err := h.readBody(w, r, rc)
 	if err != nil {
-		h.reject(w, r, reqID, code, err.Error())
+		why := reasonInvalidBody
+		switch code {
+		case http.StatusRequestEntityTooLarge:
+			why = reasonTooLarge
+		case http.StatusRequestTimeout:
+			why = reasonBodyTimeout
+		}
+		h.refuse(w, r, reqID, code, why, err.Error(), body, false)
 		return
 	}
-	if !h.admitted(w, r, reqID, body) {
+	verdict, ok := h.admitted(w, r, reqID, body)
+	if !ok {
 		return
 	}
 	found, batch, err := h.rules.decode(body)
 	if err != nil {
-		h.reject(w, r, reqID, http.StatusBadRequest, err.Error())
+		h.refuse(w, r, reqID, http.StatusBadRequest, reasonInvalidBody, err.Error(), body, true)
 		return
 	}
 	events, err := h.keys(r, body, found, batch)
 	if err != nil {
-		h.reject(w, r, reqID, http.StatusBadRequest, err.Error())
+		h.refuse(w, r, reqID, http.StatusBadRequest, reasonInvalidKey, err.Error(), body, true)
 		return
+	}
+	for i := range events {
+		events[i].Verdict = verdict
 	}
 	outs, err := h.env.inbox.Commit(r.Context(), h.name, body, events)
 	if err != nil {
@@ -287,39 +319,54 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 // admitted checks the signature, if the source has a scheme, answering 401
 // when it is missing or wrong, and counts the secret that matched; then it
 // answers a Slack url_verification (webhook_challenge.go). It reports
-// whether the request goes on to be stored.
-func (h *webhook) admitted(w http.ResponseWriter, r *http.Request, reqID string, body []byte) bool {
+// whether the request goes on to be stored, and the verdict its events
+// are stored with (nil without a scheme).
+func (h *webhook) admitted(w http.ResponseWriter, r *http.Request, reqID string, body []byte) (*queue.Verdict, bool) {
+	var verdict *queue.Verdict
 	if h.verify != nil {
-		pos, err := h.verify(r.Header, body, time.Now())
+		now := time.Now()
+		m, err := h.verify(r.Header, body, now)
 		if err != nil {
-			h.reject(w, r, reqID, http.StatusUnauthorized, "bad signature: "+err.Error())
-			return false
+			h.refuse(w, r, reqID, http.StatusUnauthorized, signatureReason(err), "bad signature: "+err.Error(), body, true)
+			return nil, false
 		}
-		h.matches[pos].Inc()
+		h.matches[m.secret].Inc()
+		verdict = &queue.Verdict{Scheme: h.scheme, Secret: m.secret, ReceivedAt: now.UTC()}
+		if m.signedAt != 0 {
+			verdict.SignedAt = time.Unix(m.signedAt, 0).UTC()
+		}
 	}
-	return h.challenge != sources.ChallengeSlack || !h.slackChallenge(w, r, reqID, body)
+	return verdict, h.challenge != sources.ChallengeSlack || !h.slackChallenge(w, r, reqID, body)
 }
 
 // authorized checks the bearer token, if the source has one, answering 401
-// or 403 when it is missing or wrong.
-func (h *webhook) authorized(w http.ResponseWriter, r *http.Request, reqID string) bool {
+// or 403 when it is missing or wrong; a refused delivery (not a status
+// look-up) is recorded.
+func (h *webhook) authorized(w http.ResponseWriter, r *http.Request, reqID string, delivery bool) bool {
 	if h.token == nil {
 		return true
 	}
+	code, why, msg := 0, "", ""
 	switch h.token.check(r) {
 	case authMissing:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ingestor"`)
-		h.reject(w, r, reqID, http.StatusUnauthorized, "missing Authorization: Bearer token")
-		return false
+		code, why, msg = http.StatusUnauthorized, reasonMissingToken, "missing Authorization: Bearer token"
 	case authWrong:
-		h.reject(w, r, reqID, http.StatusForbidden, "wrong bearer token")
-		return false
+		code, why, msg = http.StatusForbidden, reasonBadToken, "wrong bearer token"
+	default:
+		return true
 	}
-	return true
+	if delivery {
+		h.refuse(w, r, reqID, code, why, msg, nil, false)
+	} else {
+		h.reject(w, r, reqID, code, msg)
+	}
+	return false
 }
 
 // readBody reads the request body, up to max_body_bytes, and then lifts the
-// read deadline ingest set. On error, code is the status to answer, and
+// read deadline ingest set. On error, code is the status to answer, body
+// what was read of a body over max_body_bytes (for the quarantine), and
 // the deadline stays: the connection is closed after the answer.
 func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (body []byte, code int, err error) {
 	tooLarge := fmt.Errorf("the body is over max_body_bytes (%d bytes)", h.maxBody)
@@ -340,7 +387,7 @@ func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.Resp
 		}
 		return buf.Bytes(), 0, nil
 	case errors.As(err, &maxErr):
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+		return buf.Bytes(), http.StatusRequestEntityTooLarge, tooLarge
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, http.StatusRequestTimeout, fmt.Errorf("the body was not read within %s", h.readTimeout)
 	default:
@@ -432,7 +479,7 @@ func (h *webhook) status(w http.ResponseWriter, r *http.Request, reqID, sel stri
 		h.reject(w, r, reqID, http.StatusForbidden, "status look-ups on a listener beyond loopback need the source's bearer token: set token or token_file")
 		return
 	}
-	if !h.authorized(w, r, reqID) {
+	if !h.authorized(w, r, reqID, false) {
 		return
 	}
 	var (
@@ -464,10 +511,21 @@ func (h *webhook) status(w http.ResponseWriter, r *http.Request, reqID, sel stri
 		h.reject(w, r, reqID, http.StatusNotFound, "no such event (never received, or forgotten after publish.dedupe_window)")
 	default:
 		h.env.metrics.Requests.WithLabelValues(h.name, "200").Inc()
-		a := answerOf(st, false)
+		a := statusAnswer{eventAnswer: answerOf(st, false)}
 		a.RequestID = reqID
+		if v := st.Verdict; v != nil {
+			a.Verification = &verification{Scheme: v.Scheme, Secret: v.Secret, SignedAt: v.SignedAt, ReceivedAt: v.ReceivedAt}
+		}
 		WriteJSON(w, http.StatusOK, a)
 	}
+}
+
+// refuse answers a refused delivery as reject does, and records it: why
+// is its reason, body what was read of its body (nil: none) and whole
+// whether that is all of it.
+func (h *webhook) refuse(w http.ResponseWriter, r *http.Request, reqID string, code int, why, reason string, body []byte, whole bool) {
+	h.rejects.record(r, reqID, code, why, reason, body, whole)
+	h.reject(w, r, reqID, code, reason)
 }
 
 // reject answers code with reason, counts it and logs it: a few a minute

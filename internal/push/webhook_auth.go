@@ -48,10 +48,21 @@ func (b *bearer) check(r *http.Request) int {
 	return authOK
 }
 
-// verifier checks the signature of a request and returns the position of
-// the secret that matched; its error says why a request is refused, in
-// words for the sender, and never holds a secret.
-type verifier func(h http.Header, body []byte, now time.Time) (int, error)
+// verifier checks the signature of a request and returns what matched;
+// its error says why a request is refused, in words for the sender, and
+// never holds a secret.
+type verifier func(h http.Header, body []byte, now time.Time) (match, error)
+
+// match is what a signature check found: the position of the secret that
+// matched, and the Unix time in seconds the signature signs (0 when the
+// scheme signs none).
+type match struct {
+	secret   int
+	signedAt int64
+}
+
+// noMatch is the match of a refused signature.
+var noMatch = match{secret: -1}
 
 // newVerifier returns the verifier of spec's signature scheme, or nil when
 // it has none.
@@ -75,21 +86,21 @@ func newVerifier(spec *sources.WebhookSpec) (verifier, error) {
 			return nil, err
 		}
 	case sources.SignatureStripe:
-		return func(h http.Header, body []byte, now time.Time) (int, error) {
+		return func(h http.Header, body []byte, now time.Time) (match, error) {
 			return checkStripe(h.Get("Stripe-Signature"), keys, body, now, tolerance)
 		}, nil
 	case sources.SignatureSlack:
-		return func(h http.Header, body []byte, now time.Time) (int, error) {
+		return func(h http.Header, body []byte, now time.Time) (match, error) {
 			return checkSlack(h, keys, body, now, tolerance)
 		}, nil
 	case sources.SignatureStandard:
-		return func(h http.Header, body []byte, now time.Time) (int, error) {
+		return func(h http.Header, body []byte, now time.Time) (match, error) {
 			return checkStandard(h, keys, body, now, tolerance)
 		}, nil
 	default:
 		return nil, fmt.Errorf("unknown signature scheme %q", spec.Signature)
 	}
-	return func(h http.Header, body []byte, now time.Time) (int, error) { return c.check(h, keys, body, now) }, nil
+	return func(h http.Header, body []byte, now time.Time) (match, error) { return c.check(h, keys, body, now) }, nil
 }
 
 // keyring is a source's signing keys, in the order of its secrets.
@@ -125,6 +136,32 @@ func hmacOf(newHash func() hash.Hash, key []byte, content ...[]byte) []byte {
 }
 
 var errSignatureMismatch = errors.New("the signature does not match the body")
+
+// missingHeader is the error of a signature check for a header it needs
+// and did not get.
+type missingHeader string
+
+func (e missingHeader) Error() string { return "missing the " + string(e) + " header" }
+
+// staleError is the error of a signature check whose signed timestamp is
+// beyond its tolerance.
+type staleError string
+
+func (e staleError) Error() string { return string(e) }
+
+// signatureReason is the quarantine reason of a signature check's error:
+// missing_signature, stale_timestamp or bad_signature.
+func signatureReason(err error) string {
+	var missing missingHeader
+	var stale staleError
+	switch {
+	case errors.As(err, &missing):
+		return reasonMissingSignature
+	case errors.As(err, &stale):
+		return reasonStaleTimestamp
+	}
+	return reasonBadSignature
+}
 
 // macCheck is a signature in one header over a template of the request:
 // github, shopify, hmac and hmac_sha256.
@@ -170,14 +207,14 @@ func newMACCheck(spec *sources.WebhookSpec) (*macCheck, error) {
 // check checks the signature of a request with keys: the MAC of the
 // signed content, and the signed timestamp within tolerance of now either
 // way. It returns the position of the key that matched.
-func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time) (int, error) {
+func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time) (match, error) {
 	v := h.Get(c.header)
 	if v == "" {
-		return -1, fmt.Errorf("missing the %s header", c.header)
+		return noMatch, missingHeader(c.header)
 	}
 	sig, ok := strings.CutPrefix(v, c.prefix)
 	if !ok && !c.prefixOptional {
-		return -1, fmt.Errorf("the %s header does not start with %q", c.header, c.prefix)
+		return noMatch, fmt.Errorf("the %s header does not start with %q", c.header, c.prefix)
 	}
 	decode := hex.DecodeString
 	if c.encoding == "base64" {
@@ -185,7 +222,7 @@ func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time
 	}
 	got, err := decode(sig)
 	if err != nil {
-		return -1, fmt.Errorf("the %s header is not %s", c.header, c.encoding)
+		return noMatch, fmt.Errorf("the %s header is not %s", c.header, c.encoding)
 	}
 	content := [][]byte{body}
 	var ts int64
@@ -198,16 +235,16 @@ func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time
 			case sources.PlaceholderTimestamp:
 				v := h.Get(c.tsHeader)
 				if v == "" {
-					return -1, fmt.Errorf("missing the %s header", c.tsHeader)
+					return noMatch, missingHeader(c.tsHeader)
 				}
 				if ts, err = strconv.ParseInt(v, 10, 64); err != nil {
-					return -1, fmt.Errorf("the %s header is not a Unix time", c.tsHeader)
+					return noMatch, fmt.Errorf("the %s header is not a Unix time", c.tsHeader)
 				}
 				content = append(content, []byte(v))
 			case sources.PlaceholderID:
 				v := h.Get(c.idHeader)
 				if v == "" {
-					return -1, fmt.Errorf("missing the %s header", c.idHeader)
+					return noMatch, missingHeader(c.idHeader)
 				}
 				content = append(content, []byte(v))
 			default:
@@ -217,22 +254,22 @@ func (c *macCheck) check(h http.Header, keys keyring, body []byte, now time.Time
 	}
 	pos := keys.match(now, c.hash, [][]byte{got}, content...)
 	if pos < 0 {
-		return -1, errSignatureMismatch
+		return noMatch, errSignatureMismatch
 	}
 	if c.tsHeader != "" {
 		if err := checkSkew(ts, now, c.tolerance); err != nil {
-			return -1, err
+			return noMatch, err
 		}
 	}
-	return pos, nil
+	return match{secret: pos, signedAt: ts}, nil
 }
 
 // checkStripe checks a Stripe-Signature header, "t=TS,v1=SIG[,v1=SIG...]":
 // one v1 must be the HMAC-SHA256 of "TS.body", and TS no older than
 // tolerance (Stripe's own libraries refuse only old timestamps).
-func checkStripe(header string, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
+func checkStripe(header string, keys keyring, body []byte, now time.Time, tolerance time.Duration) (match, error) {
 	if header == "" {
-		return -1, errors.New("missing the Stripe-Signature header")
+		return noMatch, missingHeader("Stripe-Signature")
 	}
 	var ts string
 	var sigs [][]byte
@@ -249,60 +286,60 @@ func checkStripe(header string, keys keyring, body []byte, now time.Time, tolera
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return -1, errors.New("the Stripe-Signature header has no valid timestamp t=")
+		return noMatch, errors.New("the Stripe-Signature header has no valid timestamp t=")
 	}
 	if len(sigs) == 0 {
-		return -1, errors.New("the Stripe-Signature header has no v1 signature")
+		return noMatch, errors.New("the Stripe-Signature header has no v1 signature")
 	}
 	pos := keys.match(now, sha256.New, sigs, []byte(ts), []byte("."), body)
 	if pos < 0 {
-		return -1, errSignatureMismatch
+		return noMatch, errSignatureMismatch
 	}
 	if age := now.Sub(time.Unix(t, 0)); age > tolerance {
-		return -1, fmt.Errorf("the signature timestamp is %s old, beyond the %s tolerance", age.Truncate(time.Second), tolerance)
+		return noMatch, staleError(fmt.Sprintf("the signature timestamp is %s old, beyond the %s tolerance", age.Truncate(time.Second), tolerance))
 	}
-	return pos, nil
+	return match{secret: pos, signedAt: t}, nil
 }
 
 // checkSlack checks X-Slack-Signature, "v0=" + the hex HMAC-SHA256 of
 // "v0:TS:body" with TS the X-Slack-Request-Timestamp, which must be within
 // tolerance of now either way.
-func checkSlack(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
+func checkSlack(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (match, error) {
 	ts := h.Get("X-Slack-Request-Timestamp")
 	if ts == "" {
-		return -1, errors.New("missing the X-Slack-Request-Timestamp header")
+		return noMatch, missingHeader("X-Slack-Request-Timestamp")
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return -1, errors.New("the X-Slack-Request-Timestamp header is not a Unix time")
+		return noMatch, errors.New("the X-Slack-Request-Timestamp header is not a Unix time")
 	}
 	v := h.Get("X-Slack-Signature")
 	if v == "" {
-		return -1, errors.New("missing the X-Slack-Signature header")
+		return noMatch, missingHeader("X-Slack-Signature")
 	}
 	sig, ok := strings.CutPrefix(v, "v0=")
 	if !ok {
-		return -1, errors.New(`the X-Slack-Signature header does not start with "v0="`)
+		return noMatch, errors.New(`the X-Slack-Signature header does not start with "v0="`)
 	}
 	got, err := hex.DecodeString(sig)
 	if err != nil {
-		return -1, errors.New("the X-Slack-Signature header is not hex")
+		return noMatch, errors.New("the X-Slack-Signature header is not hex")
 	}
 	pos := keys.match(now, sha256.New, [][]byte{got}, []byte("v0:"+ts+":"), body)
 	if pos < 0 {
-		return -1, errSignatureMismatch
+		return noMatch, errSignatureMismatch
 	}
 	if err := checkSkew(t, now, tolerance); err != nil {
-		return -1, err
+		return noMatch, err
 	}
-	return pos, nil
+	return match{secret: pos, signedAt: t}, nil
 }
 
 // checkSkew refuses a signed Unix time t further than tolerance from now,
 // either way.
 func checkSkew(t int64, now time.Time, tolerance time.Duration) error {
 	if skew := now.Sub(time.Unix(t, 0)).Abs(); skew > tolerance {
-		return fmt.Errorf("the request timestamp is %s away from now, beyond the %s tolerance", skew.Truncate(time.Second), tolerance)
+		return staleError(fmt.Sprintf("the request timestamp is %s away from now, beyond the %s tolerance", skew.Truncate(time.Second), tolerance))
 	}
 	return nil
 }
@@ -312,22 +349,22 @@ func checkSkew(t int64, now time.Time, tolerance time.Duration) error {
 // be the base64 HMAC-SHA256 of "ID.TS.body" (ID the webhook-id, TS the
 // webhook-timestamp); other versions are ignored. TS must be within
 // tolerance of now either way.
-func checkStandard(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (int, error) {
+func checkStandard(h http.Header, keys keyring, body []byte, now time.Time, tolerance time.Duration) (match, error) {
 	id := h.Get("webhook-id")
 	if id == "" {
-		return -1, errors.New("missing the webhook-id header")
+		return noMatch, missingHeader("webhook-id")
 	}
 	ts := h.Get("webhook-timestamp")
 	if ts == "" {
-		return -1, errors.New("missing the webhook-timestamp header")
+		return noMatch, missingHeader("webhook-timestamp")
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return -1, errors.New("the webhook-timestamp header is not a Unix time")
+		return noMatch, errors.New("the webhook-timestamp header is not a Unix time")
 	}
 	v := h.Get("webhook-signature")
 	if v == "" {
-		return -1, errors.New("missing the webhook-signature header")
+		return noMatch, missingHeader("webhook-signature")
 	}
 	var sigs [][]byte
 	for _, entry := range strings.Fields(v) {
@@ -339,14 +376,14 @@ func checkStandard(h http.Header, keys keyring, body []byte, now time.Time, tole
 		sigs = append(sigs, got)
 	}
 	if len(sigs) == 0 {
-		return -1, errors.New(`the webhook-signature header has no valid v1 signature ("v1," + base64)`)
+		return noMatch, errors.New(`the webhook-signature header has no valid v1 signature ("v1," + base64)`)
 	}
 	pos := keys.match(now, sha256.New, sigs, []byte(id+"."+ts+"."), body)
 	if pos < 0 {
-		return -1, errSignatureMismatch
+		return noMatch, errSignatureMismatch
 	}
 	if err := checkSkew(t, now, tolerance); err != nil {
-		return -1, err
+		return noMatch, err
 	}
-	return pos, nil
+	return match{secret: pos, signedAt: t}, nil
 }

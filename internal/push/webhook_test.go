@@ -521,7 +521,7 @@ func TestWebhookSlowBodyIsCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.(*webhook).readTimeout = 200 * time.Millisecond
+	h.readTimeout = 200 * time.Millisecond
 	mux := http.NewServeMux()
 	mux.Handle("/ingest/{name}", h)
 	ts := httptest.NewServer(mux)

@@ -26,6 +26,9 @@ type NewEvent struct {
 	// its sequence (DevSeq 0: none); see devseq.go.
 	Device string
 	DevSeq int64
+	// Verdict, when set, is the signature verdict of a signed webhook
+	// event, stored with it when it is new (verdict.go).
+	Verdict *Verdict
 }
 
 // Batch is one fetched batch: its events, its raw object and the cursor
@@ -339,6 +342,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 		args := make([]any, 0, per*eventCols)
 		var seqs []int64
 		var devSeqs []deviceSeq
+		var verdicts []any
 		for start := 0; start < len(b.Events); start += per {
 			chunk := b.Events[start:min(start+per, len(b.Events))]
 			frameID := q.nextFrame
@@ -371,6 +375,9 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				if e.DevSeq > 0 {
 					devSeqs = append(devSeqs, deviceSeq{device: e.Device, seq: e.DevSeq})
 				}
+				if e.Verdict != nil {
+					verdicts = e.Verdict.appendRow(verdicts, seq)
+				}
 				f.Events = append(f.Events, Event{
 					Seq: seq, Source: b.Source, Key: e.Key, FetchedAt: b.FetchedAt, EventTime: e.EventTime,
 					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
@@ -388,6 +395,9 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			}
 			added += int64(len(f.Events))
 			frames = append(frames, f)
+		}
+		if err := insertVerdicts(tx, verdicts); err != nil {
+			return nil, 0, err
 		}
 		if len(devSeqs) > 0 {
 			findings, err := trackSeqs(tx, b.Source, devSeqs, b.SeqGrace, now)
@@ -600,6 +610,9 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		if deleted > 0 {
 			if _, err := tx.Exec(`DELETE FROM raw_objects WHERE id < coalesce((SELECT raw_id FROM events ORDER BY id LIMIT 1), (SELECT max(id) + 1 FROM raw_objects))`); err != nil {
 				return fmt.Errorf("prune raw objects: %w", err)
+			}
+			if err := pruneVerdicts(tx); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -113,6 +113,37 @@ CREATE TABLE device_seqs (
 	PRIMARY KEY (source, device)
 ) WITHOUT ROWID;
 `,
+	// v6: the last rejected deliveries of each webhook source, kept for ops
+	// to see why a provider's requests were refused (quarantine.go).
+	`
+CREATE TABLE quarantine (
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	source      TEXT    NOT NULL,
+	at          INTEGER NOT NULL, -- unix nanoseconds
+	reason      TEXT    NOT NULL, -- a machine reason: bad_signature, too_large, ...
+	detail      TEXT    NOT NULL, -- the error answered
+	code        INTEGER NOT NULL, -- the HTTP status answered
+	request_id  TEXT    NOT NULL,
+	remote      TEXT    NOT NULL,
+	method      TEXT    NOT NULL,
+	path        TEXT    NOT NULL,
+	headers     TEXT    NOT NULL, -- JSON object, secrets redacted
+	body        BLOB    NOT NULL, -- capped at quarantine_body_bytes
+	truncated   INTEGER NOT NULL  -- 1 when body is not the whole request body
+);
+CREATE INDEX quarantine_source ON quarantine(source, id);
+`,
+	// v7: the signature verdict of each event of a signed webhook source,
+	// for the status look-up (verdict.go).
+	`
+CREATE TABLE event_verdicts (
+	seq         INTEGER PRIMARY KEY, -- the event's events.id
+	scheme      TEXT    NOT NULL,    -- the source's signature scheme
+	secret      INTEGER NOT NULL,    -- the position of the secret that matched
+	signed_at   INTEGER NOT NULL,    -- the signed Unix time in seconds, 0 for none
+	received_at INTEGER NOT NULL     -- unix nanoseconds
+);
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.

@@ -41,14 +41,17 @@ type EventStatus struct {
 	CreatedAt, UpdatedAt time.Time
 	// LastError is the last nack reason or delivery error, if any.
 	LastError string
+	// Verdict is the signature verdict stored with the event, or nil.
+	Verdict *Verdict
 }
 
 // statusQuery reads an event's ledger row, its raw object and its frame.
 // An event is acked when its row says so (acked by key) or when its frame
 // is gone (acked whole); a dead-lettered one is marked acked and dead.
 const statusQuery = `SELECT e.id, e.source, e.key, e.acked, e.dead, e.attempts, e.last_seen, e.last_error,
-	r.fetched_at, coalesce(f.deliveries, -1)
-	FROM events e JOIN raw_objects r ON r.id = e.raw_id LEFT JOIN frames f ON f.id = e.frame_id `
+	r.fetched_at, coalesce(f.deliveries, -1), v.scheme, v.secret, v.signed_at, v.received_at
+	FROM events e JOIN raw_objects r ON r.id = e.raw_id LEFT JOIN frames f ON f.id = e.frame_id
+	LEFT JOIN event_verdicts v ON v.seq = e.id `
 
 // EventBySeq returns the status of event seq of source; ok is false when
 // the ledger does not know it (never queued, or forgotten after the
@@ -68,8 +71,9 @@ func (q *Queue) eventStatus(ctx context.Context, query string, args ...any) (Eve
 	var acked, dead bool
 	var lastSeen, created int64
 	var deliveries int
+	var v verdictRow
 	err := q.rdb.QueryRowContext(ctx, query, args...).Scan(&st.Seq, &st.Source, &st.Key, &acked, &dead,
-		&st.Received, &lastSeen, &st.LastError, &created, &deliveries)
+		&st.Received, &lastSeen, &st.LastError, &created, &deliveries, &v.scheme, &v.secret, &v.signedAt, &v.receivedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, false, nil
 	}
@@ -77,6 +81,7 @@ func (q *Queue) eventStatus(ctx context.Context, query string, args ...any) (Eve
 		return st, false, fmt.Errorf("read event status: %w", err)
 	}
 	st.CreatedAt = time.Unix(0, created)
+	st.Verdict = v.verdict()
 	st.UpdatedAt = st.CreatedAt
 	if lastSeen > created {
 		st.UpdatedAt = time.Unix(0, lastSeen)

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/queue"
+)
+
+const quarantineUsage = `usage:
+  ingestor quarantine list -c FILE [-source S] [-limit N] [-o json]
+  ingestor quarantine show ID -c FILE [-o json]
+  ingestor quarantine clear -c FILE -source S
+
+The quarantine holds the last refused deliveries of each webhook source
+(quarantine_size), newest first. With the daemon running, quarantine talks
+to its admin endpoints, as ingestor dlq does; with it stopped, it opens the
+queue itself.
+`
+
+// quarantineBackend is what `ingestor quarantine` needs: the running
+// daemon's admin endpoints, or the queue opened directly.
+type quarantineBackend interface {
+	List(ctx context.Context, source string, limit int) ([]queue.Rejected, error)
+	Show(ctx context.Context, id int64) (queue.Rejected, error)
+	Clear(ctx context.Context, source string) (int, error)
+}
+
+func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, quarantineUsage)
+		return 2
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("quarantine "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "config file")
+	source := fs.String("source", "", "only deliveries of this source")
+	limit := fs.Int("limit", 100, "list at most this many")
+	output := fs.String("o", "", `output format: "json", or a table by default`)
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "ingestor quarantine %s: %s\n", sub, fmt.Sprintf(format, a...))
+		return 2
+	}
+	switch {
+	case !slices.Contains([]string{"list", "show", "clear"}, sub):
+		fmt.Fprintf(stderr, "ingestor quarantine: unknown command %q\n%s", sub, quarantineUsage)
+		return 2
+	case *path == "":
+		return fail("-c FILE is required")
+	case *output != "" && *output != "json":
+		return fail("-o %q: want json", *output)
+	case *limit <= 0:
+		return fail("-limit %d: want a positive number", *limit)
+	case sub == "show" && len(pos) != 1, sub != "show" && len(pos) != 0:
+		return fail("give exactly one ID to show, none to list or clear")
+	case sub == "clear" && *source == "":
+		return fail("-source S is required")
+	}
+	var id int64
+	if sub == "show" {
+		n, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || n <= 0 {
+			return fail("%q is not a quarantined delivery id", pos[0])
+		}
+		id = n
+	}
+
+	cfg, err := config.Load(*path)
+	if err != nil {
+		printConfigError(stderr, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, closeB, err := openQuarantine(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "ingestor quarantine: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := closeB(); err != nil {
+			fmt.Fprintf(stderr, "ingestor quarantine: %v\n", err)
+		}
+	}()
+	var out any
+	switch sub {
+	case "list":
+		list, err := b.List(ctx, *source, *limit)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor quarantine list: %v\n", err)
+			return 1
+		}
+		out = list
+		if *output == "" {
+			printQuarantineTable(stdout, list)
+			return 0
+		}
+	case "show":
+		e, err := b.Show(ctx, id)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor quarantine show: %v\n", err)
+			return 1
+		}
+		out = e
+		if *output == "" {
+			printRejected(stdout, e)
+			return 0
+		}
+	case "clear":
+		n, err := b.Clear(ctx, *source)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor quarantine clear: %v\n", err)
+			return 1
+		}
+		out = map[string]int{"cleared": n}
+		if *output == "" {
+			fmt.Fprintf(stdout, "%d quarantined delivery(ies) of %s cleared\n", n, *source)
+			return 0
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		fmt.Fprintf(stderr, "ingestor quarantine %s: %v\n", sub, err)
+		return 1
+	}
+	return 0
+}
+
+// openQuarantine reaches the quarantine as openDLQ reaches the dead-letter
+// list.
+func openQuarantine(cfg *config.Config) (quarantineBackend, func() error, error) {
+	q, remote, closeQ, err := openQueueOrDaemon(cfg, "quarantine")
+	if err != nil {
+		return nil, nil, err
+	}
+	if remote != nil {
+		return httpQuarantine{remote}, closeQ, nil
+	}
+	return queueQuarantine{q}, closeQ, nil
+}
+
+// queueQuarantine is the quarantine of a queue opened directly.
+type queueQuarantine struct{ q *queue.Queue }
+
+func (b queueQuarantine) List(ctx context.Context, source string, limit int) ([]queue.Rejected, error) {
+	return b.q.QuarantineList(ctx, source, limit)
+}
+
+func (b queueQuarantine) Show(ctx context.Context, id int64) (queue.Rejected, error) {
+	return b.q.Quarantined(ctx, id)
+}
+
+func (b queueQuarantine) Clear(ctx context.Context, source string) (int, error) {
+	return b.q.ClearQuarantine(ctx, source)
+}
+
+// httpQuarantine is the running daemon's quarantine, over its admin
+// endpoints.
+type httpQuarantine struct{ h *httpDLQ }
+
+func (b httpQuarantine) List(ctx context.Context, source string, limit int) ([]queue.Rejected, error) {
+	v := url.Values{"limit": {strconv.Itoa(limit)}}
+	if source != "" {
+		v.Set("source", source)
+	}
+	var list []queue.Rejected
+	_, err := b.h.do(ctx, http.MethodGet, "/quarantine?"+v.Encode(), nil, &list)
+	return list, err
+}
+
+func (b httpQuarantine) Show(ctx context.Context, id int64) (queue.Rejected, error) {
+	var e queue.Rejected
+	_, err := b.h.do(ctx, http.MethodGet, "/quarantine/"+strconv.FormatInt(id, 10), nil, &e)
+	return e, err
+}
+
+func (b httpQuarantine) Clear(ctx context.Context, source string) (int, error) {
+	var out struct {
+		Cleared int `json:"cleared"`
+	}
+	_, err := b.h.do(ctx, http.MethodDelete, "/quarantine?"+url.Values{"source": {source}}.Encode(), nil, &out)
+	return out.Cleared, err
+}
+
+// printQuarantineTable prints refused deliveries, newest first.
+func printQuarantineTable(w io.Writer, list []queue.Rejected) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSOURCE\tTIME\tREASON\tCODE\tREQUEST ID\tREMOTE")
+	for _, e := range list {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Source, e.At.Format(time.RFC3339), e.Reason, e.Code, e.RequestID, e.Remote)
+	}
+	if err := tw.Flush(); err != nil {
+		fmt.Fprintf(w, "write table: %v\n", err)
+	}
+	fmt.Fprintf(w, "%d quarantined delivery(ies)\n", len(list))
+}
+
+// printRejected prints one refused delivery: its headers sorted, its body
+// as text when it is UTF-8 (quoted when it holds control characters),
+// else as base64.
+func printRejected(w io.Writer, e queue.Rejected) {
+	fmt.Fprintf(w, "id:          %d\nsource:      %s\ntime:        %s\nreason:      %s\ncode:        %d\nerror:       %s\n",
+		e.ID, e.Source, e.At.Format(time.RFC3339Nano), e.Reason, e.Code, e.Detail)
+	fmt.Fprintf(w, "request id:  %s\nremote:      %s\nrequest:     %s %s\nheaders:\n", e.RequestID, e.Remote, e.Method, e.Path)
+	names := make([]string, 0, len(e.Headers))
+	for name := range e.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, v := range e.Headers[name] {
+			fmt.Fprintf(w, "  %s: %s\n", name, v)
+		}
+	}
+	text, enc := queue.BodyText(e.Body)
+	if enc == "text" && strings.ContainsFunc(text, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' }) {
+		// The sender wrote it: no escape sequence reaches the terminal.
+		text, enc = strconv.Quote(text), "text, quoted"
+	}
+	cut := ""
+	if e.Truncated {
+		cut = ", truncated"
+	}
+	fmt.Fprintf(w, "body (%d bytes, %s%s):\n%s\n", len(e.Body), enc, cut, text)
+}

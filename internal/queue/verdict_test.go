@@ -1,0 +1,61 @@
+package queue
+
+import (
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestVerdictStoredWithEvent appends a batch whose events carry a verdict
+// beside one whose events carry none: the status look-up answers each
+// new event's verdict (a duplicate keeps the first), none for the others,
+// and Prune deletes the verdicts of the events it deletes.
+func TestVerdictStoredWithEvent(t *testing.T) {
+	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 10, DedupeWindow: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx := t.Context()
+	received := time.Date(2026, 11, 24, 21, 0, 0, 123, time.UTC)
+	v := &Verdict{Scheme: "slack", Secret: 1, SignedAt: time.Unix(1531420618, 0).UTC(), ReceivedAt: received}
+	signed := Batch{Source: "s", RawKey: "s/raw-0", FetchedAt: time.Now()}
+	for i := range 25 {
+		signed.Events = append(signed.Events, NewEvent{Key: "k" + strconv.Itoa(i), RawOff: i, RawLen: 1, Verdict: v})
+	}
+	frames, err := q.Append(ctx, signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Append(ctx, Batch{Source: "s", RawKey: "s/raw-1", FetchedAt: time.Now(), Events: []NewEvent{
+		{Key: "k0", Verdict: &Verdict{Scheme: "slack", Secret: 0, ReceivedAt: time.Now()}}, {Key: "plain", RawOff: 1, RawLen: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"k0", "k24"} {
+		st, ok, err := q.EventByKey(ctx, "s", key)
+		if err != nil || !ok || st.Verdict == nil || *st.Verdict != *v {
+			t.Fatalf("EventByKey(%s) = %+v (ok %v, err %v), verdict %+v; want %+v", key, st, ok, err, st.Verdict, v)
+		}
+	}
+	if st, ok, err := q.EventBySeq(ctx, "s", frames[2].Events[0].Seq); err != nil || !ok || st.Verdict == nil || st.Verdict.Secret != 1 {
+		t.Fatalf("EventBySeq = %+v, %v, %v", st, ok, err)
+	}
+	if st, ok, err := q.EventByKey(ctx, "s", "plain"); err != nil || !ok || st.Verdict != nil {
+		t.Fatalf("the unsigned event's status = %+v (ok %v, err %v), want no verdict", st, ok, err)
+	}
+	ids := make([]int64, 0, len(frames))
+	for _, f := range frames {
+		ids = append(ids, f.ID)
+	}
+	if _, err := q.Ack(ctx, ids, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Prune(ctx, 1000); err != nil || n != 25 {
+		t.Fatalf("prune deleted %d (err %v), want the 25 acked", n, err)
+	}
+	var left int
+	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM event_verdicts`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d verdicts left after the prune (err %v), want 0", left, err)
+	}
+}
