@@ -28,9 +28,6 @@ func TestValidateCommand(t *testing.T) {
 	t.Setenv("NEW_SECRET", "new-0123")
 	t.Setenv("OLD_SECRET", "old-4567")
 	t.Setenv("APP_TOKEN", "0123456789abcdef-app")
-	t.Setenv("CUSTOM_SECRET", "custom-0123")
-	t.Setenv("NEW_SECRET", "new-0123")
-	t.Setenv("OLD_SECRET", "old-4567")
 	// ws_ingress.good.toml takes its token and tokens file from there too.
 	t.Setenv("DEVICES_TOKEN", "devices-0123456789abcdef")
 	t.Setenv("DEVICE_TOKENS_FILE", "../../testdata/config/device-tokens")
