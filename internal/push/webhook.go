@@ -15,12 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/wire"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -118,68 +118,25 @@ type eventAnswer struct {
 	RequestID      string    `json:"request_id,omitempty"`
 }
 
-// appendJSON appends a's JSON, the same object json.Marshal makes (one
+// appendJSON appends a's JSON, the same bytes json.Marshal makes (one
 // webhook answer per request: encoding/json's reflection was the largest
 // cost of the handler itself).
 func (a *eventAnswer) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(append(b, `{"id":`...), a.ID, 10)
-	b = appendJSONString(append(b, `,"idempotency_key":`...), a.IdempotencyKey)
-	b = appendJSONString(append(b, `,"status":`...), a.Status)
+	b = wire.AppendString(append(b, `,"idempotency_key":`...), a.IdempotencyKey)
+	b = wire.AppendString(append(b, `,"status":`...), a.Status)
 	b = strconv.AppendBool(append(b, `,"duplicate":`...), a.Duplicate)
 	b = strconv.AppendInt(append(b, `,"deliveries":`...), int64(a.Deliveries), 10)
 	b = strconv.AppendInt(append(b, `,"received":`...), int64(a.Received), 10)
 	b = append(a.CreatedAt.AppendFormat(append(b, `,"created_at":"`...), time.RFC3339Nano), '"')
 	b = append(a.UpdatedAt.AppendFormat(append(b, `,"updated_at":"`...), time.RFC3339Nano), '"')
 	if a.LastError != "" {
-		b = appendJSONString(append(b, `,"last_error":`...), a.LastError)
+		b = wire.AppendString(append(b, `,"last_error":`...), a.LastError)
 	}
 	if a.RequestID != "" {
-		b = appendJSONString(append(b, `,"request_id":`...), a.RequestID)
+		b = wire.AppendString(append(b, `,"request_id":`...), a.RequestID)
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD, as
-// encoding/json does.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(append(b, s[start:i]...), `\ufffd`...)
-				i += size
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		if c >= ' ' && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		i++
-		start = i
-	}
-	return append(append(b, s[start:]...), '"')
 }
 
 // statusAnswer is the JSON answer of a status look-up: the event and, for
