@@ -174,20 +174,7 @@ func TestGuardClientCert(t *testing.T) {
 // post POSTs body to url with c and reads the answer.
 func post(t *testing.T, c *http.Client, url, body string) reply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{code: resp.StatusCode, header: resp.Header, body: string(b)}
+	return sendWith(t, c, http.MethodPost, url, strings.NewReader(body))
 }
 
 // TestGuardRateLimit: with a limiter of 5/s and a burst of 5, the first 5

@@ -44,29 +44,6 @@ func quarantined(t *testing.T, q *queue.Queue, source, reqID string) queue.Rejec
 	return e
 }
 
-// sendWith sends a request with c; headers are name, value pairs. A body
-// of type io.Reader other than *strings.Reader is sent chunked.
-func sendWith(t *testing.T, c *http.Client, method, url string, body io.Reader, headers ...string) reply {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{code: resp.StatusCode, header: resp.Header, body: string(b)}
-}
-
 // TestWebhookQuarantine refuses a delivery for each reason, over real TLS
 // connections, and finds each in the quarantine with its reason, code,
 // request id, method and path, its secret headers redacted (the secrets

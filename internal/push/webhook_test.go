@@ -99,14 +99,21 @@ func (r reply) event(t *testing.T) eventAnswer {
 // pairs.
 func send(t *testing.T, method, url, body string, headers ...string) reply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	return sendWith(t, http.DefaultClient, method, url, strings.NewReader(body), headers...)
+}
+
+// sendWith sends a request with c; headers are name, value pairs. A body
+// of type io.Reader other than *strings.Reader is sent chunked.
+func sendWith(t *testing.T, c *http.Client, method, url string, body io.Reader, headers ...string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
