@@ -68,17 +68,9 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	replayed := fs.Bool("replayed", false, "list replayed and resolved dead letters too")
 	all := fs.Bool("all", false, "replay or drop every active dead letter the filters select")
 	yes := fs.Bool("yes", false, "drop without asking")
-	var pos []string
-	rest := args[1:]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return 2
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "ingestor dlq: -c FILE is required")

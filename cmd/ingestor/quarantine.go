@@ -52,17 +52,9 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	source := fs.String("source", "", "only deliveries of this source")
 	limit := fs.Int("limit", 100, "list at most this many")
 	output := fs.String("o", "", `output format: "json", or a table by default`)
-	var pos []string
-	rest := args[1:]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return 2
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ingestor quarantine %s: %s\n", sub, fmt.Sprintf(format, a...))
