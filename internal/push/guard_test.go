@@ -41,17 +41,7 @@ func startGuarded(t *testing.T, tlsFiles func(*config.Push), limiters *sources.R
 		scheme = "https"
 	}
 	m := NewMetrics(nil)
-	srv, err := Start(ServerOptions{Push: p, Sources: srcs, Inbox: in, Metrics: m, Limiters: limiters})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	srv := startServer(t, ServerOptions{Push: p, Sources: srcs, Inbox: in, Metrics: m, Limiters: limiters})
 	return &guardRig{base: scheme + "://" + srv.Addr() + "/ingest/", q: q, metrics: m}
 }
 

@@ -1,7 +1,6 @@
 package push
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -72,20 +71,9 @@ func TestWebhookQuarantine(t *testing.T) {
 		hook(t, "mtls", func(s *sources.WebhookSpec) { s.RequireClientCert = true }),
 		hook(t, "off", func(s *sources.WebhookSpec) { s.Token, s.QuarantineSize = token, 0 }),
 	}
-	srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0", TLSCertFile: pki.ServerCertFile, TLSKeyFile: pki.ServerKeyFile,
+	srv := startServer(t, ServerOptions{Push: config.Push{Addr: "127.0.0.1:0", TLSCertFile: pki.ServerCertFile, TLSKeyFile: pki.ServerKeyFile,
 		ClientCAFile: pki.CAFile}, Sources: srcs, Inbox: in, Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Not t.Context(): it is cancelled before the cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
 	base := "https://" + srv.Addr() + "/ingest/"
 	tlsClient := func(certs ...tls.Certificate) *http.Client {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.CAs, Certificates: certs}}}

@@ -41,26 +41,34 @@ type hookServer struct {
 }
 
 // startHooks starts a push listener on loopback for a webhook source whose
+// startServer starts a push listener with o and shuts it down when the
+// test ends.
+func startServer(t *testing.T, o ServerOptions) *Server {
+	t.Helper()
+	srv, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Not t.Context(): it is cancelled before the cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return srv
+}
+
 // spec set adjusts; maxPending is publish.max_pending_events.
 func startHooks(t *testing.T, maxPending int64, set func(*sources.WebhookSpec)) *hookServer {
 	t.Helper()
 	in, q, raw, frames := openInbox(t, maxPending)
 	spec := webhookSpec(t, set)
 	logs, metrics := &testsync.LockedBuffer{}, NewMetrics(nil)
-	srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"},
+	srv := startServer(t, ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"},
 		Sources: []config.Source{{Name: "hooks", Kind: "webhook", Enabled: true, Spec: spec}},
 		Inbox:   in, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Metrics: metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Not t.Context(): it is cancelled before the cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
 	return &hookServer{url: "http://" + srv.Addr() + "/ingest/hooks", in: in, q: q, raw: raw, frames: frames, logs: logs, metrics: metrics}
 }
 

@@ -66,18 +66,8 @@ func startWSPending(t *testing.T, maxPending int64, tune func(*sources.WSIngress
 		tune(spec)
 	}
 	m := NewMetrics(nil)
-	srv, err := Start(ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"}, Inbox: in, Metrics: m,
+	srv := startServer(t, ServerOptions{Push: config.Push{Addr: "127.0.0.1:0"}, Inbox: in, Metrics: m,
 		Sources: []config.Source{{Name: "devices", Kind: "ws_ingress", Enabled: true, Spec: spec}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
 	return &wsRig{srv: srv, inbox: in, q: q, frames: frames, metrics: m, dir: dir, url: "ws://" + srv.Addr() + "/ingest/devices/ws"}
 }
 
