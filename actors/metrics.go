@@ -17,6 +17,7 @@ type Metrics struct {
 	bytes           *prometheus.CounterVec
 	malformed       *prometheus.CounterVec
 	lastSuccess     *prometheus.GaugeVec
+	interval        *prometheus.GaugeVec
 	ages            *sourceAges
 	paused          *prometheus.GaugeVec
 	restarts        *prometheus.CounterVec
@@ -34,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	src := []string{"source"}
 	m := &Metrics{
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_polls_total",
-			Help: "Fetches by outcome: ok, error (retried with backoff) or malformed (fetched again up to malformed_retries times, then dead-lettered)."}, []string{"source", "result"}),
+			Help: "Fetches by outcome: ok, error (retried with backoff), malformed (fetched again up to malformed_retries times, then dead-lettered) or wait (the upstream said when to come back, by Retry-After or a rate-limit header, or the source's rate limiter has no slot soon; the next fetch waits until then)."}, []string{"source", "result"}),
 		pollDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ingestor_source_poll_duration_seconds",
 			Help: "Duration of one fetch.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, src),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_events_total",
@@ -47,6 +48,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Malformed payloads, whether fetched again or dead-lettered."}, src),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_last_success_timestamp_seconds",
 			Help: "Unix time of the last fetch whose batch was committed."}, src),
+		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_interval_seconds",
+			Help: "The configured time between fetches of a polled source (push sources have none)."}, src),
 		ages: &sourceAges{states: make(map[string]*sourceState)},
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_paused",
 			Help: "1 while the source waits because the queue is at max_pending_events."}, src),
@@ -69,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.polls, m.pollDuration, m.events, m.duplicates, m.bytes, m.malformed, m.lastSuccess,
-			m.ages, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors,
+			m.interval, m.ages, m.paused, m.restarts, m.rawPutDuration, m.rawPutErrors,
 			m.rawStoreUp, m.rawSpilled, m.rawSpillPending, m.rawHeld, m.commitDuration)
 	}
 	return m

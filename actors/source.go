@@ -189,6 +189,7 @@ func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorRead) {
 	}
 	a.cursor, a.ready = m.cursor, true
 	a.log.Info("source started", "kind", a.cfg.Kind, "cursor", a.cursor, "interval", a.cfg.Interval)
+	a.deps.Metrics.interval.WithLabelValues(a.cfg.Name).Set(a.cfg.Interval.Seconds())
 	// Spread first polls over one interval so many sources do not fire
 	// together, and keep a wait the upstream asked for before a restart.
 	first := time.Duration(rand.Int64N(int64(a.cfg.Interval) + 1))
