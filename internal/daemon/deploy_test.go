@@ -115,6 +115,11 @@ func TestDeployRulesPromtool(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("check", "rules", file)
+	if t.Failed() {
+		for i, r := range recs {
+			t.Logf("dashboard:expr_%d is %s", i, r["expr"])
+		}
+	}
 
 	doc, err := os.ReadFile(deployREADME)
 	if err != nil {
