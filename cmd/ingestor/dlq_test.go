@@ -63,23 +63,7 @@ ack_endpoint = "tcp://%s"
 	if err := raw.Put(t.Context(), "feed/ok", []byte(`1,2,`)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.Start(t.Context(), cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}
-	t.Cleanup(stop)
+	d, stop := startInProcess(t, cfg)
 	return cfgPath, d, stop
 }
 
@@ -220,4 +204,29 @@ func TestDLQCommandToken(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "showing 1 of 2 dead letter(s)") {
 		t.Fatalf("dlq list -limit 1 offline = %d:\n%s", code, out)
 	}
+}
+
+// startInProcess starts a daemon on cfg in this process, its logs
+// discarded, and returns it with a stop that shuts it down once; stop also
+// runs when the test ends.
+func startInProcess(t *testing.T, cfg *config.Config) (*daemon.Daemon, func()) {
+	t.Helper()
+	d, err := daemon.Start(t.Context(), cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(stop)
+	return d, stop
 }

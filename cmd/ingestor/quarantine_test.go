@@ -2,11 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
-	"github.com/ingestorhq/ingestor/internal/daemon"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
@@ -72,23 +68,7 @@ quarantine_body_bytes = 16
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.Start(t.Context(), cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}
-	t.Cleanup(stop)
+	d, stop := startInProcess(t, cfg)
 
 	for i := range 5 {
 		body := fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, strings.Repeat("x", 40))
