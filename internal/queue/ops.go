@@ -396,7 +396,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			added += int64(len(f.Events))
 			frames = append(frames, f)
 		}
-		if err := insertVerdicts(tx, verdicts); err != nil {
+		if err := q.insertVerdicts(tx, verdicts); err != nil {
 			return nil, 0, err
 		}
 		if len(devSeqs) > 0 {

@@ -77,7 +77,9 @@ type Queue struct {
 	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
 	lazySync bool
 	stmts    map[int]*sql.Stmt
-	settle   settleStmts
+	// verdictStmts insert 1, 2, 4 ... rows of event_verdicts (verdict.go).
+	verdictStmts map[int]*sql.Stmt
+	settle       settleStmts
 }
 
 // Open opens (creating if needed) the queue at o.Path, applies migrations and
@@ -130,7 +132,7 @@ func Open(o Options) (*Queue, error) {
 		done:  make(chan struct{}),
 		stmts: make(map[int]*sql.Stmt),
 	}
-	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareSettle()); err != nil {
+	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareVerdicts(), q.prepareSettle()); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
@@ -205,6 +207,9 @@ func (q *Queue) Close() error {
 	<-q.done
 	var errs []error
 	for _, st := range q.stmts {
+		errs = append(errs, st.Close())
+	}
+	for _, st := range q.verdictStmts {
 		errs = append(errs, st.Close())
 	}
 	errs = append(errs, q.settle.close(), q.rdb.Close(), q.wdb.Close())

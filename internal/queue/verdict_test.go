@@ -44,6 +44,10 @@ func TestVerdictStoredWithEvent(t *testing.T) {
 	if st, ok, err := q.EventByKey(ctx, "s", "plain"); err != nil || !ok || st.Verdict != nil {
 		t.Fatalf("the unsigned event's status = %+v (ok %v, err %v), want no verdict", st, ok, err)
 	}
+	var stored int
+	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM event_verdicts`).Scan(&stored); err != nil || stored != 25 {
+		t.Fatalf("%d verdicts stored (err %v), want one per new signed event: 25 (in statements of 16, 8 and 1 rows)", stored, err)
+	}
 	ids := make([]int64, 0, len(frames))
 	for _, f := range frames {
 		ids = append(ids, f.ID)
