@@ -143,12 +143,24 @@ func cmdRun(args []string, stderr io.Writer) int {
 	log := daemon.NewLogger(cfg.Daemon)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP would end the process without draining (Go's default): it is
+	// caught and ignored until the configuration can be reloaded.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: log})
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1
 	}
-	<-ctx.Done()
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-hup:
+			log.Warn("SIGHUP ignored: this version cannot reload its configuration; restart the daemon to apply a changed config (SIGTERM drains it first)")
+		}
+	}
 	stop() // a second signal kills the process the usual way
 	grace, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownGrace)
 	defer cancel()
