@@ -26,6 +26,7 @@ type daemonTOML struct {
 	LogLevel       string   `toml:"log_level"`
 	LogFormat      string   `toml:"log_format"`
 	ShutdownGrace  duration `toml:"shutdown_grace"`
+	WatchConfig    bool     `toml:"watch_config"`
 }
 
 func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
@@ -62,6 +63,7 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 		LogLevel:      t.LogLevel,
 		LogFormat:     t.LogFormat,
 		ShutdownGrace: d.duration(child(p, "shutdown_grace"), t.ShutdownGrace, 30*time.Second),
+		WatchConfig:   t.WatchConfig,
 	}
 	key := "http_addr"
 	if t.AdminAddr != "" {

@@ -43,6 +43,11 @@ type Daemon struct {
 	LogFormat string
 	// ShutdownGrace bounds the drain on SIGTERM. Default 30s.
 	ShutdownGrace time.Duration
+	// WatchConfig reloads the config file when its contents change, as
+	// SIGHUP does (checked every few seconds, so that a file replaced
+	// through a symlink, as a Kubernetes ConfigMap is, counts too).
+	// Default false.
+	WatchConfig bool
 }
 
 // RawStore says where raw payloads are made durable ([raw_store]).
