@@ -320,6 +320,15 @@ func TestGoodFiles(t *testing.T) {
 				t.Fatalf("unexpected error:\n%v", err)
 			}
 			tc.check(t, cfg)
+			// Parsed again, the same file is the same config: a reload of
+			// an unchanged file restarts nothing.
+			again, err := parseFile(t, name, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan, err := diff(cfg, again, nil); err != nil || plan.Changes() {
+				t.Errorf("the same file parsed twice differs: plan %v, err %v", plan, err)
+			}
 		})
 	}
 }
