@@ -14,7 +14,6 @@ import (
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
-	"github.com/ingestorhq/ingestor/sources"
 )
 
 // Deps are the shared components the actors use.
@@ -33,8 +32,6 @@ type Deps struct {
 	// SpillDir keeps payloads the raw store refuses until it takes them;
 	// "" keeps them in memory only.
 	SpillDir string
-	// Limiters are the shared rate limiters sources may name.
-	Limiters *sources.RateLimiters
 
 	// Set by the Supervisor when it spawns the shared actors.
 	PersistRaw, Publisher *actor.PID

@@ -26,9 +26,10 @@ const pauseCheck = 200 * time.Millisecond
 // keeps at most InflightBatches batches uncommitted; a malformed payload
 // on its way to the dead-letter list counts as one of them.
 type SourceActor struct {
-	cfg  config.Source
-	deps *Deps
-	log  *slog.Logger
+	cfg      config.Source
+	deps     *Deps
+	limiters *sources.RateLimiters // the shared limiters the source may name
+	log      *slog.Logger
 
 	gen    uint64 // incarnation: replies from an earlier one are ignored
 	runCtx context.Context
@@ -60,12 +61,13 @@ type pendingBatch struct {
 	rawKey string // set once the raw payload is durable
 }
 
-func newSourceActor(cfg config.Source, deps *Deps) *SourceActor {
+func newSourceActor(cfg config.Source, deps *Deps, limiters *sources.RateLimiters) *SourceActor {
 	return &SourceActor{
-		cfg:   cfg,
-		deps:  deps,
-		log:   deps.Logger.With("source", cfg.Name),
-		retry: backoff.Policy{Base: min(cfg.Interval, time.Second), Max: max(cfg.Interval, 5*time.Minute)},
+		cfg:      cfg,
+		deps:     deps,
+		limiters: limiters,
+		log:      deps.Logger.With("source", cfg.Name),
+		retry:    backoff.Policy{Base: min(cfg.Interval, time.Second), Max: max(cfg.Interval, 5*time.Minute)},
 	}
 }
 
@@ -126,7 +128,7 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.nextSeq, a.sendAt, a.inflight, a.fetching, a.ready = 0, 0, 0, false, false
 	a.chain = &queue.Chain{}
 	a.malformed = malformedPages{}
-	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.deps.Limiters})
+	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
 		// with backoff, and other sources are untouched.

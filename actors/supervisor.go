@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,22 +56,25 @@ var RestartPolicy = backoff.Policy{Base: 200 * time.Millisecond, Max: 30 * time.
 
 // Pipeline is the running actor tree.
 type Pipeline struct {
-	system  *actor.ActorSystem
-	deps    *Deps
-	root    *actor.PID
-	mu      sync.Mutex
-	sources map[string]*actor.PID
-	log     *slog.Logger
+	system *actor.ActorSystem
+	deps   *Deps
+	root   *actor.PID
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	sources  map[string]*actor.PID
+	srcs     []config.Source       // the configured sources; Apply replaces them
+	limiters *sources.RateLimiters // the shared limiters they may name
 }
 
 // Start spawns the supervisor, the shared actors and one SourceActor per
-// enabled source.
-func Start(system *actor.ActorSystem, deps *Deps, srcs []config.Source) (*Pipeline, error) {
-	p := &Pipeline{system: system, deps: deps, sources: make(map[string]*actor.PID), log: deps.Logger}
+// enabled source; limiters are the shared limiters sources may name.
+func Start(system *actor.ActorSystem, deps *Deps, srcs []config.Source, limiters *sources.RateLimiters) (*Pipeline, error) {
+	p := &Pipeline{system: system, deps: deps, sources: make(map[string]*actor.PID), srcs: srcs, limiters: limiters, log: deps.Logger}
 	strategy := &restartStrategy{policy: RestartPolicy, resetAfter: time.Minute, log: deps.Logger, metrics: deps.Metrics}
 	ready := make(chan error, 1)
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return &supervisorActor{p: p, srcs: srcs, ready: ready}
+		return &supervisorActor{p: p, ready: ready}
 	}, actor.WithSupervisor(strategy))
 	pid, err := system.Root.SpawnNamed(props, "supervisor")
 	if err != nil {
@@ -85,7 +90,6 @@ func Start(system *actor.ActorSystem, deps *Deps, srcs []config.Source) (*Pipeli
 // supervisorActor owns every other actor as its child.
 type supervisorActor struct {
 	p     *Pipeline
-	srcs  []config.Source
 	ready chan error
 }
 
@@ -96,40 +100,62 @@ const safetyMailbox = 1 << 14
 
 // Receive implements actor.Actor.
 func (s *supervisorActor) Receive(ctx actor.Context) {
-	if _, ok := ctx.Message().(*actor.Started); !ok {
-		return
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.started(ctx)
+	case *spawnSources:
+		ctx.Respond(&spawnedSources{err: s.spawnSources(ctx, m.names)})
 	}
+}
+
+// started spawns the shared actors and every enabled polled source.
+func (s *supervisorActor) started(ctx actor.Context) {
 	d := s.p.deps
-	spawn := func(name string, producer actor.Producer) (*actor.PID, error) {
-		pid, err := ctx.SpawnNamed(actor.PropsFromProducer(producer, actor.WithMailbox(actor.Bounded(safetyMailbox))), name)
-		if err != nil {
-			return nil, fmt.Errorf("spawn %s: %w", name, err)
-		}
-		return pid, nil
-	}
 	var err error
-	if d.PersistRaw, err = spawn("persist-raw", func() actor.Actor { return &PersistRaw{deps: d} }); err != nil {
+	if d.PersistRaw, err = spawnChild(ctx, "persist-raw", func() actor.Actor { return &PersistRaw{deps: d} }); err != nil {
 		s.report(err)
 		return
 	}
-	if d.Publisher, err = spawn("publisher", func() actor.Actor { return &Publisher{deps: d} }); err != nil {
+	if d.Publisher, err = spawnChild(ctx, "publisher", func() actor.Actor { return &Publisher{deps: d} }); err != nil {
 		s.report(err)
 		return
 	}
 	s.p.mu.Lock()
+	var names []string
+	for _, src := range s.p.srcs {
+		names = append(names, src.Name)
+	}
+	s.p.mu.Unlock()
+	s.report(s.spawnSources(ctx, names))
+}
+
+// spawnSources spawns a SourceActor for each of names that is an enabled
+// polled source of the pipeline's current config; a push source is served
+// by the push listener, not polled.
+func (s *supervisorActor) spawnSources(ctx actor.Context, names []string) error {
+	s.p.mu.Lock()
 	defer s.p.mu.Unlock()
-	for _, src := range s.srcs {
-		if _, push := src.Spec.(sources.PushSpec); !src.Enabled || push {
-			continue // a push source is served by the push listener, not polled
+	for _, src := range s.p.srcs {
+		if _, push := src.Spec.(sources.PushSpec); !src.Enabled || push || !slices.Contains(names, src.Name) {
+			continue
 		}
-		pid, err := spawn("source-"+src.Name, func() actor.Actor { return newSourceActor(src, d) })
+		d, limiters := s.p.deps, s.p.limiters
+		pid, err := spawnChild(ctx, "source-"+src.Name, func() actor.Actor { return newSourceActor(src, d, limiters) })
 		if err != nil {
-			s.report(err)
-			return
+			return err
 		}
 		s.p.sources[src.Name] = pid
 	}
-	s.report(nil)
+	return nil
+}
+
+// spawnChild spawns a child of the supervisor with a bounded mailbox.
+func spawnChild(ctx actor.Context, name string, producer actor.Producer) (*actor.PID, error) {
+	pid, err := ctx.SpawnNamed(actor.PropsFromProducer(producer, actor.WithMailbox(actor.Bounded(safetyMailbox))), name)
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
+	}
+	return pid, nil
 }
 
 // report tells Start how spawning went; only the first incarnation's
@@ -149,11 +175,13 @@ func (s *supervisorActor) report(err error) {
 // ctx ends.
 func (p *Pipeline) Drain(ctx context.Context) error {
 	p.mu.Lock()
-	pids := make(map[string]*actor.PID, len(p.sources))
-	for n, pid := range p.sources {
-		pids[n] = pid
-	}
+	pids := maps.Clone(p.sources)
 	p.mu.Unlock()
+	return p.drain(ctx, pids)
+}
+
+// drain is Drain of the source actors pids, by source name.
+func (p *Pipeline) drain(ctx context.Context, pids map[string]*actor.PID) error {
 	timeout := time.Minute
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Millisecond)

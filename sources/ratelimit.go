@@ -64,3 +64,9 @@ func (l *RateLimiters) Get(name string) *rate.Limiter {
 	}
 	return l.m[name]
 }
+
+// Share makes name's limiter the one of that name in from, so that the
+// sources naming it keep one bucket across a reload of the config.
+func (l *RateLimiters) Share(name string, from *RateLimiters) {
+	l.m[name] = from.Get(name)
+}

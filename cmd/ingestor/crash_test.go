@@ -257,6 +257,12 @@ func waitReady(t *testing.T, addr string, cmd *exec.Cmd) {
 // pendingEvents reads ingestor_queue_pending_events from /metrics (-1 if
 // unavailable).
 func pendingEvents(t *testing.T, addr string) float64 {
+	return scrapeMetric(addr, "ingestor_queue_pending_events")
+}
+
+// scrapeMetric reads the unlabelled series name from /metrics (-1 if
+// unavailable).
+func scrapeMetric(addr, name string) float64 {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return -1
@@ -267,7 +273,7 @@ func pendingEvents(t *testing.T, addr string) float64 {
 		return -1
 	}
 	for _, line := range strings.Split(buf.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "ingestor_queue_pending_events "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err == nil {
 				return f

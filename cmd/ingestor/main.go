@@ -6,6 +6,7 @@
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
 //	ingestor quarantine list|show|clear -c FILE  inspect the refused webhook deliveries
+//	ingestor reload -c FILE [-dry-run]   validate FILE and have the running daemon reload its config
 //	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
 //	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
 //	ingestor edge status          print the forwarder's outbox backlog
@@ -41,6 +42,10 @@ const usage = `usage:
   ingestor quarantine list [-source S] [-limit N] [-o json] | show ID [-o json] | clear -source S  -c FILE
                                list, inspect or clear the refused deliveries of webhook sources
                                (through the running daemon's admin endpoints, or the queue)
+  ingestor reload -c FILE [-dry-run] [-o json]
+                               validate FILE, then have the running daemon reload its config
+                               file (as SIGHUP does) and print which sources start, stop,
+                               restart and stay; -dry-run only prints it
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
@@ -72,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDLQ(args[1:], os.Stdin, stdout, stderr)
 	case "quarantine":
 		return cmdQuarantine(args[1:], stdout, stderr)
+	case "reload":
+		return cmdReload(args[1:], stdout, stderr)
 	case "curve-keygen":
 		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "edge":
@@ -143,8 +150,8 @@ func cmdRun(args []string, stderr io.Writer) int {
 	log := daemon.NewLogger(cfg.Daemon)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// SIGHUP would end the process without draining (Go's default): it is
-	// caught and ignored until the configuration can be reloaded.
+	// SIGHUP reloads the config file (Go's default would end the process
+	// without draining).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -158,7 +165,10 @@ func cmdRun(args []string, stderr io.Writer) int {
 		case <-ctx.Done():
 			running = false
 		case <-hup:
-			log.Warn("SIGHUP ignored: this version cannot reload its configuration; restart the daemon to apply a changed config (SIGTERM drains it first)")
+			log.Info("SIGHUP: reloading the config")
+			rctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownGrace)
+			_, _ = d.Reload(rctx, false) // Reload logs the outcome
+			cancel()
 		}
 	}
 	stop() // a second signal kills the process the usual way

@@ -30,6 +30,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 		})
 	}
 	d.registerQuarantine(handle)
+	d.registerReload(handle)
 	handle("GET /dlq", func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseDLQQuery(r.URL.Query())
 		if err != nil {

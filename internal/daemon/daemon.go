@@ -4,6 +4,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/sources"
 )
 
 // Options tune a Daemon beyond its config; the zero value is right for the
@@ -38,11 +40,16 @@ type Options struct {
 	OnAck func(fetchedAt time.Time, events int)
 	// opsLimits replaces defaultOpsLimits when set (tests shorten them).
 	opsLimits *opsLimits
+	// watchInterval replaces defaultWatchInterval when set (tests shorten it).
+	watchInterval time.Duration
 }
 
 // Daemon is a running ingestor.
 type Daemon struct {
-	cfg      *config.Config
+	cfg      *config.Config // as started: see currentConfig for the sources
+	cfgNow   atomic.Pointer[config.Config]
+	limiters *sources.RateLimiters // the shared limiters of cfgNow
+	reload   *reloader
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	queue    *queue.Queue
@@ -65,6 +72,8 @@ type Daemon struct {
 	pruneDone  chan struct{}
 	stopPrune  context.CancelFunc
 	unlock     func() error // releases the data dir lock
+	stopWatch  context.CancelFunc
+	watchDone  chan struct{}
 }
 
 // NewLogger builds the daemon's logger from its config.
@@ -90,7 +99,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if msg := cfg.Daemon.AdminProblem(); msg != "" {
 		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
 	}
-	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry()}
+	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), limiters: cfg.Limiters()}
+	d.cfgNow.Store(cfg)
 	opened := d // the error returns below set d to nil
 	defer func() {
 		if err != nil {
@@ -98,6 +108,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		}
 	}()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.reload = newReloader(d.reg)
 
 	if err := os.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -193,12 +204,12 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		return log.With("lib", "protoactor")
 	}))
 	deps := &actors.Deps{
-		Limiters: cfg.Limiters(),
-		Queue:    d.queue, Raw: d.raw, Sender: d.sender,
+
+		Queue: d.queue, Raw: d.raw, Sender: d.sender,
 		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
-	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources); err != nil {
+	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources, d.limiters); err != nil {
 		return nil, err
 	}
 	// Registered with or without a push source, like the CURVE counter.
@@ -211,6 +222,16 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	d.stopPrune, d.pruneDone = stopPrune, make(chan struct{})
 	go d.prune(pruneCtx)
+	if cfg.Daemon.WatchConfig {
+		if cfg.File == "" {
+			log.Warn("daemon.watch_config is set, but the daemon runs on the embedded example config: there is no file to watch")
+		} else {
+			interval := cmp.Or(o.watchInterval, defaultWatchInterval)
+			watchCtx, stopWatch := context.WithCancel(context.Background())
+			d.stopWatch, d.watchDone = stopWatch, make(chan struct{})
+			go d.watchConfig(watchCtx, interval)
+		}
+	}
 
 	enabled := 0
 	for _, s := range cfg.Sources {
@@ -257,7 +278,7 @@ func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	var err error
 	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
-		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: deps.Limiters})
+		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: d.limiters})
 	return err
 }
 
@@ -345,6 +366,10 @@ func (d *Daemon) prune(ctx context.Context) {
 // stays queued and is resent on the next start.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.ready.Store(false)
+	// A reload in progress finishes first, and none starts after.
+	d.reload.mu.Lock()
+	d.reload.stopped = true
+	d.reload.mu.Unlock()
 	d.log.Info("draining", "grace", d.cfg.Daemon.ShutdownGrace)
 	var errs []error
 	// Push senders are answered first: the listener stops taking requests
@@ -382,6 +407,10 @@ func (d *Daemon) pendingOnStop() int64 {
 // close stops whatever Start opened, in reverse order.
 func (d *Daemon) close() error {
 	var errs []error
+	if d.stopWatch != nil {
+		d.stopWatch()
+		<-d.watchDone
+	}
 	if d.stopPrune != nil {
 		d.stopPrune()
 		<-d.pruneDone

@@ -56,3 +56,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// forget deletes the series of a push source that is no longer served.
+func (m *Metrics) forget(source string) {
+	match := prometheus.Labels{"source": source}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.Requests, m.busy, m.signatureMatches, m.rejected, m.quarantineDropped,
+		m.ws.connected, m.ws.envelopes, m.ws.seqGaps, m.ws.seqResets, m.ws.lastSeq} {
+		v.DeletePartialMatch(match)
+	}
+}

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -38,17 +41,24 @@ type ServerOptions struct {
 // Server is the push listener: /ingest/NAME and below, for each enabled
 // push source.
 type Server struct {
-	srv      *http.Server
-	ln       net.Listener
-	handlers map[string]handler
-	// guards holds the guard of each source that has one.
-	guards map[string]*guard
+	o      ServerOptions
+	srv    *http.Server
+	ln     net.Listener
+	routes atomic.Pointer[routes]
 	// quarantine keeps the refused deliveries of webhook sources
 	// (quarantine.go); nil without an inbox.
 	quarantine *quarantine
 	log        *slog.Logger
 	closing    atomic.Bool
 	done       chan struct{}
+}
+
+// routes are the served push sources: their handlers and the guard of
+// each that has one. A reload replaces them as a whole, so a request sees
+// one source's handler and guard from the same config.
+type routes struct {
+	handlers map[string]handler
+	guards   map[string]*guard
 }
 
 // handler serves one push source. Close runs once the listener stopped
@@ -89,42 +99,19 @@ func Start(o ServerOptions) (*Server, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{handlers: make(map[string]handler), guards: make(map[string]*guard), log: o.Logger, done: make(chan struct{})}
+	s := &Server{o: o, log: o.Logger, done: make(chan struct{})}
 	if o.Inbox != nil {
 		s.quarantine = newQuarantine(o.Inbox.o.Queue, o.Metrics, o.Logger)
 	}
+	r := &routes{handlers: make(map[string]handler), guards: make(map[string]*guard)}
 	for _, src := range o.Sources {
-		if !src.Enabled {
-			continue
-		}
-		env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
-			loopback: config.LoopbackAddr(o.Push.Addr), quarantine: s.quarantine}
-		var h handler
-		var keys *sources.PushGuard
-		var rejects *rejections
-		var err error
-		switch spec := src.Spec.(type) {
-		case *sources.WebhookSpec:
-			var wh *webhook
-			if wh, err = newWebhook(env, spec); err == nil {
-				h, rejects = wh, wh.rejects
-			}
-			keys = &spec.PushGuard
-		case *sources.WSIngressSpec:
-			h, err = newWSIngress(env, spec)
-			keys = &spec.PushGuard
-		default:
-			continue
-		}
-		if err == nil {
-			s.handlers[src.Name] = h
-			err = s.addGuard(env, o, keys, rejects)
-		}
-		if err != nil {
-			s.closeHandlers()
-			return nil, fmt.Errorf("source %q: %w", src.Name, err)
+		if err := s.addRoute(r, src, o.Limiters); err != nil {
+			r.close()
+			s.closeQuarantine()
+			return nil, err
 		}
 	}
+	s.routes.Store(r)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ingest/{name}", s.dispatch)
 	mux.HandleFunc("/ingest/{name}/{rest...}", s.dispatch)
@@ -156,18 +143,54 @@ func Start(o ServerOptions) (*Server, error) {
 	return s, nil
 }
 
+// addRoute adds the handler and guard of src to r, if src is an enabled
+// push source; limiters are the named limiters its rate_limiter may name.
+func (s *Server) addRoute(r *routes, src config.Source, limiters *sources.RateLimiters) error {
+	if !src.Enabled {
+		return nil
+	}
+	o := s.o
+	env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
+		loopback: config.LoopbackAddr(o.Push.Addr), quarantine: s.quarantine}
+	var h handler
+	var keys *sources.PushGuard
+	var rejects *rejections
+	var err error
+	switch spec := src.Spec.(type) {
+	case *sources.WebhookSpec:
+		var wh *webhook
+		if wh, err = newWebhook(env, spec); err == nil {
+			h, rejects = wh, wh.rejects
+		}
+		keys = &spec.PushGuard
+	case *sources.WSIngressSpec:
+		h, err = newWSIngress(env, spec)
+		keys = &spec.PushGuard
+	default:
+		return nil
+	}
+	if err == nil {
+		r.handlers[src.Name] = h
+		err = addGuard(r, env, o.Push, keys, rejects, limiters)
+	}
+	if err != nil {
+		return fmt.Errorf("source %q: %w", src.Name, err)
+	}
+	return nil
+}
+
 // addGuard builds the guard of a push source from its keys, if it has
-// any; rejects records its refusals (nil: a source that keeps none).
-func (s *Server) addGuard(env handlerEnv, o ServerOptions, keys *sources.PushGuard, rejects *rejections) error {
-	if keys.RequireClientCert && o.Push.ClientCAFile == "" {
+// any, into r; rejects records its refusals (nil: a source that keeps none).
+func addGuard(r *routes, env handlerEnv, p config.Push, keys *sources.PushGuard, rejects *rejections, limiters *sources.RateLimiters) error {
+	if keys.RequireClientCert && p.ClientCAFile == "" {
 		return errors.New("require_client_cert needs push.client_ca_file")
 	}
-	g, err := newGuard(env, keys, o.Limiters)
+	g, err := newGuard(env, keys, limiters)
 	if err != nil || g == nil {
 		return err
 	}
 	g.rejects = rejects
-	s.guards[env.source.Name] = g
+	r.guards[env.source.Name] = g
 	return nil
 }
 
@@ -196,15 +219,71 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // guard (guard.go) admits it.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	h, ok := s.handlers[name]
+	rt := s.routes.Load()
+	h, ok := rt.handlers[name]
 	if !ok {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("no push source %q is enabled", name))
 		return
 	}
-	if g := s.guards[name]; g != nil && !g.admit(w, r) {
+	if g := rt.guards[name]; g != nil && !g.admit(w, r) {
 		return
 	}
 	h.ServeHTTP(w, r)
+}
+
+// Apply changes the served push sources to those of srcs, as plan says
+// (see config.Plan): the handlers of sources it starts or restarts are
+// built first, and if one cannot be, nothing changes. Then the new routes
+// take the requests that arrive from now on, while those in progress end
+// on the handler that took them; the handlers of stopped and restarted
+// sources then close (a WebSocket source closes its connections, whose
+// devices reconnect and send again what was not acknowledged), and the
+// series of stopped sources are deleted.
+func (s *Server) Apply(plan config.Plan, srcs []config.Source, limiters *sources.RateLimiters) error {
+	old := s.routes.Load()
+	next := &routes{handlers: make(map[string]handler), guards: make(map[string]*guard)}
+	built := &routes{handlers: make(map[string]handler), guards: make(map[string]*guard)}
+	for _, src := range srcs {
+		if !slices.Contains(plan.Start, src.Name) && !slices.Contains(plan.Restart, src.Name) {
+			continue
+		}
+		if err := s.addRoute(built, src, limiters); err != nil {
+			built.close()
+			return err
+		}
+	}
+	for _, name := range plan.Stay {
+		if h, ok := old.handlers[name]; ok {
+			next.handlers[name], next.guards[name] = h, old.guards[name]
+			if next.guards[name] == nil {
+				delete(next.guards, name)
+			}
+		}
+	}
+	maps.Copy(next.handlers, built.handlers)
+	maps.Copy(next.guards, built.guards)
+	s.routes.Store(next)
+	for _, name := range slices.Concat(plan.Stop, plan.Restart) {
+		h, ok := old.handlers[name]
+		if !ok {
+			continue
+		}
+		h.Close()
+		if wh, ok := h.(*webhook); ok {
+			// Secrets removed from the list leave no series behind.
+			keep := 0
+			if nh, ok := next.handlers[name].(*webhook); ok {
+				keep = len(nh.matches)
+			}
+			for i := keep; i < len(wh.matches); i++ {
+				s.o.Metrics.signatureMatches.DeleteLabelValues(name, strconv.Itoa(i))
+			}
+		}
+	}
+	for _, name := range plan.Stop {
+		s.o.Metrics.forget(name)
+	}
+	return nil
 }
 
 // Shutdown stops taking requests, waits for those in progress (each ends
@@ -226,11 +305,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // closeHandlers closes every handler, then the quarantine, which writes
 // what it holds.
 func (s *Server) closeHandlers() {
-	for _, h := range s.handlers {
-		h.Close()
-	}
+	s.routes.Load().close()
+	s.closeQuarantine()
+}
+
+func (s *Server) closeQuarantine() {
 	if s.quarantine != nil {
 		s.quarantine.close()
+	}
+}
+
+// close closes every handler of r.
+func (r *routes) close() {
+	for _, h := range r.handlers {
+		h.Close()
 	}
 }
 

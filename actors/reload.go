@@ -1,0 +1,84 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// spawnSources asks the supervisor to spawn the named sources of the
+// pipeline's current config; it answers spawnedSources.
+type spawnSources struct{ names []string }
+
+type spawnedSources struct{ err error }
+
+// Apply changes the running sources to srcs as plan says: the sources
+// plan stops or restarts drain (a fetch in progress is cancelled, what
+// was fetched before commits) and stop; then those it starts or restarts
+// are spawned from srcs, reading their durable cursor, with limiters as
+// the shared limiters. The sources plan keeps are not touched: same actor,
+// same schedule. Apply must not run concurrently with itself or Drain.
+//
+// A source that has not drained when ctx ends is stopped anyway: its
+// cursor has not moved past what it fetched and did not commit, so its
+// next incarnation fetches that again and nothing is lost.
+func (p *Pipeline) Apply(ctx context.Context, plan config.Plan, srcs []config.Source, limiters *sources.RateLimiters) error {
+	p.mu.Lock()
+	leaving := make(map[string]*actor.PID)
+	for _, n := range slices.Concat(plan.Stop, plan.Restart) {
+		if pid, ok := p.sources[n]; ok {
+			leaving[n] = pid
+		}
+	}
+	p.mu.Unlock()
+	if err := p.drain(ctx, leaving); err != nil {
+		p.log.Warn("reload: a source did not drain in time; stopping it anyway (its cursor has not moved past what it did not commit)", "err", err)
+	}
+	for n, pid := range leaving {
+		if err := p.system.Root.StopFuture(pid).Wait(); err != nil {
+			return fmt.Errorf("stop source %q: %w", n, err)
+		}
+		p.mu.Lock()
+		delete(p.sources, n)
+		p.mu.Unlock()
+	}
+	for _, n := range plan.Stop {
+		p.deps.Metrics.forget(n)
+	}
+
+	p.mu.Lock()
+	p.srcs, p.limiters = srcs, limiters
+	p.mu.Unlock()
+	timeout := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Second)
+	}
+	res, err := p.system.Root.RequestFuture(p.root, &spawnSources{names: slices.Concat(plan.Start, plan.Restart)}, timeout).Result()
+	if err != nil {
+		return fmt.Errorf("spawn sources: %w", err)
+	}
+	return res.(*spawnedSources).err
+}
+
+// forget deletes the series of a source that no longer runs, so that
+// dashboards and alerts stop showing it.
+func (m *Metrics) forget(source string) {
+	match := prometheus.Labels{"source": source}
+	m.polls.DeletePartialMatch(match)
+	for _, v := range []interface{ Delete(prometheus.Labels) bool }{
+		m.pollDuration, m.events, m.duplicates, m.bytes, m.malformed, m.lastSuccess, m.interval, m.paused,
+	} {
+		v.Delete(match)
+	}
+	m.restarts.Delete(prometheus.Labels{"actor": "source-" + source})
+	m.ages.mu.Lock()
+	delete(m.ages.states, source)
+	m.ages.mu.Unlock()
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/daemon"
+)
+
+// cmdReload validates a config file, then asks the running daemon (at the
+// admin address of that file) to reload its own config file, and prints
+// what started, stopped, restarted and stayed.
+func cmdReload(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("c", "", "config file: validated first; its daemon.admin_addr (or http_addr) and admin token reach the daemon")
+	dry := fs.Bool("dry-run", false, "only print what a reload would start, stop and restart")
+	output := fs.String("o", "text", "output: text or json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" || (*output != "text" && *output != "json") {
+		fmt.Fprintln(stderr, "ingestor reload: -c FILE is required; -o is text or json")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		printConfigError(stderr, err)
+		return 1
+	}
+	addr := cfg.Daemon.AdminListenAddr()
+	if addr == "" {
+		fmt.Fprintf(stderr, "ingestor reload: %s has no ops listener (daemon.http_addr is empty): send the daemon SIGHUP instead\n", *path)
+		return 1
+	}
+	q := ""
+	if *dry {
+		q = "?dry_run=1"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownGrace+10*time.Second)
+	defer cancel()
+	var res daemon.ReloadResult
+	if _, err := newHTTPDLQ(addr, cfg.Daemon.AdminToken, *path).do(ctx, "POST", "/-/reload"+q, nil, &res); err != nil {
+		fmt.Fprintf(stderr, "ingestor reload: %v\n", err)
+		return 1
+	}
+	if differentFiles(*path, res.File) {
+		fmt.Fprintf(stderr, "ingestor reload: note: the daemon at %s read its own config file %s, not %s\n", addr, res.File, *path)
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "ingestor reload: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	switch {
+	case !res.Applied:
+		fmt.Fprintf(stdout, "dry run of %s: nothing applied\n", res.File)
+	case !res.Changes():
+		fmt.Fprintf(stdout, "reloaded %s: no source changed\n", res.File)
+	default:
+		fmt.Fprintf(stdout, "reloaded %s\n", res.File)
+	}
+	for _, row := range []struct {
+		what  string
+		names []string
+	}{{"start", res.Start}, {"stop", res.Stop}, {"restart", res.Restart}, {"stay", res.Stay}} {
+		list := "-"
+		if len(row.names) > 0 {
+			list = strings.Join(row.names, ", ")
+		}
+		fmt.Fprintf(stdout, "  %-8s %3d  %s\n", row.what, len(row.names), list)
+	}
+	return 0
+}
+
+// differentFiles reports whether paths a and b both name files here and
+// not the same one (the daemon's path may be relative to its own working
+// directory, so one that cannot be found says nothing).
+func differentFiles(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && !os.SameFile(fa, fb)
+}

@@ -1,0 +1,222 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// defaultWatchInterval is how often watch_config reads the config file.
+const defaultWatchInterval = 2 * time.Second
+
+// ErrNoConfigFile is Reload's error for a daemon started on the embedded
+// example config.
+var ErrNoConfigFile = errors.New("the daemon runs on the embedded example config: there is no config file to reload (start it with -c FILE)")
+
+// ReloadResult is what a reload did, or would do for a dry run.
+type ReloadResult struct {
+	// File is the config file read.
+	File string `json:"file"`
+	// Applied is false for a dry run.
+	Applied bool `json:"applied"`
+	config.Plan
+}
+
+// reloader serializes reloads with each other and with Shutdown, and
+// keeps the reload metrics.
+type reloader struct {
+	mu       sync.Mutex
+	stopped  bool // Shutdown began: no reload may start
+	ok       prometheus.Gauge
+	okAt     prometheus.Gauge
+	attempts *prometheus.CounterVec
+}
+
+func newReloader(reg prometheus.Registerer) *reloader {
+	r := &reloader{
+		ok: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_config_last_reload_successful",
+			Help: "1 if the last config reload (SIGHUP, POST /-/reload or watch_config) was applied, 0 if it was refused; 1 at start."}),
+		okAt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last config applied: the last successful reload, or the start."}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_config_reloads_total",
+			Help: "Config reloads by result: applied, or refused (invalid file, or a setting that cannot change while the daemon runs)."},
+			[]string{"result"}),
+	}
+	reg.MustRegister(r.ok, r.okAt, r.attempts)
+	r.ok.Set(1)
+	r.okAt.SetToCurrentTime()
+	r.attempts.WithLabelValues("applied")
+	r.attempts.WithLabelValues("refused")
+	return r
+}
+
+// Reload reads the daemon's config file again and applies it: sources
+// added start, sources removed drain and stop, sources whose settings
+// changed drain and start again from their durable cursor, and the others
+// keep running untouched (see config.Plan). An invalid file, or one that
+// changes a setting that cannot change while the daemon runs, is refused
+// as a whole: the running config stays, the problems are logged with
+// file:line and returned (as config.Errors), and
+// ingestor_config_last_reload_successful drops to 0. With dryRun, Reload
+// only says what it would do.
+func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) {
+	r := d.reload
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := d.currentConfig()
+	res := ReloadResult{File: old.File}
+	if r.stopped {
+		return res, errors.New("the daemon is stopping")
+	}
+	if old.File == "" {
+		return res, ErrNoConfigFile
+	}
+	next, plan, err := config.LoadChange(old, old.File)
+	if err == nil && !dryRun {
+		err = d.apply(ctx, old, next, plan)
+	}
+	if err != nil {
+		if !dryRun {
+			r.ok.Set(0)
+			r.attempts.WithLabelValues("refused").Inc()
+		}
+		var errs config.Errors
+		if errors.As(err, &errs) {
+			for _, e := range errs {
+				d.log.Error("config reload refused; the running config stays", "problem", e.Error())
+			}
+		} else {
+			d.log.Error("config reload refused; the running config stays", "file", old.File, "err", err)
+		}
+		return res, err
+	}
+	res.Plan = plan
+	if dryRun {
+		return res, nil
+	}
+	res.Applied = true
+	r.ok.Set(1)
+	r.okAt.SetToCurrentTime()
+	r.attempts.WithLabelValues("applied").Inc()
+	d.log.Info("config reloaded", "file", old.File, "start", plan.Start, "stop", plan.Stop, "restart", plan.Restart, "stay", len(plan.Stay))
+	return res, nil
+}
+
+// apply changes the running daemon from old to next as plan says: the
+// push routes first, whose handlers are built before anything changes
+// (a handler that cannot be built refuses the whole reload), then the
+// polled sources.
+func (d *Daemon) apply(ctx context.Context, old, next *config.Config, plan config.Plan) error {
+	limiters := keepLimiters(old, next, d.limiters)
+	if d.pushSrv != nil {
+		if err := d.pushSrv.Apply(plan, next.Sources, limiters); err != nil {
+			return err
+		}
+	}
+	if err := d.pipeline.Apply(ctx, plan, next.Sources, limiters); err != nil {
+		// Push routes and some sources may have changed already: the new
+		// config is the closest description of what runs.
+		d.cfgNow.Store(next)
+		d.limiters = limiters
+		return fmt.Errorf("applying the reload: %w", err)
+	}
+	d.cfgNow.Store(next)
+	d.limiters = limiters
+	return nil
+}
+
+// keepLimiters builds next's shared limiters, keeping the bucket of each
+// one whose definition did not change, so that the sources naming it keep
+// their pace across the reload.
+func keepLimiters(old, next *config.Config, prev *sources.RateLimiters) *sources.RateLimiters {
+	l := next.Limiters()
+	for _, rl := range next.RateLimiters {
+		for _, o := range old.RateLimiters {
+			if o.Name == rl.Name && o.Rate == rl.Rate && o.Burst == rl.Burst && prev.Get(rl.Name) != nil {
+				l.Share(rl.Name, prev)
+			}
+		}
+	}
+	return l
+}
+
+// currentConfig is the config the daemon runs: the one it started with,
+// or the last one a reload applied. Only its sources, defaults and rate
+// limiters can differ from the start's.
+func (d *Daemon) currentConfig() *config.Config { return d.cfgNow.Load() }
+
+// watchConfig reloads the config file whenever its contents change
+// (daemon.watch_config), reading it every interval: a file replaced
+// through a symlink, as a Kubernetes ConfigMap volume is, counts too. An
+// edit that is refused is not tried again until the contents change again.
+func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
+	defer close(d.watchDone)
+	file := d.cfg.File
+	sum := func() ([32]byte, error) {
+		data, err := os.ReadFile(file)
+		return sha256.Sum256(data), err
+	}
+	last, err := sum()
+	if err != nil {
+		d.log.Warn("watch_config: cannot read the config file", "file", file, "err", err)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := sum()
+		if err != nil {
+			// A ConfigMap update swaps a symlink: a read may fall between.
+			d.log.Debug("watch_config: cannot read the config file", "file", file, "err", err)
+			continue
+		}
+		if bytes.Equal(now[:], last[:]) {
+			continue
+		}
+		last = now
+		d.log.Info("config file changed; reloading", "file", file)
+		rctx, cancel := context.WithTimeout(ctx, d.cfg.Daemon.ShutdownGrace)
+		_, _ = d.Reload(rctx, false) // Reload logs the outcome
+		cancel()
+	}
+}
+
+// registerReload adds POST /-/reload to mux through handle, which puts it
+// behind the admin guard. ?dry_run=1 only says what a reload would do.
+func (d *Daemon) registerReload(handle func(pattern string, h http.HandlerFunc)) {
+	handle("POST /-/reload", func(w http.ResponseWriter, r *http.Request) {
+		dry, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
+		// The reload goes on if the client goes away: stopping it halfway
+		// would leave some sources drained and not started again.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), d.cfg.Daemon.ShutdownGrace)
+		defer cancel()
+		res, err := d.Reload(ctx, dry)
+		var errs config.Errors
+		switch {
+		case errors.As(err, &errs):
+			d.writeError(w, http.StatusUnprocessableEntity, fmt.Errorf("config reload refused; the running config stays:\n%w", err))
+		case errors.Is(err, ErrNoConfigFile):
+			d.writeError(w, http.StatusConflict, err)
+		case err != nil:
+			d.writeError(w, http.StatusInternalServerError, err)
+		default:
+			d.writeJSON(w, res)
+		}
+	})
+}

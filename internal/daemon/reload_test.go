@@ -1,0 +1,254 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/internal/testupstream"
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+// reloadHarness is a daemon started from a config file on disk, which the
+// test edits and reloads.
+type reloadHarness struct {
+	*harness
+	path string
+	head string // [daemon], [raw_store] and [publish]
+}
+
+// startReloadable writes head+body to a config file in a new data dir
+// and starts a daemon on it.
+func startReloadable(t *testing.T, daemonExtra, body string, o Options) *reloadHarness {
+	t.Helper()
+	dir := t.TempDir()
+	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t)}
+	rh := &reloadHarness{harness: h, path: filepath.Join(dir, "ingestor.toml"), head: fmt.Sprintf(`[daemon]
+data_dir = %q
+http_addr = "127.0.0.1:0"
+shutdown_grace = "10s"
+%s
+
+[raw_store]
+url = %q
+
+[publish]
+endpoint = %q
+ack_endpoint = %q
+ack_timeout = "2m"
+`, dir, daemonExtra, "file://"+dir+"/raw", h.pub, h.ack)}
+	rh.write(body)
+	cfg, err := config.Load(rh.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startConfig(t, h, cfg, o)
+	return rh
+}
+
+// write replaces the config file's body (everything after the head).
+func (rh *reloadHarness) write(body string) {
+	rh.t.Helper()
+	if err := os.WriteFile(rh.path, []byte(rh.head+body), 0o600); err != nil {
+		rh.t.Fatal(err)
+	}
+}
+
+// reload writes body and reloads it, failing the test if it is refused.
+func (rh *reloadHarness) reload(body string) config.Plan {
+	rh.t.Helper()
+	rh.write(body)
+	res, err := rh.d.Reload(rh.t.Context(), false)
+	if err != nil {
+		rh.t.Fatalf("reload: %v\nconfig:\n%s", err, body)
+	}
+	return res.Plan
+}
+
+// feedBlock is an http_poll source on feed polled every interval; extra
+// adds keys.
+func feedBlock(name, url, interval, extra string) string {
+	return fmt.Sprintf(`
+[source.%s]
+kind = "http_poll"
+poll_url = %q
+interval = %q
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+time_field = "ts"
+%s
+`, name, url+"/feed", interval, extra)
+}
+
+// TestReloadUnderLoad reloads a daemon ten times while its sources fetch
+// as fast as their upstreams answer and a processor acks: sources are
+// added, removed, added back, changed directly, through [defaults] and
+// through their rate limiter, and one edit is invalid. The source no edit
+// touches keeps its actor and its polls through all of it. No source's
+// cursor ever goes back (a drained source commits what it fetched, and
+// its next incarnation starts at that durable cursor), and once a last
+// reload has stopped them all, each source's events delivered are exactly
+// its records 1 to its durable cursor, each once: nothing lost, nothing
+// queued twice.
+func TestReloadUnderLoad(t *testing.T) {
+	const total, page = 10_000_000, 10
+	names := []string{"steady", "s2", "s3", "s4", "s5"}
+	feeds := map[string]*testupstream.Server{}
+	for _, n := range names {
+		feeds[n] = testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: page})
+	}
+	// steady sets every key [defaults] could give it, so the edits of
+	// [defaults] below do not concern it.
+	steady := feedBlock("steady", feeds["steady"].URL, "100ms", "timeout = \"5s\"\njitter = \"10%\"\ninflight_batches = 2\nmalformed_retries = 3")
+	src := func(n string, extra ...string) string {
+		interval := "1ms"
+		if len(extra) > 0 && strings.HasPrefix(extra[0], "interval = ") {
+			interval, extra = strings.Trim(strings.TrimPrefix(extra[0], "interval = "), `"`), extra[1:]
+		}
+		return feedBlock(n, feeds[n].URL, interval, strings.Join(extra, "\n"))
+	}
+	limiter := func(rate string) string { return fmt.Sprintf("\n[rate_limiters.shared]\nrate = %q\nburst = 5\n", rate) }
+	defaults := func(timeout string) string {
+		return fmt.Sprintf("\n[defaults]\ntimeout = %q\ninflight_batches = 4\n", timeout)
+	}
+
+	rh := startReloadable(t, "", defaults("5s")+steady, Options{})
+	seen := newSeenSet()
+	rh.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Source + "/" + ev.Key)
+		return nil
+	})
+	steadyPID := rh.d.pipeline.SourcePID("steady")
+	if steadyPID == nil {
+		t.Fatal("source steady is not running")
+	}
+	steps := []struct {
+		body string
+		want config.Plan
+	}{
+		{defaults("5s") + steady + src("s2"), config.Plan{Start: []string{"s2"}, Stay: []string{"steady"}}},
+		{defaults("5s") + steady + src("s2", `interval = "2ms"`) + src("s3"),
+			config.Plan{Start: []string{"s3"}, Restart: []string{"s2"}, Stay: []string{"steady"}}},
+		{defaults("5s") + steady + src("s3"), config.Plan{Stop: []string{"s2"}, Stay: []string{"s3", "steady"}}},
+		{defaults("5s") + steady + src("s2") + src("s3") + src("s4"),
+			config.Plan{Start: []string{"s2", "s4"}, Stay: []string{"s3", "steady"}}},
+		{defaults("6s") + steady + src("s2") + src("s3") + src("s4"),
+			config.Plan{Restart: []string{"s2", "s3", "s4"}, Stay: []string{"steady"}}},
+		{"INVALID", config.Plan{}},
+		{defaults("6s") + steady + src("s2"), config.Plan{Stop: []string{"s3", "s4"}, Stay: []string{"s2", "steady"}}},
+		{defaults("6s") + limiter("500/s") + steady + src("s2") + src("s3", `rate_limiter = "shared"`),
+			config.Plan{Start: []string{"s3"}, Stay: []string{"s2", "steady"}}},
+		{defaults("6s") + limiter("800/s") + steady + src("s2") + src("s3", `rate_limiter = "shared"`),
+			config.Plan{Restart: []string{"s3"}, Stay: []string{"s2", "steady"}}},
+		{defaults("6s") + limiter("800/s") + steady + src("s2") + src("s3", `rate_limiter = "shared"`) + src("s4") + src("s5"),
+			config.Plan{Start: []string{"s4", "s5"}, Stay: []string{"s2", "s3", "steady"}}},
+	}
+	for i, step := range steps {
+		// Let the sources fetch between reloads: steady's polls go on.
+		before := len(feeds["steady"].Requests())
+		testsync.WaitFor(t, "steady to poll before reload "+strconv.Itoa(i+1), 20*time.Second, func() bool {
+			return len(feeds["steady"].Requests()) >= before+3
+		})
+		if step.body == "INVALID" {
+			bad := defaults("6s") + steady + src("s2", `interval = "soon"`) + src("s3") + src("s4")
+			rh.write(bad)
+			_, err := rh.d.Reload(t.Context(), false)
+			var errs config.Errors
+			if !errors.As(err, &errs) || !strings.Contains(err.Error(), rh.path+":") || !strings.Contains(err.Error(), `source "s2": interval: must be a duration`) {
+				t.Fatalf("reload %d of an invalid edit: err = %v", i+1, err)
+			}
+			if v := metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful"); v != 0 {
+				t.Errorf("ingestor_config_last_reload_successful = %v after a refused reload, want 0", v)
+			}
+			if rh.d.pipeline.SourcePID("s4") == nil {
+				t.Error("the refused edit stopped source s4")
+			}
+			continue
+		}
+		if got := rh.reload(step.body); !samePlan(got, step.want) {
+			t.Fatalf("reload %d: plan %v, want %v", i+1, got, step.want)
+		}
+		if v := metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful"); v != 1 {
+			t.Errorf("ingestor_config_last_reload_successful = %v after reload %d, want 1", v, i+1)
+		}
+		if pid := rh.d.pipeline.SourcePID("steady"); pid != steadyPID {
+			t.Fatalf("reload %d replaced steady's actor (%v, was %v)", i+1, pid, steadyPID)
+		}
+	}
+
+	testsync.WaitFor(t, "every source to commit some pages", 30*time.Second, func() bool {
+		for _, n := range names {
+			if c, _, _ := rh.d.Queue().Cursor(t.Context(), n); c == "" {
+				return false
+			}
+		}
+		return true
+	})
+	// A last reload stops every source; what they committed is delivered.
+	if got, want := rh.reload(""), (config.Plan{Stop: []string{"s2", "s3", "s4", "s5", "steady"}}); !samePlan(got, want) {
+		t.Fatalf("last reload: plan %v, want %v", got, want)
+	}
+	testsync.WaitFor(t, "every committed event acked", 60*time.Second, func() bool { return rh.d.Queue().PendingEvents() == 0 })
+	for _, n := range names {
+		c, _, err := rh.d.Queue().Cursor(t.Context(), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upTo, err := strconv.Atoi(c)
+		if err != nil || upTo < page {
+			t.Fatalf("source %s: durable cursor %q, want a seq of at least one page", n, c)
+		}
+		for k := 1; k <= upTo; k++ {
+			if c := seen.count(n + "/" + testupstream.ID(k)); c != 1 {
+				t.Fatalf("%s/%s delivered %d times, want once (durable cursor %d)", n, testupstream.ID(k), c, upTo)
+			}
+		}
+		if c := seen.count(n + "/" + testupstream.ID(upTo+1)); c != 0 {
+			t.Errorf("%s/%s delivered past the durable cursor %d", n, testupstream.ID(upTo+1), upTo)
+		}
+		t.Logf("source %s: %d events delivered", n, upTo)
+		// The cursor of each request is never behind an earlier one's: no
+		// committed record is fetched again.
+		last := -1
+		for _, r := range feeds[n].Requests() {
+			since, _ := strconv.Atoi(r.Query.Get("since"))
+			if since < last {
+				t.Fatalf("source %s fetched since=%d after since=%d: its cursor went back", n, since, last)
+			}
+			last = since
+		}
+	}
+	if n := seen.len(); n == 0 {
+		t.Fatal("nothing delivered")
+	}
+	if n := strings.Count(rh.logs.String(), "msg=\"source started\" source=steady"); n != 1 {
+		t.Errorf("steady started %d times, want once", n)
+	}
+	// steady never missed a poll: its longest gap between requests stays
+	// near its interval (a loose bound for a loaded machine).
+	reqs := feeds["steady"].Requests()
+	var gap time.Duration
+	for i := 1; i < len(reqs); i++ {
+		gap = max(gap, reqs[i].Time.Sub(reqs[i-1].Time))
+	}
+	t.Logf("steady: %d polls, longest gap %v (interval 100ms)", len(reqs), gap)
+	if gap > 5*time.Second {
+		t.Errorf("steady went %v without a poll during the reloads", gap)
+	}
+}
+
+// samePlan compares plans, treating nil and empty lists alike.
+func samePlan(a, b config.Plan) bool {
+	return slices.Equal(a.Start, b.Start) && slices.Equal(a.Stop, b.Stop) &&
+		slices.Equal(a.Restart, b.Restart) && slices.Equal(a.Stay, b.Stay)
+}
