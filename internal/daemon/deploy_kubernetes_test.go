@@ -232,8 +232,10 @@ func TestDeployKubernetes(t *testing.T) {
 		if !m.ReadOnly {
 			t.Errorf("the Secret %q is mounted writable at %s", v.Secret.SecretName, dir)
 		}
-		if mode := v.Secret.DefaultMode; mode == nil || *mode&0o007 != 0 {
-			t.Errorf("the Secret %q has defaultMode %s (0644 when unset): its files must not be world-readable (the daemon refuses such a secret key)", v.Secret.SecretName, show(mode))
+		if mode := v.Secret.DefaultMode; mode == nil {
+			t.Errorf("the Secret %q has no defaultMode: its files would be 0644, and the daemon refuses a world-readable secret key", v.Secret.SecretName)
+		} else if *mode&0o007 != 0 {
+			t.Errorf("the Secret %q has defaultMode %#o: the daemon refuses a world-readable secret key", v.Secret.SecretName, *mode)
 		}
 		for _, item := range v.Secret.Items {
 			if _, err := os.Stat(filepath.Join(keys, item.Path)); err != nil {
@@ -250,6 +252,9 @@ func TestDeployKubernetes(t *testing.T) {
 		t.Fatalf("the ConfigMap's config, with the pod's environment and files:\n%v", err)
 	}
 	checkContainerConfig(t, cfg)
+	if cfg.Daemon.AdminToken == "" {
+		t.Errorf("the admin endpoints have no token: set daemon.admin_token from the Secret")
+	}
 	if !cfg.Daemon.WatchConfig {
 		t.Errorf("daemon.watch_config is off: a ConfigMap change would not reach the daemon")
 	}
