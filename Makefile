@@ -18,7 +18,7 @@ VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
 # first python3 on PATH.
 PYTHON3           ?= /usr/bin/python3
 
-.PHONY: all deps test-deps build run test bench fmt vet fuzz clean
+.PHONY: all deps test-deps build run test bench fmt vet fuzz image clean
 
 all: build
 
@@ -123,6 +123,22 @@ fuzz: deps
 		echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null || exit 1; \
 	done
+
+# image builds the container image of deploy/Dockerfile as $(IMAGE), from
+# the repository root (see deploy/README.md). It needs Docker, and network
+# access for the golang and debian base images; without Docker it says so
+# and fails.
+IMAGE ?= ingestor:dev
+image:
+	@if ! command -v docker >/dev/null 2>&1; then \
+		echo "make image: docker is not installed (or not on PATH); install Docker to build $(IMAGE) from deploy/Dockerfile" >&2; \
+		exit 1; \
+	fi
+	@if ! docker info >/dev/null 2>&1; then \
+		echo "make image: docker cannot reach its daemon (not running, or no permission on its socket)" >&2; \
+		exit 1; \
+	fi
+	docker build -f deploy/Dockerfile -t $(IMAGE) .
 
 clean:
 	rm -rf $(BIN) $(TOOLS)

@@ -53,6 +53,9 @@ const usage = `usage:
                                outbox, send them to a ws_ingress source (ingestor edge -h)
   ingestor edge status (-c FILE | -outbox FILE)
                                print the forwarder's backlog: pending events, bytes, oldest, dead letters
+  ingestor healthcheck [--addr HOST:PORT] [--timeout D]
+                               exit 0 if the daemon's /healthz (at daemon.http_addr, default
+                               127.0.0.1:9464) answers 200, else 1: a container HEALTHCHECK
 `
 
 func main() {
@@ -83,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "edge":
 		return cmdEdge(args[1:], os.Stdin, stdout, stderr)
+	case "healthcheck":
+		return cmdHealthcheck(args[1:], stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
