@@ -252,3 +252,65 @@ func samePlan(a, b config.Plan) bool {
 	return slices.Equal(a.Start, b.Start) && slices.Equal(a.Stop, b.Stop) &&
 		slices.Equal(a.Restart, b.Restart) && slices.Equal(a.Stay, b.Stay)
 }
+
+// TestWatchConfigFollowsAConfigMapSwap runs a daemon with watch_config on
+// a config file laid out as Kubernetes mounts a ConfigMap: the file is a
+// symlink into a "..data" symlink, which an update points at a new
+// directory. Each swap is seen: a source added starts, an invalid edit is
+// refused (the daemon runs on), a source removed stops.
+func TestWatchConfigFollowsAConfigMapSwap(t *testing.T) {
+	demo := func(name string) string {
+		return fmt.Sprintf("\n[source.%s]\nkind = \"demo\"\ninterval = \"50ms\"\nevents_per_tick = 1\n", name)
+	}
+	rh := startReloadable(t, "watch_config = true", demo("a"), Options{watchInterval: 20 * time.Millisecond})
+	dir := filepath.Dir(rh.path)
+	// swap publishes body as the kubelet publishes a ConfigMap update: a
+	// new timestamped directory, then ..data renamed over to point at it.
+	version := 0
+	swap := func(body string) {
+		t.Helper()
+		version++
+		ts := filepath.Join(dir, fmt.Sprintf("..2026_11_24_%d", version))
+		if err := os.Mkdir(ts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ts, "ingestor.toml"), []byte(rh.head+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap(demo("a") + demo("b"))
+	link := rh.path + ".tmp"
+	if err := os.Symlink("..data/ingestor.toml", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(link, rh.path); err != nil {
+		t.Fatal(err)
+	}
+	testsync.WaitFor(t, "source b to start once the file changed", 20*time.Second, func() bool {
+		return rh.d.pipeline.SourcePID("b") != nil
+	})
+	aPID := rh.d.pipeline.SourcePID("a")
+
+	swap(demo("a") + demo("b") + "\n[source.c]\nkind = \"no-such-kind\"\n")
+	testsync.WaitFor(t, "the invalid edit to be refused", 20*time.Second, func() bool {
+		return metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful") == 0
+	})
+	if !strings.Contains(rh.logs.String(), `ingestor.toml:`) || !strings.Contains(rh.logs.String(), `source \"c\": kind: unknown kind`) {
+		t.Errorf("the refusal is not logged with file:line:\n%s", rh.logs.String())
+	}
+
+	swap(demo("a"))
+	testsync.WaitFor(t, "source b to stop once the file changed", 20*time.Second, func() bool {
+		return rh.d.pipeline.SourcePID("b") == nil && metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful") == 1
+	})
+	if rh.d.pipeline.SourcePID("a") != aPID {
+		t.Error("source a was restarted by edits that did not touch it")
+	}
+}
