@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -206,4 +207,78 @@ func (st *deviceState) store(tx *sql.Tx, source, device string, now int64) error
 		return fmt.Errorf("store the seq of device %q: %w", device, err)
 	}
 	return nil
+}
+
+// DeviceSeqs sums up the seq tracking of a source's devices: how many are
+// tracked and, of those with a gap, a reset or a range still missing (up
+// to limit of them, the most recently updated first), each one's state.
+type DeviceSeqs struct {
+	Devices int64 `json:"devices"`
+	// Gaps, Lost and Resets are the sums over every device of the source.
+	Gaps   int64 `json:"gaps"`
+	Lost   int64 `json:"lost"`
+	Resets int64 `json:"resets"`
+	// Notable lists devices with gaps, resets or missing seqs not yet
+	// reported (within the grace).
+	Notable []DeviceSeq `json:"notable,omitempty"`
+}
+
+// DeviceSeq is the seq state of one device.
+type DeviceSeq struct {
+	Device string `json:"device"`
+	// LastSeq is the highest seq stored.
+	LastSeq int64 `json:"last_seq"`
+	// Gaps counts the ranges reported lost and Lost the seqs in them;
+	// Resets the times the seq went back.
+	Gaps   int64 `json:"gaps"`
+	Lost   int64 `json:"lost"`
+	Resets int64 `json:"resets"`
+	// Missing are the ranges below LastSeq not stored yet, [from, to]
+	// inclusive, that are reported lost if they stay missing past the
+	// source's seq_gap_grace (the numbers below a device's first seq
+	// are not counted).
+	Missing   [][2]int64 `json:"missing,omitempty"`
+	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// DeviceSeqs returns the seq tracking of source's devices; see DeviceSeqs.
+func (q *Queue) DeviceSeqs(ctx context.Context, source string, limit int) (DeviceSeqs, error) {
+	var s DeviceSeqs
+	err := q.rdb.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(gaps), 0), coalesce(sum(lost), 0), coalesce(sum(resets), 0)
+		FROM device_seqs WHERE source = ?`, source).Scan(&s.Devices, &s.Gaps, &s.Lost, &s.Resets)
+	if err != nil {
+		return s, fmt.Errorf("device seqs of %q: %w", source, err)
+	}
+	rows, err := q.rdb.QueryContext(ctx, `SELECT device, high, missing, gaps, lost, resets, updated_at FROM device_seqs
+		WHERE source = ? AND (gaps > 0 OR resets > 0 OR missing <> '[]') ORDER BY updated_at DESC`, source)
+	if err != nil {
+		return s, fmt.Errorf("device seqs of %q: %w", source, err)
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() && len(s.Notable) < limit {
+		var d DeviceSeq
+		var missing string
+		var at int64
+		if err := rows.Scan(&d.Device, &d.LastSeq, &missing, &d.Gaps, &d.Lost, &d.Resets, &at); err != nil {
+			return s, fmt.Errorf("device seqs of %q: %w", source, err)
+		}
+		var ranges []missingRange
+		if err := json.Unmarshal([]byte(missing), &ranges); err != nil {
+			return s, fmt.Errorf("device seqs of %q: device %q: missing ranges: %w", source, d.Device, err)
+		}
+		for _, r := range ranges {
+			if !r.Quiet {
+				d.Missing = append(d.Missing, [2]int64{r.From, r.To})
+			}
+		}
+		if d.Gaps == 0 && d.Resets == 0 && len(d.Missing) == 0 {
+			continue // only the quiet range below its first seq
+		}
+		d.UpdatedAt = time.Unix(0, at).UTC()
+		s.Notable = append(s.Notable, d)
+	}
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("device seqs of %q: %w", source, err)
+	}
+	return s, nil
 }

@@ -118,3 +118,44 @@ func TestDeviceSeqMissingRangesAreBounded(t *testing.T) {
 		t.Errorf("findings %+v, want the 3 oldest of %d ranges: %+v", got, maxMissingRanges+3, want)
 	}
 }
+
+// TestDeviceSeqsSummary reads back what the tracking found: the sums over
+// a source's devices, and the devices with a gap, a reset or a range still
+// missing within the grace; a device whose only missing numbers lie below
+// its first seq is not listed.
+func TestDeviceSeqsSummary(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 10)
+	add := func(device string, grace time.Duration, seqs ...int64) {
+		t.Helper()
+		var got []SeqFinding
+		if _, err := q.Append(t.Context(), seqBatch("devices", device, "", grace, &got, seqs...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("quiet", time.Hour, 5, 6)      // 1-4 below its first seq
+	add("gappy", 0, 1)                 //
+	add("gappy", 0, 4)                 // 2-3 lost
+	add("pending", time.Hour, 1, 2, 5) // 3-4 missing, within the grace
+	add("in-order", 0, 1)              // nothing to say
+	sum, err := q.DeviceSeqs(t.Context(), "devices", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Devices != 4 || sum.Gaps != 1 || sum.Lost != 2 || sum.Resets != 0 {
+		t.Errorf("summary %+v, want 4 devices, 1 gap of 2 seqs, no reset", sum)
+	}
+	got := map[string]DeviceSeq{}
+	for _, d := range sum.Notable {
+		got[d.Device] = d
+	}
+	if len(got) != 2 || got["gappy"].Gaps != 1 || got["gappy"].Lost != 2 || got["gappy"].LastSeq != 4 ||
+		!reflect.DeepEqual(got["pending"].Missing, [][2]int64{{3, 4}}) || got["pending"].LastSeq != 5 {
+		t.Errorf("notable devices %+v, want gappy (1 gap, 2 lost, last 4) and pending (missing 3-4, last 5)", sum.Notable)
+	}
+	if sum, err := q.DeviceSeqs(t.Context(), "devices", 1); err != nil || len(sum.Notable) != 1 {
+		t.Errorf("limit 1: %d notable devices (%v), want 1", len(sum.Notable), err)
+	}
+	if sum, err := q.DeviceSeqs(t.Context(), "nothing", 10); err != nil || sum.Devices != 0 || sum.Notable != nil {
+		t.Errorf("unknown source: %+v, %v", sum, err)
+	}
+}
