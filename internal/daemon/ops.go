@@ -46,6 +46,8 @@ func (d *Daemon) startHTTP(limits opsLimits) error {
 	dc := d.cfg.Daemon
 	ops := http.NewServeMux()
 	ops.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	ops.HandleFunc("GET /status", d.handleStatus)
+	ops.HandleFunc("GET /{$}", d.handlePage)
 	ops.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

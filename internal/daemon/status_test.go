@@ -1,0 +1,242 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/actors"
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/internal/testupstream"
+)
+
+// statusRig is a daemon with a source in each state the status page
+// shows, no processor, and a queue limit of 5 events:
+//
+//   - "slow": its upstream holds the request, so it stays polling;
+//   - "limited": answered 429 with Retry-After: 3600, it waits retry_after;
+//   - "broken": answered 404, a configuration problem, it is failing and
+//     retries only after ~5 minutes;
+//   - "filler": empty answers until fill is set, then 10 records: the queue
+//     is then full and it waits queue_full;
+//   - "off": disabled, stopped;
+//   - "hooks": a webhook, receiving once an event was posted.
+type statusRig struct {
+	h    *harness
+	fill atomic.Bool
+}
+
+// wantStates are the states (and reasons) of the rig's sources once full.
+var wantStates = map[string][2]string{
+	"slow":    {actors.StatePolling, ""},
+	"limited": {actors.StateWaiting, actors.ReasonRetryAfter},
+	"broken":  {actors.StateFailing, actors.ReasonBackoff},
+	"filler":  {actors.StateWaiting, actors.ReasonQueueFull},
+	"off":     {actors.StateStopped, actors.ReasonDisabled},
+	"hooks":   {actors.StateReceiving, ""},
+}
+
+// startStatusRig starts the rig and brings every source to its state.
+func startStatusRig(t *testing.T) *statusRig {
+	t.Helper()
+	r := &statusRig{}
+	slow := testupstream.NewServer(t, testupstream.Options{Total: 10})
+	slow.Script(testupstream.Hang())
+	limited := testupstream.NewServer(t, testupstream.Options{Total: 10})
+	limited.Script(testupstream.RetryAfter(http.StatusTooManyRequests, 3600))
+	broken := testupstream.NewServer(t, testupstream.Options{Total: 10})
+	broken.Script(testupstream.Status(http.StatusNotFound))
+	filler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !r.fill.Load() {
+			_, _ = io.WriteString(w, "[]")
+			return
+		}
+		recs := make([]string, 10)
+		for i := range recs {
+			recs[i] = fmt.Sprintf(`{"id":"f%d","ts":"2026-11-24T10:00:0%dZ"}`, i, i)
+		}
+		_, _ = io.WriteString(w, "["+strings.Join(recs, ",")+"]")
+	}))
+	t.Cleanup(filler.Close)
+	poll := func(name, url, interval, extra string) string {
+		return fmt.Sprintf(`
+[source.%s]
+kind = "http_poll"
+poll_url = %q
+interval = %q
+timeout = "5m"
+id_field = "id"
+%s
+`, name, url, interval, extra)
+	}
+	r.h = startDaemon(t, "", "max_pending_events = 5", `
+[push]
+addr = "127.0.0.1:0"
+
+[source.hooks]
+kind = "webhook"
+`+poll("slow", slow.URL+"/feed", "1s", "")+
+		poll("limited", limited.URL+"/feed", "1s", "")+
+		poll("broken", broken.URL+"/feed", "1s", "")+
+		poll("filler", filler.URL, "100ms", `time_field = "ts"`)+
+		poll("off", slow.URL+"/off", "1s", "enabled = false"))
+	// Everything but the queue limit first: a full queue would pause the
+	// sources that have not polled yet.
+	resp, err := http.Post("http://"+r.h.d.PushAddr()+"/ingest/hooks", "application/json", strings.NewReader(`{"hello":"status"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Body.Close(); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("webhook answered %d (%v), want 202", resp.StatusCode, err)
+	}
+	r.waitStates(t, "slow", "limited", "broken", "off", "hooks")
+	r.fill.Store(true)
+	r.waitStates(t, "filler")
+	return r
+}
+
+// waitStates waits until each named source shows its wanted state.
+func (r *statusRig) waitStates(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		want := wantStates[name]
+		var got SourceStatus
+		testsync.WaitFor(t, fmt.Sprintf("source %q to be %s %s (last: %+v)", name, want[0], want[1], &got), 30*time.Second, func() bool {
+			for _, s := range getStatus(t, r.h.d.HTTPAddr()).Sources {
+				if s.Name == name {
+					got = s
+				}
+			}
+			return got.State == want[0] && got.Reason == want[1]
+		})
+	}
+}
+
+// getStatus reads GET /status from addr.
+func getStatus(t *testing.T, addr string) Status {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() //nolint:errcheck // read-only body
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /status answered %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var st Status
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestStatusShowsEverySourceState(t *testing.T) {
+	r := startStatusRig(t)
+	st := getStatus(t, r.h.d.HTTPAddr())
+	if len(st.Sources) != len(wantStates) {
+		t.Fatalf("%d sources in /status, want %d: %+v", len(st.Sources), len(wantStates), st.Sources)
+	}
+	by := map[string]SourceStatus{}
+	for _, s := range st.Sources {
+		by[s.Name] = s
+		want := wantStates[s.Name]
+		if s.State != want[0] || s.Reason != want[1] {
+			t.Errorf("source %q: state %q reason %q, want %q %q", s.Name, s.State, s.Reason, want[0], want[1])
+		}
+		if len(s.EventsPerSecond) != 60 {
+			t.Errorf("source %q: %d events_per_second entries, want 60", s.Name, len(s.EventsPerSecond))
+		}
+	}
+	now := st.Time
+	if s := by["slow"]; s.LastPoll == nil || s.LastSuccess != nil || s.Kind != "http_poll" || !s.Enabled || s.IntervalSeconds != 1 {
+		t.Errorf("slow: %+v, want a last poll, no success, kind http_poll, enabled, interval 1", s)
+	}
+	if s := by["limited"]; s.Until == nil || s.Until.Sub(now) < 50*time.Minute || !strings.Contains(s.Detail, "429") {
+		t.Errorf("limited: until %v detail %q, want about an hour ahead and the 429", s.Until, s.Detail)
+	}
+	if s := by["broken"]; !strings.Contains(s.LastError, "404") || s.LastErrorAt == nil || s.Failures != 1 || s.Until == nil || s.Until.Sub(now) < 4*time.Minute {
+		t.Errorf("broken: %+v, want the 404 as last error, 1 failure, a retry minutes ahead", s)
+	}
+	f := by["filler"]
+	if f.PendingEvents != 10 || f.RecordsLastMinute != 10 || f.BytesLastMinute == 0 || f.LastSuccess == nil || f.LagSeconds == nil || *f.LagSeconds <= 0 {
+		t.Errorf("filler: %+v, want 10 pending and 10 records in the last minute, bytes, a last success and a lag", f)
+	}
+	var events int64
+	for _, n := range f.EventsPerSecond {
+		events += n
+	}
+	if events != 10 {
+		t.Errorf("filler: events_per_second sums to %d, want 10", events)
+	}
+	if s := by["off"]; s.Enabled || s.LastPoll != nil {
+		t.Errorf("off: %+v, want disabled and never polled", s)
+	}
+	if s := by["hooks"]; s.Kind != "webhook" || s.LastSuccess == nil || s.PendingEvents != 1 || s.RecordsLastMinute != 1 || s.IntervalSeconds != 0 {
+		t.Errorf("hooks: %+v, want kind webhook, a last success, 1 pending and 1 record, no interval", s)
+	}
+	p := st.Pipeline
+	if p.PendingEvents != 11 || p.MaxPendingEvents != 5 || p.OldestPendingAgeSeconds <= 0 || !p.RawStoreUp || p.ProcessorsConnected != 0 || p.Draining {
+		t.Errorf("pipeline: %+v, want 11 pending of 5, an oldest pending age, raw store up, no processor", p)
+	}
+	if st.Version == "" {
+		t.Error("no version")
+	}
+	if age := metric(t, r.h.d.Registry(), "ingestor_queue_oldest_pending_age_seconds"); age <= 0 {
+		t.Errorf("ingestor_queue_oldest_pending_age_seconds = %v with events pending, want > 0", age)
+	}
+}
+
+func TestLate(t *testing.T) {
+	start := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		interval     time.Duration
+		success, now time.Time
+		want         bool
+	}{
+		{time.Second, start, start.Add(4 * time.Minute), false},        // 3 intervals, but not 5 minutes
+		{time.Second, start, start.Add(6 * time.Minute), true},         // past 5 minutes
+		{time.Hour, start, start.Add(2 * time.Hour), false},            // within 3 intervals
+		{time.Hour, start, start.Add(3*time.Hour + time.Second), true}, // past 3 intervals
+		{time.Second, time.Time{}, start.Add(6 * time.Minute), true},   // never succeeded since the start
+		{time.Second, time.Time{}, start.Add(time.Minute), false},
+	} {
+		if got := late(c.interval, c.success, start, c.now); got != c.want {
+			t.Errorf("late(interval %v, success %v, now %v) = %v, want %v", c.interval, c.success, c.now, got, c.want)
+		}
+	}
+}
+
+func TestStatusPageHeaders(t *testing.T) {
+	h := startDaemon(t, "", "", "")
+	resp, err := http.Get("http://" + h.d.HTTPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err := errors.Join(err, resp.Body.Close()); err != nil {
+		t.Fatal(err)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(csp, "script-src 'sha256-") || !strings.Contains(csp, "connect-src 'self'") || !strings.Contains(string(body), `fetch("/status"`) {
+		t.Fatalf("GET / answered %d %q, CSP %q", resp.StatusCode, resp.Header.Get("Content-Type"), csp)
+	}
+	// Only / is the page: other paths stay 404.
+	resp, err = http.Get("http://" + h.d.HTTPAddr() + "/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Body.Close(); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /nothing answered %d (%v), want 404", resp.StatusCode, err)
+	}
+}
