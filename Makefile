@@ -35,7 +35,8 @@ deps:
 # test-deps installs what the tests use beyond the build: python3-zmq for
 # the Python processor example, promtool (Debian's prometheus package) for
 # the alert rules in deploy/ (the package also has a prometheus service,
-# which Debian starts where systemd runs), and the versitygw S3 server.
+# which Debian starts where systemd runs), chromium for the status page
+# test (headless), and the versitygw S3 server.
 test-deps: deps
 	@if ! $(PYTHON3) -c 'import zmq' >/dev/null 2>&1; then \
 		echo "make test-deps: installing python3 python3-zmq" >&2; \
@@ -48,6 +49,12 @@ test-deps: deps
 		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "make test-deps: installing chromium (the status page test)" >&2; \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	fi
 	@if [ ! -x $(VERSITYGW) ]; then \
 		echo "make test-deps: installing versitygw $(VERSITYGW_VERSION) into $(dir $(VERSITYGW))" >&2; \
