@@ -6,6 +6,7 @@
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
 //	ingestor quarantine list|show|clear -c FILE  inspect the refused webhook deliveries
+//	ingestor status [-c FILE | -addr HOST:PORT] [-o json]   the running daemon's sources and queue
 //	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
 //	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
 //	ingestor edge status          print the forwarder's outbox backlog
@@ -41,6 +42,13 @@ const usage = `usage:
   ingestor quarantine list [-source S] [-limit N] [-o json] | show ID [-o json] | clear -source S  -c FILE
                                list, inspect or clear the refused deliveries of webhook sources
                                (through the running daemon's admin endpoints, or the queue)
+  ingestor status [-c FILE | -addr HOST:PORT] [-o table|json]
+                               print the running daemon's status (GET /status on daemon.http_addr):
+                               each source's state (polling, waiting and why, failing and its last
+                               error, stopped; receiving or idle for push sources), last poll and
+                               success, lag, cursor, pending and dead letters; the queue's totals.
+                               Without -c or -addr: the default 127.0.0.1:9464. Exit 1 when the
+                               daemon cannot be reached
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
@@ -72,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDLQ(args[1:], os.Stdin, stdout, stderr)
 	case "quarantine":
 		return cmdQuarantine(args[1:], stdout, stderr)
+	case "status":
+		return cmdStatus(args[1:], stdout, stderr)
 	case "curve-keygen":
 		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "edge":

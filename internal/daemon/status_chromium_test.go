@@ -92,7 +92,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatalf("the page's script never rendered /status:\n%s", dom)
 	}
 	rows := pageRows(dom)
-	for name, want := range wantStates {
+	for name, want := range r.feeds.Want {
 		row, ok := rows[name]
 		if !ok {
 			t.Errorf("source %q has no row in the page", name)
@@ -102,8 +102,8 @@ func TestStatusPageInChromium(t *testing.T) {
 			t.Errorf("source %q: state %q, why %q in the page; want %q and %q", name, row.state, row.why, want[0], want[1])
 		}
 	}
-	if len(rows) != len(wantStates) {
-		t.Errorf("%d rows in the page, want %d", len(rows), len(wantStates))
+	if len(rows) != len(r.feeds.Want) {
+		t.Errorf("%d rows in the page, want %d", len(rows), len(r.feeds.Want))
 	}
 	if row := rows["broken"]; !strings.Contains(row.class, "failing") || !strings.Contains(row.messages, "status 404") {
 		t.Errorf("failing source's row: class %q, messages %q; want it marked failing with its 404", row.class, row.messages)

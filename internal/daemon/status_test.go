@@ -3,121 +3,36 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/actors"
-	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
 
 // statusRig is a daemon with a source in each state the status page
-// shows, no processor, and a queue limit of 5 events:
-//
-//   - "slow": its upstream holds the request, so it stays polling;
-//   - "limited": answered 429 with Retry-After: 3600, it waits retry_after;
-//   - "broken": answered 404, a configuration problem, it is failing and
-//     retries only after ~5 minutes;
-//   - "filler": empty answers until fill is set, then 10 records: the queue
-//     is then full and it waits queue_full;
-//   - "off": disabled, stopped;
-//   - "hooks": a webhook, receiving once an event was posted.
+// shows (testupstream.StateFeeds).
 type statusRig struct {
-	h    *harness
-	fill atomic.Bool
-}
-
-// wantStates are the states (and reasons) of the rig's sources once full.
-var wantStates = map[string][2]string{
-	"slow":    {actors.StatePolling, ""},
-	"limited": {actors.StateWaiting, actors.ReasonRetryAfter},
-	"broken":  {actors.StateFailing, actors.ReasonBackoff},
-	"filler":  {actors.StateWaiting, actors.ReasonQueueFull},
-	"off":     {actors.StateStopped, actors.ReasonDisabled},
-	"hooks":   {actors.StateReceiving, ""},
+	h     *harness
+	feeds *testupstream.StateFeeds
 }
 
 // startStatusRig starts the rig and brings every source to its state.
 func startStatusRig(t *testing.T) *statusRig {
 	t.Helper()
-	r := &statusRig{}
-	slow := testupstream.NewServer(t, testupstream.Options{Total: 10})
-	slow.Script(testupstream.Hang())
-	limited := testupstream.NewServer(t, testupstream.Options{Total: 10})
-	limited.Script(testupstream.RetryAfter(http.StatusTooManyRequests, 3600))
-	broken := testupstream.NewServer(t, testupstream.Options{Total: 10})
-	broken.Script(testupstream.Status(http.StatusNotFound))
-	filler := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if !r.fill.Load() {
-			_, _ = io.WriteString(w, "[]")
-			return
-		}
-		recs := make([]string, 10)
-		for i := range recs {
-			recs[i] = fmt.Sprintf(`{"id":"f%d","ts":"2026-11-24T10:00:0%dZ"}`, i, i)
-		}
-		_, _ = io.WriteString(w, "["+strings.Join(recs, ",")+"]")
-	}))
-	t.Cleanup(filler.Close)
-	poll := func(name, url, interval, extra string) string {
-		return fmt.Sprintf(`
-[source.%s]
-kind = "http_poll"
-poll_url = %q
-interval = %q
-timeout = "5m"
-id_field = "id"
-%s
-`, name, url, interval, extra)
-	}
-	r.h = startDaemon(t, "", "max_pending_events = 5", `
-[push]
-addr = "127.0.0.1:0"
-
-[source.hooks]
-kind = "webhook"
-`+poll("slow", slow.URL+"/feed", "1s", "")+
-		poll("limited", limited.URL+"/feed", "1s", "")+
-		poll("broken", broken.URL+"/feed", "1s", "")+
-		poll("filler", filler.URL, "100ms", `time_field = "ts"`)+
-		poll("off", slow.URL+"/off", "1s", "enabled = false"))
-	// Everything but the queue limit first: a full queue would pause the
-	// sources that have not polled yet.
-	resp, err := http.Post("http://"+r.h.d.PushAddr()+"/ingest/hooks", "application/json", strings.NewReader(`{"hello":"status"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := resp.Body.Close(); err != nil || resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("webhook answered %d (%v), want 202", resp.StatusCode, err)
-	}
-	r.waitStates(t, "slow", "limited", "broken", "off", "hooks")
-	r.fill.Store(true)
-	r.waitStates(t, "filler")
-	return r
-}
-
-// waitStates waits until each named source shows its wanted state.
-func (r *statusRig) waitStates(t *testing.T, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		want := wantStates[name]
-		var got SourceStatus
-		testsync.WaitFor(t, fmt.Sprintf("source %q to be %s %s (last: %+v)", name, want[0], want[1], &got), 30*time.Second, func() bool {
-			for _, s := range getStatus(t, r.h.d.HTTPAddr()).Sources {
-				if s.Name == name {
-					got = s
-				}
+	r := &statusRig{feeds: testupstream.NewStateFeeds(t)}
+	r.h = startDaemon(t, "", "max_pending_events = 5", r.feeds.TOML)
+	r.feeds.Bring(t, r.h.d.PushAddr(), func(name string) (string, string) {
+		for _, s := range getStatus(t, r.h.d.HTTPAddr()).Sources {
+			if s.Name == name {
+				return s.State, s.Reason
 			}
-			return got.State == want[0] && got.Reason == want[1]
-		})
-	}
+		}
+		return "", ""
+	})
+	return r
 }
 
 // getStatus reads GET /status from addr.
@@ -143,13 +58,13 @@ func getStatus(t *testing.T, addr string) Status {
 func TestStatusShowsEverySourceState(t *testing.T) {
 	r := startStatusRig(t)
 	st := getStatus(t, r.h.d.HTTPAddr())
-	if len(st.Sources) != len(wantStates) {
-		t.Fatalf("%d sources in /status, want %d: %+v", len(st.Sources), len(wantStates), st.Sources)
+	if len(st.Sources) != len(r.feeds.Want) {
+		t.Fatalf("%d sources in /status, want %d: %+v", len(st.Sources), len(r.feeds.Want), st.Sources)
 	}
 	by := map[string]SourceStatus{}
 	for _, s := range st.Sources {
 		by[s.Name] = s
-		want := wantStates[s.Name]
+		want := r.feeds.Want[s.Name]
 		if s.State != want[0] || s.Reason != want[1] {
 			t.Errorf("source %q: state %q reason %q, want %q %q", s.Name, s.State, s.Reason, want[0], want[1])
 		}
