@@ -74,8 +74,8 @@ max_pending_events = 5
 		return "", ""
 	})
 
-	// -addr reaches the same daemon.
-	st := status("-addr", d.HTTPAddr())
+	// --addr (or -addr) reaches the same daemon.
+	st := status("--addr", d.HTTPAddr())
 	if len(st.Sources) != len(feeds.Want) {
 		t.Fatalf("%d sources, want %d", len(st.Sources), len(feeds.Want))
 	}
