@@ -83,8 +83,10 @@ func TestStatusShowsEverySourceState(t *testing.T) {
 		t.Errorf("broken: %+v, want the 404 as last error, 1 failure, a retry minutes ahead", s)
 	}
 	f := by["filler"]
-	if f.PendingEvents != 10 || f.RecordsLastMinute != 10 || f.BytesLastMinute == 0 || f.LastSuccess == nil || f.LagSeconds == nil || *f.LagSeconds <= 0 {
-		t.Errorf("filler: %+v, want 10 pending and 10 records in the last minute, bytes, a last success and a lag", f)
+	// A second fetch of the same 10 records may go out before the first
+	// commits (inflight_batches is 2): its records count, as duplicates.
+	if f.PendingEvents != 10 || f.RecordsLastMinute < 10 || f.RecordsLastMinute%10 != 0 || f.BytesLastMinute == 0 || f.LastSuccess == nil || f.LagSeconds == nil || *f.LagSeconds <= 0 {
+		t.Errorf("filler: %+v, want 10 pending and 10 records (or 20) in the last minute, bytes, a last success and a lag", f)
 	}
 	var events int64
 	for _, n := range f.EventsPerSecond {
