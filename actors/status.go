@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -82,8 +83,9 @@ type SourceStatus struct {
 	Failures    int
 	// LastPoll is when the last fetch began; LastSuccess when a fetched
 	// batch (or a push group) last committed; NewestRecord the newest
-	// record time committed.
-	LastPoll, LastSuccess, NewestRecord time.Time
+	// record time committed; LastRequest when a push source last got a
+	// request, answered or refused.
+	LastPoll, LastSuccess, NewestRecord, LastRequest time.Time
 	// Cursor is the cursor of the next fetch (it may be ahead of the
 	// durable one while batches commit).
 	Cursor string
@@ -105,6 +107,8 @@ type sourceStatus struct {
 	mu                     sync.Mutex
 	st                     SourceStatus
 	records, bytes, events secondRing
+	// lastRequest is when a push source last got a request (unix nanos).
+	lastRequest atomic.Int64
 }
 
 // secondRing counts per second over the last statusWindow seconds.
@@ -243,7 +247,16 @@ func (m *Metrics) SourceStatus(name string) (st SourceStatus, ok bool) {
 	if t := state.newestRecord.Load(); t != 0 {
 		st.NewestRecord = time.Unix(0, t)
 	}
+	if t := state.status.lastRequest.Load(); t != 0 {
+		st.LastRequest = time.Unix(0, t)
+	}
 	return st, true
+}
+
+// PushRequest records a request to push source name (package internal/push
+// calls it for each).
+func (m *Metrics) PushRequest(name string) {
+	m.ages.state(name).status.lastRequest.Store(time.Now().UnixNano())
 }
 
 // ForgetSource drops everything kept about source name: its status and

@@ -185,8 +185,11 @@ func printStatus(w io.Writer, st daemon.Status, colour bool) {
 			why = strings.TrimSpace(why + " " + ago(*s.Until, st.Time))
 		}
 		lastPoll, lag := "-", "-"
-		if s.LastPoll != nil {
+		switch {
+		case s.LastPoll != nil:
 			lastPoll = ago(*s.LastPoll, st.Time)
+		case s.LastRequest != nil: // a push source
+			lastPoll = ago(*s.LastRequest, st.Time)
 		}
 		lastSuccess := "never"
 		if s.LastSuccess != nil {

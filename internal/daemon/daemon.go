@@ -265,7 +265,7 @@ func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	var err error
 	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
-		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: deps.Limiters})
+		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: deps.Limiters, OnRequest: m.PushRequest})
 	return err
 }
 

@@ -76,7 +76,10 @@ type SourceStatus struct {
 	// IntervalSeconds is the configured interval of a polled source.
 	IntervalSeconds float64    `json:"interval_seconds,omitempty"`
 	LastPoll        *time.Time `json:"last_poll,omitempty"`
-	LastSuccess     *time.Time `json:"last_success,omitempty"`
+	// LastRequest is when a push source last got a request, answered or
+	// refused (for ws_ingress, a handshake).
+	LastRequest *time.Time `json:"last_request,omitempty"`
+	LastSuccess *time.Time `json:"last_success,omitempty"`
 	// LagSeconds is now minus the newest record time committed.
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 	// Cursor is the cursor of the next fetch.
@@ -159,7 +162,7 @@ func sourceStatus(src config.Source, m *actors.Metrics, since, now time.Time) So
 		Name: src.Name, Kind: src.Kind, Enabled: src.Enabled,
 		State: a.State, Reason: a.Reason, Until: timePtr(a.Until), Detail: a.Detail,
 		LastError: a.LastError, LastErrorAt: timePtr(a.LastErrorAt), Failures: a.Failures,
-		LastPoll: timePtr(a.LastPoll), LastSuccess: timePtr(a.LastSuccess), Cursor: a.Cursor,
+		LastPoll: timePtr(a.LastPoll), LastRequest: timePtr(a.LastRequest), LastSuccess: timePtr(a.LastSuccess), Cursor: a.Cursor,
 		RecordsLastMinute: a.RecordsLastMinute, BytesLastMinute: a.BytesLastMinute, EventsPerSecond: a.EventsPerSecond,
 		Restarts: a.Restarts, LastPanic: a.LastPanic, LastPanicAt: timePtr(a.LastPanicAt),
 	}

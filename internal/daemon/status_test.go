@@ -98,8 +98,8 @@ func TestStatusShowsEverySourceState(t *testing.T) {
 	if s := by["off"]; s.Enabled || s.LastPoll != nil {
 		t.Errorf("off: %+v, want disabled and never polled", s)
 	}
-	if s := by["hooks"]; s.Kind != "webhook" || s.LastSuccess == nil || s.PendingEvents != 1 || s.RecordsLastMinute != 1 || s.IntervalSeconds != 0 {
-		t.Errorf("hooks: %+v, want kind webhook, a last success, 1 pending and 1 record, no interval", s)
+	if s := by["hooks"]; s.Kind != "webhook" || s.LastSuccess == nil || s.LastRequest == nil || s.LastPoll != nil || s.PendingEvents != 1 || s.RecordsLastMinute != 1 || s.IntervalSeconds != 0 {
+		t.Errorf("hooks: %+v, want kind webhook, a last request and success, no poll, 1 pending and 1 record, no interval", s)
 	}
 	p := st.Pipeline
 	if p.PendingEvents != 11 || p.MaxPendingEvents != 5 || p.OldestPendingAgeSeconds <= 0 || !p.RawStoreUp || p.ProcessorsConnected != 0 || p.Draining {

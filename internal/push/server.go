@@ -33,6 +33,10 @@ type ServerOptions struct {
 	// Limiters are the named limiters ([rate_limiters.NAME]) that a
 	// source's rate_limiter names.
 	Limiters *sources.RateLimiters
+	// OnRequest, when set, is called with the source's name for every
+	// request to an enabled source, before its guard (the status page's
+	// last request).
+	OnRequest func(source string)
 }
 
 // Server is the push listener: /ingest/NAME and below, for each enabled
@@ -49,6 +53,7 @@ type Server struct {
 	log        *slog.Logger
 	closing    atomic.Bool
 	done       chan struct{}
+	onRequest  func(source string)
 }
 
 // handler serves one push source. Close runs once the listener stopped
@@ -89,7 +94,7 @@ func Start(o ServerOptions) (*Server, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{handlers: make(map[string]handler), guards: make(map[string]*guard), log: o.Logger, done: make(chan struct{})}
+	s := &Server{handlers: make(map[string]handler), guards: make(map[string]*guard), log: o.Logger, done: make(chan struct{}), onRequest: o.OnRequest}
 	if o.Inbox != nil {
 		s.quarantine = newQuarantine(o.Inbox.o.Queue, o.Metrics, o.Logger)
 	}
@@ -200,6 +205,9 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("no push source %q is enabled", name))
 		return
+	}
+	if s.onRequest != nil {
+		s.onRequest(name)
 	}
 	if g := s.guards[name]; g != nil && !g.admit(w, r) {
 		return
