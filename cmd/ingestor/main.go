@@ -47,8 +47,9 @@ const usage = `usage:
                                each source's state (polling, waiting and why, failing and its last
                                error, stopped; receiving or idle for push sources), last poll and
                                success, lag, cursor, pending and dead letters; the queue's totals.
-                               Without -c or -addr: the default 127.0.0.1:9464. Exit 1 when the
-                               daemon cannot be reached
+                               An aligned table, coloured on a terminal only; -o json for scripts.
+                               Without -c or -addr (--addr): the default 127.0.0.1:9464. Exit 1
+                               when the daemon cannot be reached
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
