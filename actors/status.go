@@ -94,6 +94,9 @@ type SourceStatus struct {
 	Restarts    int
 	LastPanic   string
 	LastPanicAt time.Time
+	// Since is when the source first reported, as its actor first
+	// started: the start of its wait for a first success.
+	Since time.Time
 	// RecordsLastMinute and BytesLastMinute count the records and payload
 	// bytes committed in the last minute, duplicates included.
 	RecordsLastMinute, BytesLastMinute int64
@@ -159,6 +162,9 @@ func (s *sourceStatus) set(state, reason string, until time.Time, detail, cursor
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st.State, s.st.Reason, s.st.Until, s.st.Detail, s.st.Cursor = state, reason, until, clip(detail), cursor
+	if s.st.Since.IsZero() {
+		s.st.Since = time.Now()
+	}
 	if state != StateFailing {
 		s.st.Failures = 0
 	}

@@ -107,7 +107,7 @@ const staleAfter = 5 * time.Minute
 // late reports whether a polled source that last committed a fetch at
 // lastSuccess is late at now: as IngestorSourceStale says, after 3
 // intervals and at least staleAfter. A source that never committed one is
-// judged from since, when the daemon started.
+// judged from since, when it started.
 func late(interval time.Duration, lastSuccess, since, now time.Time) bool {
 	if lastSuccess.IsZero() {
 		lastSuccess = since
@@ -154,7 +154,8 @@ func (d *Daemon) status(ctx context.Context) Status {
 }
 
 // sourceStatus is src's status at now from what its actor or the push
-// inbox reported to m; since is when the daemon started.
+// inbox reported to m; since is when the daemon started, the start of a
+// source's wait for a first success unless it started later.
 func sourceStatus(src config.Source, m *actors.Metrics, since, now time.Time) SourceStatus {
 	_, push := src.Spec.(sources.PushSpec)
 	a, known := m.SourceStatus(src.Name)
@@ -188,6 +189,9 @@ func sourceStatus(src config.Source, m *actors.Metrics, since, now time.Time) So
 	case !known || s.State == "":
 		s.State, s.Reason = actors.StateWaiting, actors.ReasonStarting
 	default:
+		if !a.Since.IsZero() {
+			since = a.Since // a source added after the daemon started
+		}
 		s.Late = late(src.Interval, a.LastSuccess, since, now)
 	}
 	return s
