@@ -82,10 +82,11 @@ run: build
 # test runs every test verbosely into $(BIN)/test.log, prints the package
 # results and the number of skipped tests (0 on a machine test-deps set up:
 # no test skips for a missing dependency), and on failure the whole log.
+# The status page test leaves its screenshot in $(BIN)/status-page.png.
 test: test-deps
 	@mkdir -p $(BIN)
 	@echo "go test -race -count=1 -v ./... (full output in $(BIN)/test.log)"
-	@VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
+	@VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) INGESTOR_SCREENSHOT_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
 	status=$$?; \
 	if [ $$status -ne 0 ]; then cat $(BIN)/test.log; fi; \
 	grep -E '^(ok|FAIL|\?) ' $(BIN)/test.log; \
