@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -155,5 +156,23 @@ func TestStatusCommandUsage(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.toml")
 	if code, _, errOut := runStatus("-c", missing); code != 1 || !strings.Contains(errOut, missing) {
 		t.Errorf("a missing config: exit %d, %q", code, errOut)
+	}
+}
+
+func TestStatusColourOnlyOnATerminal(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := errors.Join(r.Close(), w.Close()); err != nil {
+			t.Error(err)
+		}
+	}()
+	if isTerminal(w) {
+		t.Error("a pipe is taken for a terminal: `ingestor status | less` would get colour codes")
+	}
+	if isTerminal(&bytes.Buffer{}) {
+		t.Error("a buffer is taken for a terminal")
 	}
 }
