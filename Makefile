@@ -35,7 +35,8 @@ deps:
 # test-deps installs what the tests use beyond the build: python3-zmq for
 # the Python processor example, promtool (Debian's prometheus package) for
 # the alert rules in deploy/ (the package also has a prometheus service,
-# which Debian starts where systemd runs), and the versitygw S3 server.
+# which Debian starts where systemd runs), chromium for the status page
+# test (headless), and the versitygw S3 server.
 test-deps: deps
 	@if ! $(PYTHON3) -c 'import zmq' >/dev/null 2>&1; then \
 		echo "make test-deps: installing python3 python3-zmq" >&2; \
@@ -48,6 +49,12 @@ test-deps: deps
 		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "make test-deps: installing chromium (the status page test)" >&2; \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	fi
 	@if [ ! -x $(VERSITYGW) ]; then \
 		echo "make test-deps: installing versitygw $(VERSITYGW_VERSION) into $(dir $(VERSITYGW))" >&2; \
@@ -75,10 +82,11 @@ run: build
 # test runs every test verbosely into $(BIN)/test.log, prints the package
 # results and the number of skipped tests (0 on a machine test-deps set up:
 # no test skips for a missing dependency), and on failure the whole log.
+# The status page test leaves its screenshot in $(BIN)/status-page.png.
 test: test-deps
 	@mkdir -p $(BIN)
 	@echo "go test -race -count=1 -v ./... (full output in $(BIN)/test.log)"
-	@VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
+	@VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) INGESTOR_SCREENSHOT_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
 	status=$$?; \
 	if [ $$status -ne 0 ]; then cat $(BIN)/test.log; fi; \
 	grep -E '^(ok|FAIL|\?) ' $(BIN)/test.log; \

@@ -30,4 +30,10 @@
 // request again, with backoff, up to malformed_retries times, then
 // dead-letters it (malformed.go); a later good fetch of that request marks
 // its dead letters resolved.
+//
+// Each SourceActor reports its state to Metrics as it goes (status.go):
+// polling, waiting and for what until when, failing with its last error;
+// the supervisor adds its crashes. The daemon's GET /status reads it with
+// Metrics.SourceStatus, keyed by source name; Metrics.ForgetSource drops a
+// removed source's status and metric series.
 package actors

@@ -85,6 +85,7 @@ type sourceState struct {
 	newestRecord atomic.Int64 // unix nanos of the newest record time committed
 	lastSuccess  atomic.Int64 // unix nanos of the last committed fetch
 	missingIDs   atomic.Pointer[func() int64]
+	status       sourceStatus // for the status page (status.go)
 }
 
 // sourceAges is a collector of per-source ages.
@@ -153,5 +154,6 @@ func (m *Metrics) Pushed(source string, newEvents, duplicates, bytes int, newest
 	}
 	now := time.Now()
 	st.lastSuccess.Store(now.UnixNano())
+	st.status.committed(now, newEvents+duplicates, newEvents, bytes)
 	m.lastSuccess.WithLabelValues(source).Set(float64(now.UnixNano()) / 1e9)
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/sources"
@@ -50,7 +49,7 @@ func (p *Pipeline) Apply(ctx context.Context, plan config.Plan, srcs []config.So
 		p.mu.Unlock()
 	}
 	for _, n := range plan.Stop {
-		p.deps.Metrics.forget(n)
+		p.deps.Metrics.ForgetSource(n)
 	}
 
 	p.mu.Lock()
@@ -65,20 +64,4 @@ func (p *Pipeline) Apply(ctx context.Context, plan config.Plan, srcs []config.So
 		return fmt.Errorf("spawn sources: %w", err)
 	}
 	return res.(*spawnedSources).err
-}
-
-// forget deletes the series of a source that no longer runs, so that
-// dashboards and alerts stop showing it.
-func (m *Metrics) forget(source string) {
-	match := prometheus.Labels{"source": source}
-	m.polls.DeletePartialMatch(match)
-	for _, v := range []interface{ Delete(prometheus.Labels) bool }{
-		m.pollDuration, m.events, m.duplicates, m.bytes, m.malformed, m.lastSuccess, m.interval, m.paused,
-	} {
-		v.Delete(match)
-	}
-	m.restarts.Delete(prometheus.Labels{"actor": "source-" + source})
-	m.ages.mu.Lock()
-	delete(m.ages.states, source)
-	m.ages.mu.Unlock()
 }

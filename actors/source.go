@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -108,6 +109,7 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 		}
 	case *drainRequest:
 		a.drainer = ctx.Sender()
+		a.status().set(StateStopped, ReasonDraining, time.Time{}, "", a.cursor)
 		a.stopTimer()
 		if a.stopFetch != nil {
 			// The fetch's batch is not durable and the cursor has not moved
@@ -128,6 +130,7 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.nextSeq, a.sendAt, a.inflight, a.fetching, a.ready = 0, 0, 0, false, false
 	a.chain = &queue.Chain{}
 	a.malformed = malformedPages{}
+	a.status().set(StateWaiting, ReasonStarting, time.Time{}, "", "")
 	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
@@ -194,12 +197,12 @@ func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorRead) {
 	a.deps.Metrics.interval.WithLabelValues(a.cfg.Name).Set(a.cfg.Interval.Seconds())
 	// Spread first polls over one interval so many sources do not fire
 	// together, and keep a wait the upstream asked for before a restart.
-	first := time.Duration(rand.Int64N(int64(a.cfg.Interval) + 1))
+	first, reason := time.Duration(rand.Int64N(int64(a.cfg.Interval)+1)), ReasonInterval
 	if wait := time.Until(m.notBefore); wait > first {
 		a.log.Info("still waiting as the upstream asked before the restart", "until", m.notBefore, "wait", wait.Round(time.Millisecond))
-		first = wait
+		first, reason = wait, ReasonRetryAfter
 	}
-	a.schedule(ctx, first)
+	a.wait(ctx, reason, first, "")
 }
 
 func (a *SourceActor) poll(ctx actor.Context) {
@@ -208,14 +211,16 @@ func (a *SourceActor) poll(ctx actor.Context) {
 		return
 	}
 	if a.inflight >= a.cfg.InflightBatches {
+		a.status().set(StateWaiting, ReasonWindow, time.Time{}, "", a.cursor)
 		return // committed() polls again when a slot frees
 	}
 	if a.deps.Queue.PendingEvents() >= a.deps.MaxPendingEvents {
 		a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
-		a.schedule(ctx, pauseCheck)
+		a.wait(ctx, ReasonQueueFull, pauseCheck, "")
 		return
 	}
 	a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(0)
+	a.status().polling(time.Now(), a.cursor)
 	a.fetching = true
 	self, root, gen, src, cursor, runCtx := ctx.Self(), ctx.ActorSystem().Root, a.gen, a.src, a.cursor, a.runCtx
 	timeout, q, name, log := a.cfg.Timeout, a.deps.Queue, a.cfg.Name, a.log
@@ -269,7 +274,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 			wait := a.retry.Delay(attempt - 1)
 			a.log.Warn("malformed payload; fetching the page again", "reason", bad.Reason, "bytes", len(bad.Body),
 				"attempt", attempt, "malformed_retries", a.cfg.MalformedRetries, "retry_in", wait)
-			a.schedule(ctx, wait)
+			a.failing(ctx, m.err, wait)
 			return
 		}
 		a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body), "attempts", attempt)
@@ -278,7 +283,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		// malformed bodies in memory.
 		a.inflight++
 		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, cursor: m.cursor, err: bad})
-		a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
+		a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), "")
 		return
 	}
 	var wait *sources.WaitError
@@ -286,7 +291,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "wait").Inc()
 		d := max(time.Until(wait.Until), 0)
 		a.log.Info("upstream asked to wait", "err", wait.Err, "until", wait.Until, "wait", d.Round(time.Millisecond))
-		a.schedule(ctx, d)
+		a.wait(ctx, cmp.Or(wait.Reason, ReasonRetryAfter), d, wait.Err.Error())
 		return
 	}
 	var perm *sources.PermanentError
@@ -299,7 +304,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		}
 		a.failures++
 		a.permanent = true
-		a.schedule(ctx, d)
+		a.failing(ctx, m.err, d)
 		return
 	}
 	if m.err != nil {
@@ -312,7 +317,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		}
 		a.failures++
 		a.permanent = false
-		a.schedule(ctx, wait)
+		a.failing(ctx, m.err, wait)
 		return
 	}
 	if a.failures > 0 {
@@ -340,10 +345,10 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		return
 	}
 	if b != nil && b.More {
-		a.schedule(ctx, 0) // the next page: now, as the window allows
+		a.wait(ctx, ReasonNextPage, 0, "") // the next page: now, as the window allows
 		return
 	}
-	a.schedule(ctx, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter))
+	a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), "")
 }
 
 // resolveDeadLetters marks the dead letters of the request cursor resolved,
@@ -408,6 +413,7 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 				st.newestRecord.Store(t)
 			}
 		}
+		st.status.committed(now, len(p.batch.Records), m.newEvents, len(p.batch.Body))
 	}
 	st.lastSuccess.Store(now.UnixNano())
 	a.deps.Metrics.lastSuccess.WithLabelValues(a.cfg.Name).Set(float64(now.UnixNano()) / 1e9)

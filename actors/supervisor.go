@@ -38,6 +38,7 @@ func (s *restartStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervis
 	wait := s.policy.Delay(rs.FailureCount() - 1)
 	name := actorName(child)
 	s.metrics.restarts.WithLabelValues(name).Inc()
+	s.metrics.crashed(name, reason, wait)
 	s.log.Error("actor crashed; restarting", "actor", name, "reason", fmt.Sprint(reason), "failures", rs.FailureCount(), "restart_in", wait)
 	time.AfterFunc(wait, func() { sup.RestartChildren(child) })
 }

@@ -56,6 +56,8 @@ type httpPoll struct {
 	// no request is sent before it. notBeforeWhy says which.
 	notBefore    time.Time
 	notBeforeWhy string
+	// notBeforeReason is the WaitError reason of notBefore.
+	notBeforeReason string
 
 	missingIDs atomic.Int64
 	newest     atomic.Int64 // unix nanoseconds; 0 = none yet
@@ -91,7 +93,7 @@ func (p *httpPoll) NewestRecordTime() time.Time {
 // contract to keep, nothing here can see it.)
 func (p *httpPoll) Fetch(ctx context.Context, stored string) (*Batch, error) {
 	if now := time.Now(); now.Before(p.notBefore) {
-		return nil, &WaitError{Until: p.notBefore, Err: fmt.Errorf("%s: %s", p.where, p.notBeforeWhy)}
+		return nil, &WaitError{Until: p.notBefore, Err: fmt.Errorf("%s: %s", p.where, p.notBeforeWhy), Reason: p.notBeforeReason}
 	}
 	if p.haveExpect && stored != p.expect {
 		clear(p.validators)
@@ -380,14 +382,14 @@ func (p *httpPoll) statusError(resp *http.Response, now time.Time, notes *[]stri
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if until, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
 			*notes = append(*notes, "Retry-After "+until.Sub(now).Round(time.Millisecond).String())
-			p.notBefore, p.notBeforeWhy = until, fmt.Sprintf("status %d asked to retry after %s", status, until.UTC().Format(time.RFC3339))
-			return &WaitError{Until: until, Err: err}
+			p.notBefore, p.notBeforeWhy, p.notBeforeReason = until, fmt.Sprintf("status %d asked to retry after %s", status, until.UTC().Format(time.RFC3339)), WaitRetryAfter
+			return &WaitError{Until: until, Err: err, Reason: WaitRetryAfter}
 		}
 	}
 	if p.spec.SlowOnRateLimitHeaders && (status == http.StatusTooManyRequests || status == http.StatusForbidden) {
 		if until, ok := rateLimitReset(resp.Header, now); ok {
-			p.notBefore, p.notBeforeWhy = until, "rate limit exhausted until "+until.UTC().Format(time.RFC3339)
-			return &WaitError{Until: until, Err: err}
+			p.notBefore, p.notBeforeWhy, p.notBeforeReason = until, "rate limit exhausted until "+until.UTC().Format(time.RFC3339), WaitRateLimit
+			return &WaitError{Until: until, Err: err, Reason: WaitRateLimit}
 		}
 	}
 	switch {

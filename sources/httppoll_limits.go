@@ -32,7 +32,7 @@ func (p *httpPoll) waitLimiters(ctx context.Context) (time.Duration, error) {
 			continue
 		}
 		if deadline, ok := ctx.Deadline(); ok && d > deadline.Sub(now)/2 {
-			return waited, &WaitError{Until: now.Add(d), Err: fmt.Errorf("%s: rate limit", p.where)}
+			return waited, &WaitError{Until: now.Add(d), Err: fmt.Errorf("%s: rate limit", p.where), Reason: WaitRateLimit}
 		}
 		t := time.NewTimer(d)
 		select {
@@ -151,7 +151,7 @@ func (p *httpPoll) noteRateLimitHeaders(h http.Header, now time.Time, notes *[]s
 		return
 	}
 	if until, ok := rateLimitReset(h, now); ok {
-		p.notBefore, p.notBeforeWhy = until, "rate limit exhausted until "+until.UTC().Format(time.RFC3339)
+		p.notBefore, p.notBeforeWhy, p.notBeforeReason = until, "rate limit exhausted until "+until.UTC().Format(time.RFC3339), WaitRateLimit
 		*notes = append(*notes, "rate limit remaining 0: next request in "+until.Sub(now).Round(time.Millisecond).String())
 	}
 }

@@ -32,6 +32,7 @@ func openPipe(t *testing.T, srv *testupstream.Server, spec *HTTPPollSpec, env En
 
 // politeFetch fetches as the caller does: it waits out every WaitError
 // (never calling Fetch before Until) and returns the first other result.
+// Every WaitError must say why it waits (the status page shows it).
 func politeFetch(t *testing.T, src Source, cursor string) (*Batch, error) {
 	t.Helper()
 	for range 100 {
@@ -39,6 +40,9 @@ func politeFetch(t *testing.T, src Source, cursor string) (*Batch, error) {
 		var wait *WaitError
 		if !errors.As(err, &wait) {
 			return b, err
+		}
+		if wait.Reason != WaitRetryAfter && wait.Reason != WaitRateLimit {
+			t.Errorf("WaitError %v has reason %q, want %s or %s", wait, wait.Reason, WaitRetryAfter, WaitRateLimit)
 		}
 		time.Sleep(time.Until(wait.Until))
 	}
@@ -67,8 +71,8 @@ func TestHTTPPollRetryAfter(t *testing.T) {
 				start := time.Now()
 				_, err := src.Fetch(t.Context(), "")
 				var wait *WaitError
-				if !errors.As(err, &wait) || !wait.Until.Equal(start.Add(tt.wait)) {
-					t.Fatalf("Fetch error %v, want a WaitError until +%v", err, tt.wait)
+				if !errors.As(err, &wait) || !wait.Until.Equal(start.Add(tt.wait)) || wait.Reason != WaitRetryAfter {
+					t.Fatalf("Fetch error %v, want a WaitError until +%v with reason %s", err, tt.wait, WaitRetryAfter)
 				}
 				if ev := tr.all()[0]; !strings.HasPrefix(ev.Note, "Retry-After ") {
 					t.Errorf("trace note %q", ev.Note)
@@ -76,7 +80,7 @@ func TestHTTPPollRetryAfter(t *testing.T) {
 				// A caller calling too early gets the same answer, and no
 				// request goes out.
 				time.Sleep(tt.wait - time.Millisecond)
-				if _, err := src.Fetch(t.Context(), ""); !errors.As(err, &wait) || !wait.Until.Equal(start.Add(tt.wait)) {
+				if _, err := src.Fetch(t.Context(), ""); !errors.As(err, &wait) || !wait.Until.Equal(start.Add(tt.wait)) || wait.Reason != WaitRetryAfter {
 					t.Errorf("early Fetch: %v", err)
 				}
 				if n := len(srv.Requests()); n != 1 {
@@ -195,8 +199,8 @@ func TestHTTPPollSlowRateLimitHandsBackTheWait(t *testing.T) {
 		// wait is handed back rather than failing the fetch every time.
 		err := fetch()
 		var wait *WaitError
-		if !errors.As(err, &wait) || !wait.Until.Equal(start.Add(time.Minute)) {
-			t.Fatalf("second Fetch: %v, want a WaitError until +1m", err)
+		if !errors.As(err, &wait) || !wait.Until.Equal(start.Add(time.Minute)) || wait.Reason != WaitRateLimit {
+			t.Fatalf("second Fetch: %v (reason %q), want a WaitError until +1m, reason %s", err, wait.Reason, WaitRateLimit)
 		}
 		time.Sleep(time.Until(wait.Until))
 		if err := fetch(); err != nil {
@@ -253,8 +257,8 @@ func TestHTTPPollRateLimitedForbidden(t *testing.T) {
 		src := openPipe(t, srv, &HTTPPollSpec{PollURL: srv.URL, SlowOnRateLimitHeaders: true}, Env{})
 		_, err := src.Fetch(t.Context(), "")
 		var wait *WaitError
-		if !errors.As(err, &wait) || time.Until(wait.Until) != 30*time.Second {
-			t.Errorf("403 with an exhausted rate limit: %v, want a WaitError for 30s", err)
+		if !errors.As(err, &wait) || time.Until(wait.Until) != 30*time.Second || wait.Reason != WaitRateLimit {
+			t.Errorf("403 with an exhausted rate limit: %v, want a WaitError for 30s with reason %s", err, WaitRateLimit)
 		}
 	})
 }

@@ -70,7 +70,19 @@ type Batch struct {
 type WaitError struct {
 	Until time.Time
 	Err   error
+	// Reason says who asked for the wait: WaitRetryAfter or WaitRateLimit
+	// (empty counts as WaitRetryAfter).
+	Reason string
 }
+
+// The reasons of a WaitError.
+const (
+	// WaitRetryAfter: the upstream answered with Retry-After.
+	WaitRetryAfter = "retry_after"
+	// WaitRateLimit: the upstream's rate-limit headers said no request is
+	// left, or the source's own rate limiter has no slot soon.
+	WaitRateLimit = "rate_limit"
+)
 
 func (e *WaitError) Error() string {
 	return fmt.Sprintf("%v (retry after %s)", e.Err, e.Until.UTC().Format(time.RFC3339))

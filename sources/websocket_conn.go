@@ -90,7 +90,7 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 			now := time.Now()
 			if until, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
 				ev.Note += "; Retry-After " + until.Sub(now).Round(time.Millisecond).String()
-				wait = &WaitError{Until: until, Err: fmt.Errorf("%s: handshake status %d", w.where, status)}
+				wait = &WaitError{Until: until, Err: fmt.Errorf("%s: handshake status %d", w.where, status), Reason: WaitRetryAfter}
 			}
 		}
 		w.traceEvent(ev)

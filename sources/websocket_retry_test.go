@@ -70,7 +70,7 @@ func TestWebSocketHandshakeHonoursRetryAfter(t *testing.T) {
 		t.Fatalf("Fetch returned the waits %v, want one per Retry-After", waits)
 	}
 	for i, status := range []string{"429", "503"} {
-		if waits[i].Until.Before(promised[i]) || !strings.Contains(waits[i].Error(), status) {
+		if waits[i].Until.Before(promised[i]) || !strings.Contains(waits[i].Error(), status) || waits[i].Reason != WaitRetryAfter {
 			t.Errorf("wait %d: %v until %s, want status %s and not before %s", i, waits[i], waits[i].Until, status, promised[i])
 		}
 	}

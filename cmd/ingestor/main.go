@@ -7,6 +7,7 @@
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
 //	ingestor quarantine list|show|clear -c FILE  inspect the refused webhook deliveries
 //	ingestor reload -c FILE [-dry-run]   validate FILE and have the running daemon reload its config
+//	ingestor status [-c FILE | -addr HOST:PORT] [-o json]   the running daemon's sources and queue
 //	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
 //	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
 //	ingestor edge status          print the forwarder's outbox backlog
@@ -46,6 +47,14 @@ const usage = `usage:
                                validate FILE, then have the running daemon reload its config
                                file (as SIGHUP does) and print which sources start, stop,
                                restart and stay; -dry-run only prints it
+  ingestor status [-c FILE | -addr HOST:PORT] [-o table|json]
+                               print the running daemon's status (GET /status on daemon.http_addr):
+                               each source's state (polling, waiting and why, failing and its last
+                               error, stopped; receiving or idle for push sources), last poll and
+                               success, lag, cursor, pending and dead letters; the queue's totals.
+                               An aligned table, coloured on a terminal only; -o json for scripts.
+                               Without -c or -addr (--addr): the default 127.0.0.1:9464. Exit 1
+                               when the daemon cannot be reached
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
@@ -82,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdQuarantine(args[1:], stdout, stderr)
 	case "reload":
 		return cmdReload(args[1:], stdout, stderr)
+	case "status":
+		return cmdStatus(args[1:], stdout, stderr)
 	case "curve-keygen":
 		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "edge":

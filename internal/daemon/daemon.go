@@ -64,6 +64,11 @@ type Daemon struct {
 	inbox    *push.Inbox  // nil without an enabled push source
 	pushSrv  *push.Server // serves push.addr when a push source is enabled
 	ready    atomic.Bool
+	// metrics, acks, acksRate and started feed GET /status (status.go).
+	metrics  *actors.Metrics
+	acks     *delivery.AckReceiver
+	acksRate *settleRate
+	started  time.Time
 
 	stopSender context.CancelFunc
 	senderDone chan struct{}
@@ -99,7 +104,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if msg := cfg.Daemon.AdminProblem(); msg != "" {
 		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
 	}
-	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), limiters: cfg.Limiters()}
+	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), started: time.Now(), limiters: cfg.Limiters()}
 	d.cfgNow.Store(cfg)
 	opened := d // the error returns below set d to nil
 	defer func() {
@@ -136,6 +141,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	log.Info("queue opened", "path", qpath, "pending_events", stats.PendingEvents, "pending_frames", stats.PendingFrames,
 		"dead_letters", stats.DeadLetters, "oldest_pending_age", oldest, "raw_store", d.raw.String())
 	d.registerQueueMetrics()
+	d.acksRate = startSettleRate(d.queue.SettledEvents)
+	d.metrics = actors.NewMetrics(d.reg)
 
 	if d.zctx, err = zmq.NewContext(); err != nil {
 		return nil, fmt.Errorf("zeromq context: %w", err)
@@ -180,6 +187,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if err != nil {
 		return nil, err
 	}
+	d.acks = acks
 	acksCtx, stopAcks := context.WithCancel(context.Background())
 	d.stopAcks, d.acksDone = stopAcks, make(chan struct{})
 	acksDone := d.acksDone
@@ -204,9 +212,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		return log.With("lib", "protoactor")
 	}))
 	deps := &actors.Deps{
-
 		Queue: d.queue, Raw: d.raw, Sender: d.sender,
-		Metrics: actors.NewMetrics(d.reg), Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
+		Metrics: d.metrics, Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
 	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources, d.limiters); err != nil {
@@ -278,7 +285,7 @@ func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	var err error
 	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
-		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: d.limiters})
+		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: d.limiters, OnRequest: m.PushRequest})
 	return err
 }
 
@@ -322,6 +329,8 @@ func (d *Daemon) registerQueueMetrics() {
 			Help: "Frames in the write-ahead queue not yet acked."}, func() float64 { return float64(d.queue.PendingFrames()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_max_pending_events",
 			Help: "The configured queue limit at which sources pause."}, func() float64 { return float64(d.cfg.Publish.MaxPendingEvents) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_oldest_pending_age_seconds",
+			Help: "Age of the oldest frame not yet acked (0 when none is pending)."}, d.oldestPendingAge),
 	)
 }
 
@@ -449,6 +458,9 @@ func (d *Daemon) close() error {
 	}
 	if d.zctx != nil {
 		errs = append(errs, d.zctx.Term())
+	}
+	if d.acksRate != nil {
+		d.acksRate.Close()
 	}
 	if d.queue != nil {
 		errs = append(errs, d.queue.Close())

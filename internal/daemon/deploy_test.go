@@ -498,6 +498,16 @@ seq_gap_grace = "0s"
 		return metric(t, reg, "ingestor_device_seq_gaps_total", "source", "devices") > 0 &&
 			metric(t, reg, "ingestor_device_seq_resets_total", "source", "devices") > 0
 	})
+	// /status says which device lost what.
+	for _, s := range h.d.status(t.Context()).Sources {
+		if s.Name != "devices" {
+			continue
+		}
+		if d := s.Devices; d == nil || d.Devices != 1 || d.Gaps != 1 || d.Lost != 1 || d.Resets != 1 ||
+			len(d.Notable) != 1 || d.Notable[0].Device != "pump-1" || d.Notable[0].LastSeq != 1 {
+			t.Errorf("status of the device source: %+v", d)
+		}
+	}
 
 	// The feed is finite, so the queue empties; nothing in flight when the
 	// processor stops keeps the shutdown from waiting for acks.

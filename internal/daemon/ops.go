@@ -40,12 +40,15 @@ type opsServer struct {
 	ln  net.Listener
 }
 
-// startHTTP serves /metrics, /healthz and /readyz on daemon.http_addr and
-// the admin endpoints there too, or on daemon.admin_addr when it is set.
+// startHTTP serves /metrics, /healthz, /readyz, /status and the status
+// page (/) on daemon.http_addr, and the admin endpoints there too, or on
+// daemon.admin_addr when it is set.
 func (d *Daemon) startHTTP(limits opsLimits) error {
 	dc := d.cfg.Daemon
 	ops := http.NewServeMux()
 	ops.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	ops.HandleFunc("GET /status", d.handleStatus)
+	ops.HandleFunc("GET /{$}", d.handlePage)
 	ops.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -135,9 +138,11 @@ func (d *Daemon) serve(ln net.Listener, h http.Handler, limits opsLimits) *opsSe
 //   - a request that changes state (POST) must not come from another
 //     origin: Sec-Fetch-Site other than same-origin or none, or an Origin
 //     whose host differs from Host, gets 403 (http.CrossOriginProtection).
-//     A same-origin request is allowed: the ops listener serves no pages,
-//     so only a client that already reaches the listener directly (and,
-//     when configured, holds the token) can send one;
+//     A same-origin request is allowed: the only page the ops listener
+//     serves is the status page, which sends no POST and, by its
+//     Content-Security-Policy, runs no script but its own, so only a
+//     client that already reaches the listener directly (and, when
+//     configured, holds the token) can send one;
 //   - its body must be declared as Content-Type: application/json (415
 //     otherwise), which a browser cannot send cross-site without a CORS
 //     preflight that the daemon never answers.

@@ -42,6 +42,37 @@ type reloader struct {
 	ok       prometheus.Gauge
 	okAt     prometheus.Gauge
 	attempts *prometheus.CounterVec
+
+	stateMu sync.Mutex // guards last, read by /status during a reload
+	last    ConfigStatus
+}
+
+// status returns the reload state of the config file file.
+func (r *reloader) status(file string) ConfigStatus {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	st := r.last
+	st.File = file
+	return st
+}
+
+// record notes the outcome of a reload tried at now (err nil: applied).
+func (r *reloader) record(now time.Time, err error) {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	r.last.LastReloadAt = &now
+	r.last.LastReloadSuccessful = err == nil
+	r.last.LastReloadError = ""
+	if err != nil {
+		r.last.LastReloadError = err.Error()
+		r.ok.Set(0)
+		r.attempts.WithLabelValues("refused").Inc()
+		return
+	}
+	r.last.LastReloadSuccessAt = now
+	r.ok.Set(1)
+	r.okAt.Set(float64(now.UnixNano()) / 1e9)
+	r.attempts.WithLabelValues("applied").Inc()
 }
 
 func newReloader(reg prometheus.Registerer) *reloader {
@@ -55,8 +86,10 @@ func newReloader(reg prometheus.Registerer) *reloader {
 			[]string{"result"}),
 	}
 	reg.MustRegister(r.ok, r.okAt, r.attempts)
+	now := time.Now()
+	r.last = ConfigStatus{LastReloadSuccessful: true, LastReloadSuccessAt: now}
 	r.ok.Set(1)
-	r.okAt.SetToCurrentTime()
+	r.okAt.Set(float64(now.UnixNano()) / 1e9)
 	r.attempts.WithLabelValues("applied")
 	r.attempts.WithLabelValues("refused")
 	return r
@@ -89,8 +122,7 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 	}
 	if err != nil {
 		if !dryRun {
-			r.ok.Set(0)
-			r.attempts.WithLabelValues("refused").Inc()
+			r.record(time.Now(), err)
 		}
 		var errs config.Errors
 		if errors.As(err, &errs) {
@@ -107,9 +139,7 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 		return res, nil
 	}
 	res.Applied = true
-	r.ok.Set(1)
-	r.okAt.SetToCurrentTime()
-	r.attempts.WithLabelValues("applied").Inc()
+	r.record(time.Now(), nil)
 	d.log.Info("config reloaded", "file", old.File, "start", plan.Start, "stop", plan.Stop, "restart", plan.Restart, "stay", len(plan.Stay))
 	return res, nil
 }

@@ -305,11 +305,18 @@ func TestWatchConfigFollowsAConfigMapSwap(t *testing.T) {
 	if !strings.Contains(rh.logs.String(), `ingestor.toml:`) || !strings.Contains(rh.logs.String(), `source \"c\": kind: unknown kind`) {
 		t.Errorf("the refusal is not logged with file:line:\n%s", rh.logs.String())
 	}
+	if c := rh.d.status(t.Context()).Config; c.File != rh.path || c.LastReloadSuccessful || c.LastReloadAt == nil ||
+		!strings.Contains(c.LastReloadError, rh.path+":") || !strings.Contains(c.LastReloadError, `source "c": kind: unknown kind`) {
+		t.Errorf("/status config after the refused reload: %+v", c)
+	}
 
 	swap(demo("a"))
 	testsync.WaitFor(t, "source b to stop once the file changed", 20*time.Second, func() bool {
 		return rh.d.pipeline.SourcePID("b") == nil && metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful") == 1
 	})
+	if c := rh.d.status(t.Context()).Config; !c.LastReloadSuccessful || c.LastReloadError != "" || c.LastReloadSuccessAt != *c.LastReloadAt {
+		t.Errorf("/status config after the applied reload: %+v", c)
+	}
 	if rh.d.pipeline.SourcePID("a") != aPID {
 		t.Error("source a was restarted by edits that did not touch it")
 	}

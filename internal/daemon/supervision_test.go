@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,7 +36,8 @@ func (crashingSource) Close() error { return errors.New("closed a crashed source
 
 // TestCrashingSourceIsRestartedAlone runs a source that panics on every
 // fetch next to a healthy one: the supervisor restarts the crashing one
-// again and again, and the healthy one keeps delivering meanwhile.
+// again and again, and the healthy one keeps delivering meanwhile; GET
+// /status counts the crashing one's restarts and shows its last panic.
 func TestCrashingSourceIsRestartedAlone(t *testing.T) {
 	dir := t.TempDir()
 	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
@@ -69,5 +71,14 @@ events_per_tick = 10
 	testsync.WaitFor(t, "the healthy source to keep delivering", 30*time.Second, func() bool { return seen.len() >= before+100 })
 	if n := metric(t, h.d.Registry(), "ingestor_actor_restarts_total", "actor", "source-healthy"); n != 0 {
 		t.Errorf("the healthy source was restarted %v times", n)
+	}
+	// GET /status counts the restarts and shows the last panic.
+	for _, s := range getStatus(t, h.d.HTTPAddr()).Sources {
+		switch {
+		case s.Name == "boom" && (s.Restarts < 4 || !strings.Contains(s.LastPanic, "this source always crashes") || s.LastPanicAt == nil):
+			t.Errorf("boom in /status: %d restarts, last panic %q at %v; want at least 4 and the panic", s.Restarts, s.LastPanic, s.LastPanicAt)
+		case s.Name == "healthy" && (s.Restarts != 0 || s.LastPanic != ""):
+			t.Errorf("healthy in /status: %d restarts, last panic %q", s.Restarts, s.LastPanic)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,7 +37,8 @@ type AckOptions struct {
 // each burst of acks to the queue in one request, then tells the Sender.
 type AckReceiver struct {
 	sock *zmq.Socket
-	// events receives sock's disconnections from a ZeroMQ socket monitor.
+	// events receives sock's connections and disconnections from a ZeroMQ
+	// socket monitor.
 	events  *zmq.Socket
 	q       *queue.Queue
 	sender  *Sender
@@ -47,6 +49,24 @@ type AckReceiver struct {
 	// counts those dropped since without a log line.
 	badLogged time.Time
 	badQuiet  int
+
+	// connected counts the processors' ack connections open now, and
+	// lastAck is when the last ack message arrived (unix nanos), for the
+	// status page.
+	connected atomic.Int64
+	lastAck   atomic.Int64
+}
+
+// Connected returns the number of processor connections to the ack socket
+// open now (a processor holds one; libzmq reports TCP and IPC ones).
+func (a *AckReceiver) Connected() int64 { return a.connected.Load() }
+
+// LastAck returns when the last ack message arrived, or zero.
+func (a *AckReceiver) LastAck() time.Time {
+	if t := a.lastAck.Load(); t != 0 {
+		return time.Unix(0, t)
+	}
+	return time.Time{}
 }
 
 // NewAckReceiver binds the PULL socket, a CURVE server for authorized
@@ -79,13 +99,13 @@ func NewAckReceiver(zctx *zmq.Context, o AckOptions, q *queue.Queue, sender *Sen
 	return &AckReceiver{sock: sock, events: events, q: q, sender: sender, log: o.Logger, metrics: o.Metrics}, nil
 }
 
-// watchDisconnects starts a monitor of sock's disconnections and returns
-// the socket it reports them on. A processor disconnects when it stops,
+// watchDisconnects starts a monitor of sock's connections and
+// disconnections and returns the socket it reports them on. A processor disconnects when it stops,
 // and when it sends a message over MaxMessageBytes: libzmq then closes
 // the connection without a word, so this is the only trace of it.
 func watchDisconnects(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, error) {
 	addr := fmt.Sprintf("inproc://ack-monitor-%p", sock)
-	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+	if err := sock.Monitor(addr, zmq.EVENT_ACCEPTED|zmq.EVENT_DISCONNECTED); err != nil {
 		return nil, fmt.Errorf("monitor: %w", err)
 	}
 	events, err := zctx.NewSocket(zmq.PAIR)
@@ -152,6 +172,7 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 		if b.entries == 0 {
 			continue
 		}
+		a.lastAck.Store(time.Now().UnixNano())
 		// The ack is committed even if ctx ends meanwhile: a lost ack only
 		// causes a resend, but there is no reason to lose it.
 		res, err := a.q.Settle(context.WithoutCancel(ctx), b.frames, b.keys, b.nacks)
@@ -216,7 +237,8 @@ func (a *AckReceiver) receive() (ack *wire.Ack, ok bool) {
 	return ack, true
 }
 
-// disconnects counts and logs the disconnections the monitor reported.
+// disconnects counts the connections the monitor reported, and counts and
+// logs the disconnections.
 func (a *AckReceiver) disconnects() {
 	for {
 		ev, addr, _, err := a.events.RecvEvent(zmq.DONTWAIT)
@@ -226,7 +248,13 @@ func (a *AckReceiver) disconnects() {
 			}
 			return
 		}
+		if ev == zmq.EVENT_ACCEPTED {
+			a.connected.Add(1)
+		}
 		if ev == zmq.EVENT_DISCONNECTED {
+			if a.connected.Add(-1) < 0 {
+				a.connected.Store(0)
+			}
 			a.metrics.ackDisconnects.Inc()
 			a.log.Info("a processor's ack connection closed: it stopped, or sent an ack over publish.ack_max_message_bytes", "endpoint", addr)
 		}

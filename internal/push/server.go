@@ -36,6 +36,10 @@ type ServerOptions struct {
 	// Limiters are the named limiters ([rate_limiters.NAME]) that a
 	// source's rate_limiter names.
 	Limiters *sources.RateLimiters
+	// OnRequest, when set, is called with the source's name for every
+	// request to an enabled source, before its guard (the status page's
+	// last request).
+	OnRequest func(source string)
 }
 
 // Server is the push listener: /ingest/NAME and below, for each enabled
@@ -51,6 +55,7 @@ type Server struct {
 	log        *slog.Logger
 	closing    atomic.Bool
 	done       chan struct{}
+	onRequest  func(source string)
 }
 
 // routes are the served push sources: their handlers and the guard of
@@ -99,7 +104,7 @@ func Start(o ServerOptions) (*Server, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{o: o, log: o.Logger, done: make(chan struct{})}
+	s := &Server{o: o, log: o.Logger, done: make(chan struct{}), onRequest: o.OnRequest}
 	if o.Inbox != nil {
 		s.quarantine = newQuarantine(o.Inbox.o.Queue, o.Metrics, o.Logger)
 	}
@@ -224,6 +229,9 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("no push source %q is enabled", name))
 		return
+	}
+	if s.onRequest != nil {
+		s.onRequest(name)
 	}
 	if g := rt.guards[name]; g != nil && !g.admit(w, r) {
 		return

@@ -556,12 +556,9 @@ type Stats struct {
 // Stats reads a snapshot using indexed aggregate queries.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	s := Stats{PendingEvents: q.pendingEvents.Load(), PendingFrames: q.pendingFrames.Load()}
-	var oldest sql.NullInt64
-	if err := q.rdb.QueryRowContext(ctx, `SELECT created_at FROM frames ORDER BY id LIMIT 1`).Scan(&oldest); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var err error
+	if s.OldestPending, err = q.OldestPending(ctx); err != nil {
 		return s, fmt.Errorf("queue stats: %w", err)
-	}
-	if oldest.Valid {
-		s.OldestPending = time.Unix(0, oldest.Int64)
 	}
 	if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM dead_letters WHERE replayed_at = 0 AND resolved_at = 0`).Scan(&s.DeadLetters); err != nil {
 		return s, fmt.Errorf("queue stats: %w", err)
