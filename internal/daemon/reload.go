@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -120,10 +119,11 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 	if err == nil && !dryRun {
 		err = d.apply(ctx, old, next, plan)
 	}
+	if err != nil && dryRun {
+		return res, err
+	}
 	if err != nil {
-		if !dryRun {
-			r.record(time.Now(), err)
-		}
+		r.record(time.Now(), err)
 		var errs config.Errors
 		if errors.As(err, &errs) {
 			for _, e := range errs {
@@ -189,19 +189,16 @@ func (d *Daemon) currentConfig() *config.Config { return d.cfgNow.Load() }
 
 // watchConfig reloads the config file whenever its contents change
 // (daemon.watch_config), reading it every interval: a file replaced
-// through a symlink, as a Kubernetes ConfigMap volume is, counts too. An
-// edit that is refused is not tried again until the contents change again.
+// through a symlink, as a Kubernetes ConfigMap volume is, counts too. New
+// contents are compared with the running config first (a dry run), so an
+// edit that changes nothing the daemon runs (a comment) applies nothing,
+// and a change made between loading the config and starting the watch is
+// not missed. An edit that is refused is not tried again until the
+// contents change again.
 func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
 	defer close(d.watchDone)
 	file := d.cfg.File
-	sum := func() ([32]byte, error) {
-		data, err := os.ReadFile(file)
-		return sha256.Sum256(data), err
-	}
-	last, err := sum()
-	if err != nil {
-		d.log.Warn("watch_config: cannot read the config file", "file", file, "err", err)
-	}
+	var last [32]byte // none yet: the first read is compared with the running config
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -210,19 +207,22 @@ func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		now, err := sum()
+		data, err := os.ReadFile(file)
 		if err != nil {
 			// A ConfigMap update swaps a symlink: a read may fall between.
 			d.log.Debug("watch_config: cannot read the config file", "file", file, "err", err)
 			continue
 		}
-		if bytes.Equal(now[:], last[:]) {
+		now := sha256.Sum256(data)
+		if now == last {
 			continue
 		}
 		last = now
-		d.log.Info("config file changed; reloading", "file", file)
 		rctx, cancel := context.WithTimeout(ctx, d.cfg.Daemon.ShutdownGrace)
-		_, _ = d.Reload(rctx, false) // Reload logs the outcome
+		if res, err := d.Reload(rctx, true); err != nil || res.Changes() {
+			d.log.Info("config file changed; reloading", "file", file)
+			_, _ = d.Reload(rctx, false) // Reload logs the outcome
+		}
 		cancel()
 	}
 }

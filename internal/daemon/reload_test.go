@@ -30,6 +30,15 @@ type reloadHarness struct {
 // and starts a daemon on it.
 func startReloadable(t *testing.T, daemonExtra, body string, o Options) *reloadHarness {
 	t.Helper()
+	rh, cfg := loadReloadable(t, daemonExtra, body)
+	startConfig(t, rh.harness, cfg, o)
+	return rh
+}
+
+// loadReloadable writes head+body to a config file in a new data dir and
+// loads it, for a daemon to start on.
+func loadReloadable(t *testing.T, daemonExtra, body string) (*reloadHarness, *config.Config) {
+	t.Helper()
 	dir := t.TempDir()
 	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t)}
 	rh := &reloadHarness{harness: h, path: filepath.Join(dir, "ingestor.toml"), head: fmt.Sprintf(`[daemon]
@@ -51,8 +60,7 @@ ack_timeout = "2m"
 	if err != nil {
 		t.Fatal(err)
 	}
-	startConfig(t, h, cfg, o)
-	return rh
+	return rh, cfg
 }
 
 // write replaces the config file's body (everything after the head).
@@ -319,5 +327,23 @@ func TestWatchConfigFollowsAConfigMapSwap(t *testing.T) {
 	}
 	if rh.d.pipeline.SourcePID("a") != aPID {
 		t.Error("source a was restarted by edits that did not touch it")
+	}
+}
+
+// TestWatchConfigSeesAnEditMadeBeforeItStarted edits the config file
+// between its load and the daemon's start: the watch compares the file
+// with the config the daemon runs, not with the file as it first read it,
+// so the edit is applied. (Comparing with its first read, it missed such
+// an edit when its goroutine started late on a loaded machine.)
+func TestWatchConfigSeesAnEditMadeBeforeItStarted(t *testing.T) {
+	demo := func(name string) string {
+		return fmt.Sprintf("\n[source.%s]\nkind = \"demo\"\ninterval = \"50ms\"\nevents_per_tick = 1\n", name)
+	}
+	rh, cfg := loadReloadable(t, "watch_config = true", demo("a"))
+	rh.write(demo("a") + demo("b"))
+	startConfig(t, rh.harness, cfg, Options{watchInterval: 20 * time.Millisecond})
+	testsync.WaitFor(t, "source b to start", 20*time.Second, func() bool { return rh.d.pipeline.SourcePID("b") != nil })
+	if n := metric(t, rh.d.Registry(), "ingestor_config_reloads_total", "result", "applied"); n != 1 {
+		t.Errorf("%v reloads applied, want 1", n)
 	}
 }
