@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
 // NewEvent is one event to append.
@@ -171,76 +174,133 @@ func (q *Queue) appendRequest(b Batch, chain *Chain, done func([]Frame, error)) 
 	return r
 }
 
-const eventCols = 7
+// numWidth is the width of one number in insertFrame's numbers: a sign
+// and 19 digits, as CAST(... AS INTEGER) reads them.
+const numWidth = 20
 
-// prepareInserts prepares the multi-row insert statements before the writer
-// starts (the writer's only connection is busy inside its transaction
-// later): one for a full frame and one per power of two below it, so any
-// chunk is inserted with at most log2(EventsPerFrame)+1 statements.
+// prepareInserts prepares the insert statements before the writer starts
+// (the writer's only connection is busy inside its transaction later).
+//
+// insertFrame inserts a frame's events in one statement with five
+// parameters, whatever their number: the keys as a JSON array of strings,
+// and each event's time, raw offset and raw length as fixed-width decimal
+// text in one blob. Binding seven values per event cost more CPU than
+// SQLite inserting the row (each bind is a cgo call); reading the keys back
+// from JSON and the numbers from the blob costs less. json_each yields the
+// array in order, so the rows of one statement get consecutive seqs.
+// insertOne inserts one event, for keys that JSON text cannot carry exactly
+// (control characters, invalid UTF-8).
 func (q *Queue) prepareInserts() error {
-	sizes := []int{q.opts.EventsPerFrame}
-	for n := 1; n < q.opts.EventsPerFrame; n *= 2 {
-		sizes = append(sizes, n)
+	var err error
+	q.insertFrame, err = q.wdb.Prepare(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
+		SELECT ?1, j.value, ?2, CAST(substr(?5, j.key*60+1, 20) AS INTEGER), ?3,
+			CAST(substr(?5, j.key*60+21, 20) AS INTEGER), CAST(substr(?5, j.key*60+41, 20) AS INTEGER)
+		FROM json_each(?4) AS j WHERE true ORDER BY j.key
+		ON CONFLICT(source, key) DO NOTHING`)
+	if err != nil {
+		return fmt.Errorf("prepare the insert of a frame: %w", err)
 	}
-	for _, rows := range sizes {
-		var sb strings.Builder
-		sb.WriteString(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len) VALUES `)
-		for i := 0; i < rows; i++ {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(`(?,?,?,?,?,?,?)`)
-		}
-		sb.WriteString(` ON CONFLICT(source, key) DO NOTHING`)
-		st, err := q.wdb.Prepare(sb.String())
-		if err != nil {
-			return fmt.Errorf("prepare insert of %d rows: %w", rows, err)
-		}
-		q.stmts[rows] = st
+	q.insertOne, err = q.wdb.Prepare(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
+		VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, key) DO NOTHING`)
+	if err != nil {
+		return fmt.Errorf("prepare the insert of an event: %w", err)
 	}
 	return nil
 }
 
-// insertChunk inserts the rows in args (eventCols values each) and adds the
-// ids of the new ones to ids.
-func (q *Queue) insertChunk(tx *sql.Tx, args []any, seqs []int64) error {
-	for pos := 0; len(args) > 0; {
-		rows := len(args) / eventCols
-		if _, ok := q.stmts[rows]; !ok {
-			rows = 1
-			for rows*2 <= len(args)/eventCols {
-				rows *= 2
+// insertChunk inserts the events of chunk, of frame frameID and raw
+// object rawID, and sets seqs[i] to the seq given to chunk[i], or 0 when
+// it was a duplicate.
+func (q *Queue) insertChunk(tx *sql.Tx, source string, frameID, rawID int64, chunk []NewEvent, seqs []int64) error {
+	if !jsonKeys(chunk) {
+		st := tx.Stmt(q.insertOne)
+		for i := range chunk {
+			e := &chunk[i]
+			res, err := st.Exec(source, e.Key, frameID, eventTime(e), rawID, e.RawOff, e.RawLen)
+			if err != nil {
+				return fmt.Errorf("insert events: %w", err)
+			}
+			if err := insertedRows(tx, res, source, rawID, chunk[i:i+1], seqs[i:i+1]); err != nil {
+				return err
 			}
 		}
-		if err := insertRows(tx, tx.Stmt(q.stmts[rows]), args[:rows*eventCols], seqs[pos:pos+rows]); err != nil {
-			return err
-		}
-		args = args[rows*eventCols:]
-		pos += rows
+		return nil
 	}
-	return nil
-}
-
-// insertRows inserts len(seqs) rows and sets seqs[i] to the seq given to
-// row i, or 0 when it was a duplicate. With no duplicate, the common case,
-// the rows got consecutive seqs (one writer) and none is read back. A
-// skipped duplicate still spends a seq (AUTOINCREMENT), so otherwise the
-// rows are read back from the last len(seqs) seqs, each recognised by its
-// key, raw object and offset: an older row in that range (an earlier
-// statement's) differs in one of them, since no two events of a batch
-// share an offset.
-func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
-	res, err := st.Exec(args...)
+	keys, nums := append(q.keysBuf[:0], '['), q.numsBuf[:0]
+	for i := range chunk {
+		e := &chunk[i]
+		if i > 0 {
+			keys = append(keys, ',')
+		}
+		keys = wire.AppendString(keys, e.Key)
+		nums = appendNum(appendNum(appendNum(nums, eventTime(e)), int64(e.RawOff)), int64(e.RawLen))
+	}
+	keys = append(keys, ']')
+	q.keysBuf, q.numsBuf = keys, nums
+	res, err := tx.Stmt(q.insertFrame).Exec(source, frameID, rawID, keys, nums)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
+	return insertedRows(tx, res, source, rawID, chunk, seqs)
+}
+
+// jsonKeys reports whether every key of chunk reads back from JSON text
+// exactly: valid UTF-8 without control characters.
+func jsonKeys(chunk []NewEvent) bool {
+	for i := range chunk {
+		k := chunk[i].Key
+		for j := 0; j < len(k); j++ {
+			if k[j] < 0x20 {
+				return false
+			}
+		}
+		if !utf8.ValidString(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// eventTime is e's time in unix nanoseconds, 0 for none.
+func eventTime(e *NewEvent) int64 {
+	if e.EventTime.IsZero() {
+		return 0
+	}
+	return e.EventTime.UnixNano()
+}
+
+// appendNum appends v to b as numWidth characters: a sign ('-' or '0') and
+// 19 digits.
+func appendNum(b []byte, v int64) []byte {
+	var d [numWidth]byte
+	u := uint64(v)
+	d[0] = '0'
+	if v < 0 {
+		d[0], u = '-', uint64(-v) // -MinInt64 wraps to its own magnitude
+	}
+	for i := numWidth - 1; i > 0; i-- {
+		d[i] = byte('0' + u%10)
+		u /= 10
+	}
+	return append(b, d[:]...)
+}
+
+// insertedRows sets seqs from the result of inserting chunk: seqs[i] is
+// the seq given to chunk[i], or 0 when it was a duplicate. With no
+// duplicate, the common case, the rows got consecutive seqs (one writer)
+// and none is read back. A skipped duplicate still spends a seq
+// (AUTOINCREMENT), so otherwise the rows are read back from the last
+// len(seqs) seqs, each recognised by its key, raw object and offset: an
+// older row in that range (an earlier statement's) differs in one of them,
+// since no two events of a batch share an offset.
+func insertedRows(tx *sql.Tx, res sql.Result, source string, rawID int64, chunk []NewEvent, seqs []int64) error {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	if n == 0 {
 		clear(seqs)
-		return countDuplicates(tx, args, seqs)
+		return countDuplicates(tx, source, chunk, seqs)
 	}
 	last, err := res.LastInsertId()
 	if err != nil {
@@ -273,10 +333,9 @@ func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 		return fmt.Errorf("read back inserted events: %w", err)
 	}
 	for i := range seqs {
-		a := args[i*eventCols : (i+1)*eventCols]
-		seqs[i] = inserted[row{key: a[1].(string), raw: a[4].(int64), off: int64(a[5].(int))}]
+		seqs[i] = inserted[row{key: chunk[i].Key, raw: rawID, off: int64(chunk[i].RawOff)}]
 	}
-	return countDuplicates(tx, args, seqs)
+	return countDuplicates(tx, source, chunk, seqs)
 }
 
 // countDuplicates records a new arrival of every event whose seq is 0 (a
@@ -284,14 +343,14 @@ func insertRows(tx *sql.Tx, st *sql.Stmt, args []any, seqs []int64) error {
 // seen now. A key repeated in the chunk counts once per repeat. One
 // statement covers the keys that arrived the same number of times (all of
 // them, nearly always); the rows all have the same source.
-func countDuplicates(tx *sql.Tx, args []any, seqs []int64) error {
+func countDuplicates(tx *sql.Tx, source string, chunk []NewEvent, seqs []int64) error {
 	var keys []any
 	times := make(map[any]int)
 	for i, seq := range seqs {
 		if seq != 0 {
 			continue
 		}
-		key := args[i*eventCols+1]
+		key := chunk[i].Key
 		if times[key] == 0 {
 			keys = append(keys, key)
 		}
@@ -301,7 +360,7 @@ func countDuplicates(tx *sql.Tx, args []any, seqs []int64) error {
 	for len(keys) > 0 {
 		n := times[keys[0]]
 		var sb strings.Builder
-		qargs := []any{n, now, args[0]}
+		qargs := []any{n, now, source}
 		sb.WriteString(`UPDATE events SET attempts = attempts + ?, last_seen = ? WHERE source = ? AND key IN (`)
 		rest := keys[:0]
 		for _, k := range keys {
@@ -339,7 +398,6 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			return nil, 0, fmt.Errorf("insert raw object: %w", err)
 		}
 		per := q.opts.EventsPerFrame
-		args := make([]any, 0, per*eventCols)
 		var seqs []int64
 		var devSeqs []deviceSeq
 		var verdicts []any
@@ -347,17 +405,8 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			chunk := b.Events[start:min(start+per, len(b.Events))]
 			frameID := q.nextFrame
 			q.nextFrame++
-			args = args[:0]
-			for i := range chunk {
-				e := &chunk[i]
-				var et int64
-				if !e.EventTime.IsZero() {
-					et = e.EventTime.UnixNano()
-				}
-				args = append(args, b.Source, e.Key, frameID, et, rawID, e.RawOff, e.RawLen)
-			}
 			seqs = append(seqs[:0], make([]int64, len(chunk))...)
-			if err := q.insertChunk(tx, args, seqs); err != nil {
+			if err := q.insertChunk(tx, b.Source, frameID, rawID, chunk, seqs); err != nil {
 				return nil, 0, err
 			}
 			f := Frame{ID: frameID, Source: b.Source}

@@ -76,7 +76,10 @@ type Queue struct {
 	// lazySync is true while the writer connection runs with
 	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
 	lazySync bool
-	stmts    map[int]*sql.Stmt
+	// insertFrame inserts a frame's events, insertOne one event (ops.go).
+	insertFrame, insertOne *sql.Stmt
+	// keysBuf and numsBuf are insertFrame's parameters, reused.
+	keysBuf, numsBuf []byte
 	// verdictStmts insert 1, 2, 4 ... rows of event_verdicts (verdict.go).
 	verdictStmts map[int]*sql.Stmt
 	settle       settleStmts
@@ -125,12 +128,11 @@ func Open(o Options) (*Queue, error) {
 	}
 	rdb.SetMaxOpenConns(4)
 	q := &Queue{
-		opts:  o,
-		wdb:   wdb,
-		rdb:   rdb,
-		reqs:  make(chan *request, 256),
-		done:  make(chan struct{}),
-		stmts: make(map[int]*sql.Stmt),
+		opts: o,
+		wdb:  wdb,
+		rdb:  rdb,
+		reqs: make(chan *request, 256),
+		done: make(chan struct{}),
 	}
 	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareVerdicts(), q.prepareSettle()); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close(), rdb.Close()))
@@ -206,8 +208,10 @@ func (q *Queue) Close() error {
 	q.closeMu.Unlock()
 	<-q.done
 	var errs []error
-	for _, st := range q.stmts {
-		errs = append(errs, st.Close())
+	for _, st := range []*sql.Stmt{q.insertFrame, q.insertOne} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
 	}
 	for _, st := range q.verdictStmts {
 		errs = append(errs, st.Close())
