@@ -102,6 +102,7 @@ test: test-deps
 bench: build
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
+	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
 	$(BIN)/ingestor-bench -mode rehydrate
