@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // clockTicks returns the kernel's clock ticks per second, in which
@@ -102,7 +102,7 @@ func filesBytes(paths ...string) (int64, error) {
 	for _, p := range paths {
 		info, err := os.Stat(p)
 		switch {
-		case os.IsNotExist(err):
+		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
 			return 0, fmt.Errorf("size of %s: %w", p, err)
 		default:
@@ -146,12 +146,14 @@ func scrapeMetrics(ctx context.Context, url string) (scrape, error) {
 	if err != nil {
 		return scrape{}, fmt.Errorf("scrape %s: %w", url, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return scrape{}, fmt.Errorf("scrape %s: %s", url, resp.Status)
+		err = fmt.Errorf("%s", resp.Status)
 	}
-	s, err := parseMetrics(resp.Body)
-	if err != nil {
+	var s scrape
+	if err == nil {
+		s, err = parseMetrics(resp.Body)
+	}
+	if err := errors.Join(err, resp.Body.Close()); err != nil {
 		return scrape{}, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	return s, nil
@@ -258,31 +260,4 @@ func quantile(q float64, before, after []bucket) float64 {
 		lower, below = b.le, diff[i]
 	}
 	return lower
-}
-
-// waitHTTP polls url until it answers 200, for at most timeout.
-func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s", resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not answer 200 within %v: %w", url, timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

@@ -57,7 +57,8 @@ type realResult struct {
 	Received counts `json:"received"`
 }
 
-// counts is what the processor's -count-out file holds.
+// counts is what the processor's -count-out file holds (cmd/processor,
+// keys.go).
 type counts struct {
 	Events       int64 `json:"events"`
 	DistinctKeys int64 `json:"distinct_keys"`
@@ -113,25 +114,24 @@ func printReal(w io.Writer, r *realResult) error {
 type child struct {
 	name string
 	cmd  *exec.Cmd
-	log  string // its stderr, or "" when the caller took it
+	log  string // the file of its stderr
 	done chan struct{}
 	err  error // set before done is closed
 }
 
-// startChild starts cmd as the child name, its stderr into the file log unless
-// cmd has one. The child is killed if the bench dies.
+// startChild starts cmd as the child name, its stderr into the file log.
+// The child is killed if the bench dies.
 func startChild(name string, cmd *exec.Cmd, log string) (*child, error) {
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
-	if cmd.Stderr == nil {
-		f, err := os.Create(log)
-		if err != nil {
-			return nil, fmt.Errorf("start %s: %w", name, err)
-		}
-		defer f.Close() // the child has its own descriptor
-		cmd.Stderr, c.log = f, log
+	c := &child{name: name, cmd: cmd, log: log, done: make(chan struct{})}
+	f, err := os.Create(log)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	cmd.Stderr = f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The child has its own descriptor of the log.
+	if err := errors.Join(err, f.Close()); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() {
@@ -154,9 +154,6 @@ func (c *child) exited() error {
 
 // logTail returns the last lines of the child's log, for errors.
 func (c *child) logTail() string {
-	if c.log == "" {
-		return ""
-	}
 	b, err := os.ReadFile(c.log)
 	if err != nil {
 		return ""

@@ -247,3 +247,21 @@ func TestRealModeShort(t *testing.T) {
 		t.Errorf("the daemon's CPU profile: %v", err)
 	}
 }
+
+func TestParseFlagsRealMode(t *testing.T) {
+	o, err := parseFlags([]string{"-mode", "real", "-events", "4000"}, &bytes.Buffer{})
+	if err != nil || o.eventSize != realEventSize || o.pageSize != 1000 || o.halfEvents != 1000 {
+		t.Errorf("real defaults: event size %d, page size %d, half events %d, err %v; want %d, 1000, 1000",
+			o.eventSize, o.pageSize, o.halfEvents, err, realEventSize)
+	}
+	o, err = parseFlags([]string{"-mode", "real", "-events", "100000", "-event-size", "300"}, &bytes.Buffer{})
+	if err != nil || o.eventSize != 300 || o.halfEvents != 25000 {
+		t.Errorf("event size %d, half events %d, err %v; want 300, 25000", o.eventSize, o.halfEvents, err)
+	}
+	_, err = parseFlags([]string{"-mode", "real", "-page-size", "0", "-half-events", "0"}, &bytes.Buffer{})
+	for _, want := range []string{"-page-size and -event-size must be at least 1", "-half-events must be at least 1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not contain %q", err, want)
+		}
+	}
+}
