@@ -98,7 +98,10 @@ test: test-deps
 # bench runs the Go micro-benchmarks of the hot-path encoders, then the
 # whole-pipeline bench: throughput with defaults, the drain of a backlog
 # queued while no processor ran, and webhook ingestion (64 keep-alive
-# clients, one event per request, each answered once durable).
+# clients, one event per request, each answered once durable); last the
+# real path through the built binaries, each in its own process: a
+# firehose upstream polled by bin/ingestor, acked by bin/processor (see
+# README, "Performance").
 bench: build
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
@@ -109,6 +112,7 @@ bench: build
 	$(BIN)/ingestor-bench -exactly-once -events 300000
 	$(BIN)/ingestor-bench -mode webhook
 	$(BIN)/ingestor-bench -mode webhook -signature github
+	$(BIN)/ingestor-bench -mode real
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

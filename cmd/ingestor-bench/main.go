@@ -6,11 +6,11 @@
 //
 // Usage:
 //
-//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook] [-events N] [-duration D]
+//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real] [-events N] [-duration D]
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
-//	               [-clients C] [-cpuprofile FILE]
+//	               [-clients C] [-cpuprofile FILE] [-bin DIR] [-page-size N] [-half-events N]
 //
 // Mode throughput (the default) runs until -events events are acked and
 // reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
@@ -25,14 +25,31 @@
 // one event each; it reports durable requests/s and the request-to-answer
 // latency (webhook.go).
 //
-// Acks are counted, and latency measured, when the daemon's sender learns of
-// them (daemon.Options.OnAck). CPU time is the whole process's (getrusage),
-// so it includes the in-process processors. A run that makes no progress for
-// 30s fails.
+// Mode real measures the real path through the built binaries, each in its
+// own process (real.go): this executable re-executed as a firehose
+// upstream (-mode firehose, firehose.go: pages of -page-size events of
+// about -event-size bytes, default 500, with the cursor in the query),
+// bin/ingestor run with one http_poll source polling it back to back
+// (raw store file://, fsynced; synchronous = full; frames of 100), and
+// bin/processor acking with -count-out. It releases -events events at
+// once, then -half-events more (default a quarter of -events) paced to half
+// the rate measured, and prints one table: events/s, CPU seconds per 1M
+// events of the daemon and of the processor (/proc/PID/stat), their peak
+// RSS (VmHWM), fetch-to-ack p50/p99 of each phase from the daemon's
+// histogram, the queue's and the raw store's size after the first phase,
+// and whether the processor received every event exactly once (it fails
+// otherwise). -cpuprofile there profiles the daemon (INGESTOR_CPUPROFILE).
+//
+// In the other modes, which run the daemon and the processors in this
+// process, acks are counted, and latency measured, when the daemon's sender
+// learns of them (daemon.Options.OnAck). CPU time is the whole process's
+// (getrusage), so it includes the in-process processors. A run that makes
+// no progress for 30s fails.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +59,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"syscall"
 	"time"
 
@@ -91,20 +109,29 @@ type options struct {
 	cpuProfile     string
 	clients        int
 	signature      string
+	// Modes real and firehose.
+	addr       string
+	pageSize   int
+	bin        string
+	halfEvents int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process)")
+	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
+	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
+	fs.Int64Var(&o.halfEvents, "half-events", 0, "real mode: events of the half-load phase (default: a quarter of -events, at least one page)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "firehose mode: address to listen on")
 	fs.IntVar(&o.clients, "clients", 64, "webhook mode: concurrent keep-alive HTTP clients")
 	fs.StringVar(&o.signature, "signature", "", `webhook mode: "github" to sign every request (X-Hub-Signature-256) and have the daemon verify it; "" for none`)
 	fs.Int64Var(&o.events, "events", 2_000_000, "stop once this many events are acked")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long even if fewer events were acked (0: no cap)")
 	fs.IntVar(&o.sources, "sources", 2, "demo sources")
 	fs.IntVar(&o.eventsPerTick, "events-per-tick", 1000, "events per demo fetch")
-	fs.IntVar(&o.eventSize, "event-size", 256, "approximate event size in bytes")
+	fs.IntVar(&o.eventSize, "event-size", 256, "approximate event size in bytes (real mode: default 500)")
 	fs.IntVar(&o.processors, "processors", 2, "in-process processor clients, each on its own goroutine")
 	fs.StringVar(&o.synchronous, "synchronous", "full", "SQLite synchronous mode of the queue: full or normal")
 	fs.IntVar(&o.eventsPerFrame, "events-per-frame", 100, "events packed into one ZeroMQ frame")
@@ -112,7 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "empty directory for the queue, raw store and sockets, kept afterwards (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON line")
 	fs.BoolVar(&o.exactlyOnce, "exactly-once", false, "processors write every event into a SQLite table exactly once (processor.RunTx) instead of only reading it")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE); real mode: of the daemon process")
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon and processors at info level (default: warnings only)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -125,12 +152,25 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.mode == modeWebhook && !set["events"] {
 		o.events = webhookRequests
 	}
+	if (o.mode == modeReal || o.mode == modeFirehose) && !set["event-size"] {
+		o.eventSize = realEventSize
+	}
+	if o.mode == modeReal && !set["half-events"] {
+		o.halfEvents = max(o.events/4, int64(o.pageSize))
+	}
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if o.mode != modeThroughput && o.mode != modeProcessorDown && o.mode != modeRehydrate && o.mode != modeWebhook {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s or %s, not %q", modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, o.mode))
+	}
+	if (o.mode == modeReal || o.mode == modeFirehose) && (o.pageSize < 1 || o.eventSize < 1) {
+		errs = append(errs, fmt.Errorf("-page-size and -event-size must be at least 1, not %d and %d", o.pageSize, o.eventSize))
+	}
+	if o.mode == modeReal && o.halfEvents < 1 {
+		errs = append(errs, fmt.Errorf("-half-events must be at least 1, not %d", o.halfEvents))
 	}
 	if o.signature != "" && o.signature != webhookSignature {
 		errs = append(errs, fmt.Errorf("-signature must be %q or empty, not %q", webhookSignature, o.signature))
@@ -159,11 +199,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
+	if o.mode == modeFirehose {
+		return runFirehose(ctx, o, os.Stdin, stdout)
+	}
 	dir, cleanup, err := benchDir(o.dir)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
+	if o.mode == modeReal {
+		res, err := benchReal(ctx, o, dir, stderr)
+		if err != nil {
+			return err
+		}
+		if o.json {
+			b, err := json.Marshal(res)
+			if err != nil {
+				return fmt.Errorf("encode result: %w", err)
+			}
+			if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+				return err
+			}
+		} else if err := printReal(stdout, res); err != nil {
+			return err
+		}
+		if !res.exactlyOnce() {
+			return fmt.Errorf("exactly-once check failed: the processor received %d events with %d distinct keys, want %d of each",
+				res.Received.Events, res.Received.DistinctKeys, res.Events+res.HalfEvents)
+		}
+		return nil
+	}
 	co := o
 	if o.mode == modeRehydrate || o.mode == modeWebhook {
 		co.sources = 0 // the daemon only opens the backlog, or takes webhooks

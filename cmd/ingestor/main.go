@@ -164,6 +164,16 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log := daemon.NewLogger(cfg.Daemon)
+	stopProfile, err := startCPUProfile()
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
+	defer func() {
+		if err := stopProfile(); err != nil {
+			log.Error("cpu profile", "err", err)
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads the config file (Go's default would end the process

@@ -6,7 +6,8 @@
 // Usage:
 //
 //	processor [-connect tcp://127.0.0.1:5557] [-ack tcp://127.0.0.1:5558] [-log-every 2s] [-log-format text|json]
-//	          [-workers N] [-sqlite PATH] [-record FILE] [-drop-acks P] [-fail-keys REGEX] [-fail-retryable-keys REGEX]
+//	          [-workers N] [-sqlite PATH] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
+//	          [-fail-retryable-keys REGEX]
 //	          [-curve-server-key FILE -curve-secret-key FILE]
 //
 // With -curve-server-key (the daemon's public key file, e.g. daemon.pub) and
@@ -32,6 +33,12 @@
 // one event with three space-separated fields; DELIVERY is 1 the first
 // time and higher on redeliveries. Each line is one write to the file,
 // opened for appending, so it survives a kill.
+//
+// With -count-out it counts the distinct keys (per source) of the events
+// handed to its handler and, when it stops, writes {"events": N,
+// "distinct_keys": D, "redeliveries": R} to FILE, so that a bench can
+// check that every event arrived exactly once (ingestor-bench -mode real).
+// Keys that end in a number ("ev-17") cost one bit each.
 //
 // -drop-acks, -fail-keys and -fail-retryable-keys are for chaos and poison
 // tests: they drop whole ack messages with probability P, and fail the
@@ -90,6 +97,7 @@ type config struct {
 	workers   int
 	sqlite    string
 	record    string
+	countOut  string
 	dropAcks  float64
 	// failKeys and failRetryableKeys match the keys to fail; nil matches
 	// none.
@@ -109,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
 	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
 	fs.StringVar(&c.record, "record", "", "append \"SOURCE KEY DELIVERY\" (percent-encoded) to this file for every event received")
+	fs.StringVar(&c.countOut, "count-out", "", "on exit, write the events received and their distinct keys as JSON to this file")
 	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
 	fs.StringVar(&c.curveServerKey, "curve-server-key", "", "file of the daemon's CURVE public key (enables CURVE, with -curve-secret-key)")
 	fs.StringVar(&c.curveSecretKey, "curve-secret-key", "", "file of this processor's CURVE secret key (enables CURVE, with -curve-server-key)")
@@ -196,6 +205,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 
 	counts := &counter{bySource: make(map[string]int64)}
+	if cfg.countOut != "" {
+		counts.keys = make(map[string]*keySet)
+	}
 	start := time.Now()
 	reportCtx, stopReport := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -244,6 +256,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	if rec != nil {
 		err = errors.Join(err, rec.close())
+	}
+	if cfg.countOut != "" {
+		err = errors.Join(err, writeCounts(cfg.countOut, counts.counts(st.Redeliveries)))
 	}
 	log.Info("summary", attrs...)
 	return err
@@ -357,11 +372,14 @@ func sources(bySource map[string]int64) slog.Attr {
 	return slog.Group("sources", attrs...)
 }
 
-// counter counts events in total and per source.
+// counter counts events in total and per source, and with -count-out
+// their distinct keys.
 type counter struct {
 	mu       sync.Mutex
 	total    int64
 	bySource map[string]int64
+	// keys holds each source's distinct keys; nil unless -count-out.
+	keys map[string]*keySet
 }
 
 // count counts one event.
@@ -370,6 +388,25 @@ func (c *counter) count(ev *processor.Event) {
 	defer c.mu.Unlock()
 	c.total++
 	c.bySource[ev.Source]++
+	if c.keys != nil {
+		set := c.keys[ev.Source]
+		if set == nil {
+			set = newKeySet()
+			c.keys[ev.Source] = set
+		}
+		set.add(ev.Key)
+	}
+}
+
+// counts returns what -count-out writes.
+func (c *counter) counts(redeliveries int64) counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := counts{Events: c.total, Redeliveries: redeliveries}
+	for _, set := range c.keys {
+		out.DistinctKeys += set.n
+	}
+	return out
 }
 
 func (c *counter) snapshot() (int64, map[string]int64) {
