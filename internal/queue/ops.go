@@ -200,10 +200,22 @@ func (q *Queue) prepareInserts() error {
 	if err != nil {
 		return fmt.Errorf("prepare the insert of a frame: %w", err)
 	}
-	q.insertOne, err = q.wdb.Prepare(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
-		VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, key) DO NOTHING`)
-	if err != nil {
-		return fmt.Errorf("prepare the insert of an event: %w", err)
+	for _, p := range []struct {
+		dst  **sql.Stmt
+		what string
+		sql  string
+	}{
+		{&q.insertOne, "an event", `INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
+			VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, key) DO NOTHING`},
+		{&q.insertRaw, "a raw object", `INSERT INTO raw_objects(key, fetched_at, seq_floor)
+			VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1)`},
+		{&q.insertFrameRow, "a frame", `INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`},
+		{&q.storeCursor, "a cursor", `INSERT INTO offsets(source, cursor, updated_at) VALUES (?,?,?)
+			ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`},
+	} {
+		if *p.dst, err = q.wdb.Prepare(p.sql); err != nil {
+			return fmt.Errorf("prepare the insert of %s: %w", p.what, err)
+		}
 	}
 	return nil
 }
@@ -388,8 +400,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 	var frames []Frame
 	var added int64
 	if len(b.Events) > 0 {
-		res, err := tx.Exec(`INSERT INTO raw_objects(key, fetched_at, seq_floor)
-			VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1)`, b.RawKey, b.FetchedAt.UnixNano())
+		res, err := tx.Stmt(q.insertRaw).Exec(b.RawKey, b.FetchedAt.UnixNano())
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert raw object: %w", err)
 		}
@@ -438,8 +449,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			// A frame's events are inserted together by the only writer, so
 			// they are exactly the events with seq in [first, last]: frames
 			// find their events by primary key, with no index on frame_id.
-			if _, err := tx.Exec(`INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`,
-				frameID, b.Source, len(f.Events), first, last, now); err != nil {
+			if _, err := tx.Stmt(q.insertFrameRow).Exec(frameID, b.Source, len(f.Events), first, last, now); err != nil {
 				return nil, 0, fmt.Errorf("insert frame: %w", err)
 			}
 			added += int64(len(f.Events))
@@ -459,9 +469,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 		}
 	}
 	if b.SetCursor {
-		if _, err := tx.Exec(`INSERT INTO offsets(source, cursor, updated_at) VALUES (?,?,?)
-			ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`,
-			b.Source, b.Cursor, now); err != nil {
+		if _, err := tx.Stmt(q.storeCursor).Exec(b.Source, b.Cursor, now); err != nil {
 			return nil, 0, fmt.Errorf("store cursor: %w", err)
 		}
 	}

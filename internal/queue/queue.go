@@ -76,8 +76,10 @@ type Queue struct {
 	// lazySync is true while the writer connection runs with
 	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
 	lazySync bool
-	// insertFrame inserts a frame's events, insertOne one event (ops.go).
-	insertFrame, insertOne *sql.Stmt
+	// insertFrame inserts a frame's events, insertOne one event, and
+	// insertRaw, insertFrameRow and storeCursor a batch's raw object, frames
+	// and cursor (ops.go).
+	insertFrame, insertOne, insertRaw, insertFrameRow, storeCursor *sql.Stmt
 	// keysBuf and numsBuf are insertFrame's parameters, reused.
 	keysBuf, numsBuf []byte
 	// verdictStmts insert 1, 2, 4 ... rows of event_verdicts (verdict.go).
@@ -208,7 +210,7 @@ func (q *Queue) Close() error {
 	q.closeMu.Unlock()
 	<-q.done
 	var errs []error
-	for _, st := range []*sql.Stmt{q.insertFrame, q.insertOne} {
+	for _, st := range []*sql.Stmt{q.insertFrame, q.insertOne, q.insertRaw, q.insertFrameRow, q.storeCursor} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
