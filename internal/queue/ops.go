@@ -420,7 +420,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			if err := q.insertChunk(tx, b.Source, frameID, rawID, chunk, seqs); err != nil {
 				return nil, 0, err
 			}
-			f := Frame{ID: frameID, Source: b.Source}
+			f := Frame{ID: frameID, Source: b.Source, Events: make([]Event, 0, len(chunk))}
 			var first, last int64
 			for i, seq := range seqs {
 				if seq == 0 {
