@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -263,16 +263,11 @@ func pendingEvents(t *testing.T, addr string) float64 {
 // scrapeMetric reads the unlabelled series name from /metrics (-1 if
 // unavailable).
 func scrapeMetric(addr, name string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
+	text, err := metricsText(addr)
 	if err != nil {
 		return -1
 	}
-	defer func() { _ = resp.Body.Close() }()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(buf.String(), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err == nil {
@@ -281,6 +276,17 @@ func scrapeMetric(addr, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// metricsText returns the text of the daemon's /metrics at addr.
+func metricsText(addr string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 func tail(s string) string {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -109,28 +108,16 @@ func TestWebhookSecretRotationByReload(t *testing.T) {
 	testsync.WaitFor(t, "every delivery at the processor", 30*time.Second, func() bool { return d.seenKeys() == total })
 	t.Logf("%d deliveries across two reloads, all 202 and delivered", total)
 
-	metrics := scrapeText(t, d.httpAddr)
+	metrics, err := metricsText(d.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(metrics, `ingestor_webhook_signature_matches_total{secret="0",source="gh"}`) {
 		t.Errorf("no match series for the remaining secret:\n%s", grepLines(metrics, "signature_matches"))
 	}
 	if strings.Contains(metrics, `ingestor_webhook_signature_matches_total{secret="1",source="gh"}`) {
 		t.Errorf("the removed secret's series is still exported:\n%s", grepLines(metrics, "signature_matches"))
 	}
-}
-
-// scrapeText returns the text of /metrics.
-func scrapeText(t *testing.T, addr string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // grepLines returns the lines of s that contain sub.

@@ -41,10 +41,22 @@ func startDaemonWith(t *testing.T, daemonExtra, rawStore, publishExtra, sourcesT
 func startDaemonIn(t *testing.T, dir, daemonExtra, rawStore, publishExtra, sourcesTOML string, o Options) *harness {
 	t.Helper()
 	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), logs: &testsync.LockedBuffer{}}
+	text := h.configText(daemonExtra, rawStore, publishExtra) + sourcesTOML
+	cfg, err := config.Parse("test.toml", []byte(text))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, text)
+	}
+	return startConfig(t, h, cfg, o)
+}
+
+// configText is the config of h's daemon without sources: its data dir,
+// an ops listener on a free port, its endpoints, and the extra keys of
+// [daemon] and [publish]; the raw store is rawStore's keys, or h.dir/raw.
+func (h *harness) configText(daemonExtra, rawStore, publishExtra string) string {
 	if rawStore == "" {
 		rawStore = fmt.Sprintf("url = %q", "file://"+h.dir+"/raw")
 	}
-	text := fmt.Sprintf(`
+	return fmt.Sprintf(`
 [daemon]
 data_dir = %q
 http_addr = "127.0.0.1:0"
@@ -59,13 +71,7 @@ endpoint = %q
 ack_endpoint = %q
 %s
 
-%s
-`, h.dir, daemonExtra, rawStore, h.pub, h.ack, publishExtra, sourcesTOML)
-	cfg, err := config.Parse("test.toml", []byte(text))
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, text)
-	}
-	return startConfig(t, h, cfg, o)
+`, h.dir, daemonExtra, rawStore, h.pub, h.ack, publishExtra)
 }
 
 // startConfig starts a daemon on cfg for h, whose dir and endpoints are

@@ -41,20 +41,7 @@ func loadReloadable(t *testing.T, daemonExtra, body string) (*reloadHarness, *co
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t)}
-	rh := &reloadHarness{harness: h, path: filepath.Join(dir, "ingestor.toml"), head: fmt.Sprintf(`[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-shutdown_grace = "10s"
-%s
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-ack_timeout = "2m"
-`, dir, daemonExtra, "file://"+dir+"/raw", h.pub, h.ack)}
+	rh := &reloadHarness{harness: h, path: filepath.Join(dir, "ingestor.toml"), head: h.configText(daemonExtra, "", `ack_timeout = "2m"`)}
 	rh.write(body)
 	cfg, err := config.Load(rh.path)
 	if err != nil {
