@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,5 +296,23 @@ func TestFramePassedInFlightThenExpiredIsScannedAgain(t *testing.T) {
 	s.handle(prefetched{epoch: 1, id: 8, inFlight: true})
 	if s.scanFrom != 6 {
 		t.Errorf("an answer of the old scan moved scanFrom to %d", s.scanFrom)
+	}
+}
+
+// TestFetchToAckBucketsMeasureTheTargets checks that the latency histogram
+// can tell a p99 on either side of the 50 ms target of `make bench` and of
+// the 60 s threshold of IngestorAckLatencyHigh: with the old bounds
+// (doubling from 1 ms to 32.8 s) a p99 above 60 s read as 32.8 s, so the
+// alert could never fire.
+func TestFetchToAckBucketsMeasureTheTargets(t *testing.T) {
+	has := func(v float64) bool { return slices.Contains(FetchToAckBuckets, v) }
+	if !has(0.05) || !has(0.06) || !has(60) {
+		t.Errorf("buckets %v lack a bound at 50 ms, 60 ms or 60 s", FetchToAckBuckets)
+	}
+	if last := FetchToAckBuckets[len(FetchToAckBuckets)-1]; last <= 60 {
+		t.Errorf("the highest bound is %v s: a p99 above the alert's 60 s would read as %v", last, last)
+	}
+	if !slices.IsSorted(FetchToAckBuckets) {
+		t.Errorf("buckets %v are not sorted", FetchToAckBuckets)
 	}
 }
