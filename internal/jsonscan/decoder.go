@@ -104,19 +104,41 @@ func (d *Decoder) fail(err error) error {
 // validated, when fn returns. When fn returns an error, Object stops and
 // returns that error unchanged.
 func (d *Decoder) Object(fn func(key []byte, plainKey bool) error) error {
+	return d.ObjectNames(nil, func(_ int, key []byte, plainKey bool) error { return fn(key, plainKey) })
+}
+
+// ObjectNames is Object for a caller that knows the names members are
+// usually written with, in the order they usually come, such as those of
+// a message its own encoder wrote: a key written exactly as the next of
+// names, or as one after it, is recognized by comparing bytes, without
+// scanning it, and fn gets its index in names (key is then its bytes and
+// plainKey true). Any other key is scanned as Object scans it, and fn
+// gets -1. The object is read and validated as Object reads it, whatever
+// the order of its members. Each name must be plain: ASCII without '"',
+// '\\' or control bytes.
+func (d *Decoder) ObjectNames(names []string, fn func(name int, key []byte, plainKey bool) error) error {
 	b := d.b
 	i, err := d.open('{')
 	if err != nil {
 		return err
 	}
+	next := 0 // the index in names to look for first
 	if b[i] != '}' {
 		for {
 			if b[i] != '"' {
 				return d.fail(syntaxErr(i, "expected string for object key"))
 			}
-			end, plain, err := scanKey(b, i+1)
-			if err != nil {
-				return d.fail(err)
+			k, end, plain := -1, 0, false
+			for j := next; j < len(names); j++ {
+				if e := i + 1 + len(names[j]); e < len(b) && b[e] == '"' && string(b[i+1:e]) == names[j] {
+					k, end, plain, next = j, e, true, j+1
+					break
+				}
+			}
+			if k < 0 {
+				if end, plain, err = scanKey(b, i+1); err != nil {
+					return d.fail(err)
+				}
 			}
 			key := b[i+1 : end]
 			i = skipSpace(b, end+1)
@@ -129,7 +151,7 @@ func (d *Decoder) Object(fn func(key []byte, plainKey bool) error) error {
 			if i, err = d.enter(skipSpace(b, i+1)); err != nil {
 				return err
 			}
-			if err := fn(key, plain); err != nil {
+			if err := fn(k, key, plain); err != nil {
 				return d.fail(err)
 			}
 			if i, err = d.leave(i, '{'); err != nil {
