@@ -83,6 +83,51 @@ func (d *Decoder) Value() (val []byte, kind Kind, err error) {
 	return val, kind, nil
 }
 
+// A Mark is a position of a Decoder in its input, for Rewind.
+type Mark struct{ i, depth int }
+
+// Mark returns d's position.
+func (d *Decoder) Mark() Mark { return Mark{d.i, d.depth} }
+
+// Rewind puts d back at m, a position Mark returned earlier on the same
+// input, to read again from there: what is read again is validated again.
+// Once d has an error it does nothing, as errors are sticky.
+func (d *Decoder) Rewind(m Mark) {
+	if d.err == nil {
+		d.i, d.depth = m.i, m.depth
+	}
+}
+
+// Expect reads lit when the input continues with exactly its bytes, and
+// reports whether it did; otherwise it reads nothing. It is for a caller
+// that knows how the input is usually laid out, such as a message its own
+// encoder wrote, to read the punctuation and keys between values in one
+// comparison: `{"key":` where a value starts, `,"seq":` or `}` after a
+// member's value. lit must be such JSON text, without whitespace, that
+// reading it where it is read keeps the input valid: the Decoder does not
+// check lit, it only counts its brackets as containers opened and closed
+// (so lit's keys must hold none). Values are read with Value, Object and
+// Array as usual.
+func (d *Decoder) Expect(lit string) bool {
+	if d.err != nil || len(d.b)-d.i < len(lit) || string(d.b[d.i:d.i+len(lit)]) != lit {
+		return false
+	}
+	depth := d.depth
+	for k := range len(lit) {
+		switch lit[k] {
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	if depth > maxDepth {
+		return false
+	}
+	d.i, d.depth = d.i+len(lit), depth
+	return true
+}
+
 // fail makes err d's error, unless d has one already, and returns d's
 // error.
 func (d *Decoder) fail(err error) error {
@@ -100,7 +145,9 @@ func (d *Decoder) fail(err error) error {
 // Duplicate keys are passed to fn as they come.
 //
 // fn reads the member's value with one call of Value, Object or Array (and
-// any calls of Peek), or none: a value fn leaves unread is skipped, and
+// any calls of Peek), or none, or reads it piece by piece with Expect
+// between such calls, as Expect allows: a value fn leaves unread is
+// skipped, and
 // validated, when fn returns. When fn returns an error, Object stops and
 // returns that error unchanged.
 func (d *Decoder) Object(fn func(key []byte, plainKey bool) error) error {

@@ -146,8 +146,15 @@ func (d *frameDecoder) event() error {
 	case jsonscan.Null:
 		return nil
 	case jsonscan.Object:
-		if err := d.dec.ObjectNames(eventNames, d.eventField); err != nil {
+		laidOut, err := d.eventLaidOut()
+		if err != nil {
 			return err
+		}
+		if !laidOut {
+			*d.ev = Event{}
+			if err := d.dec.ObjectNames(eventNames, d.eventField); err != nil {
+				return err
+			}
 		}
 	default:
 		return typeError(fmt.Sprintf("events[%d]", d.n), "an object", kind)
@@ -224,6 +231,76 @@ func (d *frameDecoder) eventField(name int, key []byte, plain bool) error {
 		return within(err, fmt.Sprintf("events[%d]", d.n))
 	}
 	return nil
+}
+
+// eventLayout is how the Encoder lays out an event up to its payload:
+// the text before each member's value, and the member, of the event or
+// (raw) of its raw object. Optional members may be absent.
+var eventLayout = [...]struct {
+	lit      string
+	name     int
+	raw      bool
+	optional bool
+}{
+	{`{"key":`, eventKey, false, false},
+	{`,"source":`, eventSource, false, false},
+	{`,"seq":`, eventSeq, false, false},
+	{`,"fetched_at":`, eventFetchedAt, false, false},
+	{`,"event_time":`, eventEventTime, false, true},
+	{`,"raw":{"key":`, rawKey, true, false},
+	{`,"off":`, rawOff, true, false},
+	{`,"len":`, rawLen, true, false},
+}
+
+// eventLaidOut decodes the event object at the Decoder when it is laid out
+// as the Encoder lays events out, reading the punctuation and keys between
+// the values in one comparison each, and reports whether it was. When it
+// is not, it reads nothing (what it decoded into the event stays there),
+// and the event must be decoded with eventField. A value fails as it does
+// in eventField.
+func (d *frameDecoder) eventLaidOut() (bool, error) {
+	m := d.dec.Mark()
+	for k := range eventLayout {
+		s := &eventLayout[k]
+		if !d.dec.Expect(s.lit) {
+			if s.optional {
+				continue
+			}
+			d.dec.Rewind(m)
+			return false, nil
+		}
+		var err error
+		if s.raw {
+			if err = d.rawField(s.name, nil, true); err != nil {
+				err = within(err, fmt.Sprintf("events[%d]", d.n))
+			}
+		} else {
+			err = d.eventField(s.name, nil, true)
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+	// The raw object closes, then the payload, if any, and the event.
+	var err error
+	switch {
+	case d.dec.Expect(`},"payload":`):
+		err = d.eventField(eventPayload, nil, true)
+	case d.dec.Expect(`},"payload_b64":`):
+		err = d.eventField(eventPayloadB64, nil, true)
+	case d.dec.Expect(`}`):
+	default:
+		d.dec.Rewind(m)
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	if !d.dec.Expect(`}`) {
+		d.dec.Rewind(m)
+		return false, nil
+	}
+	return true, nil
 }
 
 // rawNames are the members of an event's raw object, in the order the
