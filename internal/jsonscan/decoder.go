@@ -98,33 +98,44 @@ func (d *Decoder) Rewind(m Mark) {
 	}
 }
 
-// Expect reads lit when the input continues with exactly its bytes, and
+// A Lit is a run of JSON punctuation and object keys for Expect, with the
+// containers it opens and closes counted once by NewLit.
+type Lit struct {
+	text  string
+	depth int // containers opened minus containers closed
+}
+
+// NewLit returns text as a Lit. text must be JSON punctuation and object
+// keys without whitespace, such as `{"key":`, `,"seq":` or `}`; its keys
+// must not hold brackets.
+func NewLit(text string) Lit {
+	l := Lit{text: text}
+	for k := range len(text) {
+		switch text[k] {
+		case '{', '[':
+			l.depth++
+		case '}', ']':
+			l.depth--
+		}
+	}
+	return l
+}
+
+// Expect reads lit when the input continues with exactly its text, and
 // reports whether it did; otherwise it reads nothing. It is for a caller
 // that knows how the input is usually laid out, such as a message its own
 // encoder wrote, to read the punctuation and keys between values in one
 // comparison: `{"key":` where a value starts, `,"seq":` or `}` after a
-// member's value. lit must be such JSON text, without whitespace, that
-// reading it where it is read keeps the input valid: the Decoder does not
-// check lit, it only counts its brackets as containers opened and closed
-// (so lit's keys must hold none). Values are read with Value, Object and
+// member's value. lit must be such that reading it where it is read keeps
+// the input valid: the Decoder does not check lit, it only counts the
+// containers lit opens and closes. Values are read with Value, Object and
 // Array as usual.
-func (d *Decoder) Expect(lit string) bool {
-	if d.err != nil || len(d.b)-d.i < len(lit) || string(d.b[d.i:d.i+len(lit)]) != lit {
+func (d *Decoder) Expect(lit Lit) bool {
+	if d.err != nil || len(d.b)-d.i < len(lit.text) || string(d.b[d.i:d.i+len(lit.text)]) != lit.text ||
+		d.depth+lit.depth > maxDepth {
 		return false
 	}
-	depth := d.depth
-	for k := range len(lit) {
-		switch lit[k] {
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-		}
-	}
-	if depth > maxDepth {
-		return false
-	}
-	d.i, d.depth = d.i+len(lit), depth
+	d.i, d.depth = d.i+len(lit.text), d.depth+lit.depth
 	return true
 }
 

@@ -450,3 +450,57 @@ func TestDecoderObjectNames(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderExpect reads an object laid out as expected with Expect and
+// Value, then fails to find an unexpected layout, reading nothing, and
+// reads it again from a Mark with Object.
+func TestDecoderExpect(t *testing.T) {
+	var d Decoder
+	d.Reset([]byte(`[{"a":1,"b":{"c":"x"}},{"a":2, "b":{}}]`))
+	var got []string
+	open, a, b, c, end := NewLit(`{"a":`), NewLit(`,"b":{"c":`), NewLit(`,"b":{}`), NewLit(`}}`), NewLit(`}`)
+	err := d.Array(func() error {
+		m := d.Mark()
+		if d.Expect(open) {
+			v, _, err := d.Value()
+			if err != nil {
+				return err
+			}
+			got = append(got, "a="+string(v))
+			if d.Expect(a) {
+				if v, _, err = d.Value(); err != nil {
+					return err
+				}
+				got = append(got, "c="+string(v))
+				if d.Expect(c) {
+					return nil
+				}
+			} else if d.Expect(b) && d.Expect(end) {
+				return nil
+			}
+		}
+		d.Rewind(m)
+		got = append(got, "rewound")
+		return d.Object(func(key []byte, _ bool) error {
+			v, _, err := d.Value()
+			got = append(got, string(key)+":"+string(v))
+			return err
+		})
+	})
+	if err == nil {
+		err = d.End()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[a=1 c=x a=2 rewound a:2 b:{}]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("read %v, want %s", got, want)
+	}
+	// Expect counts the containers lit opens against the depth limit.
+	d.Reset([]byte(`{"k":1}`))
+	d.depth = maxDepth
+	if d.Expect(NewLit(`{"k":`)) || d.Offset() != 0 {
+		t.Errorf("Expect read past the depth limit, to offset %d", d.Offset())
+	}
+}

@@ -237,20 +237,27 @@ func (d *frameDecoder) eventField(name int, key []byte, plain bool) error {
 // the text before each member's value, and the member, of the event or
 // (raw) of its raw object. Optional members may be absent.
 var eventLayout = [...]struct {
-	lit      string
+	lit      jsonscan.Lit
 	name     int
 	raw      bool
 	optional bool
 }{
-	{`{"key":`, eventKey, false, false},
-	{`,"source":`, eventSource, false, false},
-	{`,"seq":`, eventSeq, false, false},
-	{`,"fetched_at":`, eventFetchedAt, false, false},
-	{`,"event_time":`, eventEventTime, false, true},
-	{`,"raw":{"key":`, rawKey, true, false},
-	{`,"off":`, rawOff, true, false},
-	{`,"len":`, rawLen, true, false},
+	{jsonscan.NewLit(`{"key":`), eventKey, false, false},
+	{jsonscan.NewLit(`,"source":`), eventSource, false, false},
+	{jsonscan.NewLit(`,"seq":`), eventSeq, false, false},
+	{jsonscan.NewLit(`,"fetched_at":`), eventFetchedAt, false, false},
+	{jsonscan.NewLit(`,"event_time":`), eventEventTime, false, true},
+	{jsonscan.NewLit(`,"raw":{"key":`), rawKey, true, false},
+	{jsonscan.NewLit(`,"off":`), rawOff, true, false},
+	{jsonscan.NewLit(`,"len":`), rawLen, true, false},
 }
+
+// The text after an event's raw object: the payload's key, or the end.
+var (
+	litPayload    = jsonscan.NewLit(`},"payload":`)
+	litPayloadB64 = jsonscan.NewLit(`},"payload_b64":`)
+	litClose      = jsonscan.NewLit(`}`)
+)
 
 // eventLaidOut decodes the event object at the Decoder when it is laid out
 // as the Encoder lays events out, reading the punctuation and keys between
@@ -284,11 +291,11 @@ func (d *frameDecoder) eventLaidOut() (bool, error) {
 	// The raw object closes, then the payload, if any, and the event.
 	var err error
 	switch {
-	case d.dec.Expect(`},"payload":`):
+	case d.dec.Expect(litPayload):
 		err = d.eventField(eventPayload, nil, true)
-	case d.dec.Expect(`},"payload_b64":`):
+	case d.dec.Expect(litPayloadB64):
 		err = d.eventField(eventPayloadB64, nil, true)
-	case d.dec.Expect(`}`):
+	case d.dec.Expect(litClose):
 	default:
 		d.dec.Rewind(m)
 		return false, nil
@@ -296,7 +303,7 @@ func (d *frameDecoder) eventLaidOut() (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	if !d.dec.Expect(`}`) {
+	if !d.dec.Expect(litClose) {
 		d.dec.Rewind(m)
 		return false, nil
 	}
