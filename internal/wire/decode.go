@@ -16,7 +16,9 @@ import (
 // order, unknown fields (at every level) ignored, whitespace anywhere and
 // escapes in strings. It reads data in a single pass with a
 // jsonscan.Decoder, which validates all of it, payloads and unknown fields
-// included: malformed JSON, a field of the wrong JSON type, an integer
+// included (an event laid out otherwise than the Encoder lays events out
+// is read up to where it differs, then again member by member):
+// malformed JSON, a field of the wrong JSON type, an integer
 // that does not fit its field, a timestamp that is not RFC 3339 and a
 // payload_b64 that is not standard base64 are errors, as are a version
 // other than 1 and a type other than "events".
