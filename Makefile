@@ -95,7 +95,9 @@ test: test-deps
 	echo "make test: $$(grep -c -- '--- PASS' $(BIN)/test.log) passed, $$(grep -c -- '--- FAIL' $(BIN)/test.log) failed, $$skipped skipped"; \
 	exit $$status
 
-# bench runs the Go micro-benchmarks of the hot-path encoders, then the
+# bench runs the Go micro-benchmarks of the hot-path encoders, the
+# queue's append-and-ack cost per event, the processor client's CPU per
+# event on real sockets, then the
 # whole-pipeline bench: throughput with defaults, the drain of a backlog
 # queued while no processor ran, and webhook ingestion (64 keep-alive
 # clients, one event per request, each answered once durable); last the
@@ -106,6 +108,7 @@ bench: build
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
+	$(GO) test -run '^$$' -bench 'Run$$' -benchmem ./processor/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
 	$(BIN)/ingestor-bench -mode rehydrate

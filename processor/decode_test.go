@@ -33,12 +33,7 @@ func BenchmarkDecode(b *testing.B) {
 			EventTime: fetched.Add(-time.Duration(i) * time.Second),
 			Raw:       wire.RawRef{Key: "github/2024/05/01/100000-000042.json", Off: i * 500, Len: 500},
 		}
-		p := fmt.Appendf(nil, `{"id":"evt-%08d","type":"PushEvent","actor":{"id":%d,"login":"user-%d"},"payload":{"ref":"refs/heads/main","size":3,"commits":[`, i, i, i)
-		for len(p) < 470 {
-			p = append(p, `{"sha":"0123456789abcdef"},`...)
-		}
-		p = append(p[:len(p)-1], `]},"public":true}`...)
-		enc.Add(&ev, p, true)
+		enc.Add(&ev, benchPayload(i), true)
 	}
 	msg := [][]byte{enc.End()}
 	b.SetBytes(int64(len(msg[0])))
@@ -50,6 +45,16 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
+}
+
+// benchPayload returns the payload of event i of a benchmark: a JSON
+// record of about 500 B, typical of an upstream API item.
+func benchPayload(i int) []byte {
+	p := fmt.Appendf(nil, `{"id":"evt-%08d","type":"PushEvent","actor":{"id":%d,"login":"user-%d"},"payload":{"ref":"refs/heads/main","size":3,"commits":[`, i, i, i)
+	for len(p) < 470 {
+		p = append(p, `{"sha":"0123456789abcdef"},`...)
+	}
+	return append(p[:len(p)-1], `]},"public":true}`...)
 }
 
 // TestDecodeCarriesEveryField decodes a frame whose events fill every

@@ -83,6 +83,62 @@ func (d *Decoder) Value() (val []byte, kind Kind, err error) {
 	return val, kind, nil
 }
 
+// A Mark is a position of a Decoder in its input, for Rewind.
+type Mark struct{ i, depth int }
+
+// Mark returns d's position.
+func (d *Decoder) Mark() Mark { return Mark{d.i, d.depth} }
+
+// Rewind puts d back at m, a position Mark returned earlier on the same
+// input, to read again from there: what is read again is validated again.
+// Once d has an error it does nothing, as errors are sticky.
+func (d *Decoder) Rewind(m Mark) {
+	if d.err == nil {
+		d.i, d.depth = m.i, m.depth
+	}
+}
+
+// A Lit is a run of JSON punctuation and object keys for Expect, with the
+// containers it opens and closes counted once by NewLit.
+type Lit struct {
+	text  string
+	depth int // containers opened minus containers closed
+}
+
+// NewLit returns text as a Lit. text must be JSON punctuation and object
+// keys without whitespace, such as `{"key":`, `,"seq":` or `}`; its keys
+// must not hold brackets.
+func NewLit(text string) Lit {
+	l := Lit{text: text}
+	for k := range len(text) {
+		switch text[k] {
+		case '{', '[':
+			l.depth++
+		case '}', ']':
+			l.depth--
+		}
+	}
+	return l
+}
+
+// Expect reads lit when the input continues with exactly its text, and
+// reports whether it did; otherwise it reads nothing. It is for a caller
+// that knows how the input is usually laid out, such as a message its own
+// encoder wrote, to read the punctuation and keys between values in one
+// comparison: `{"key":` where a value starts, `,"seq":` or `}` after a
+// member's value. lit must be such that reading it where it is read keeps
+// the input valid: the Decoder does not check lit, it only counts the
+// containers lit opens and closes. Values are read with Value, Object and
+// Array as usual.
+func (d *Decoder) Expect(lit Lit) bool {
+	if d.err != nil || len(d.b)-d.i < len(lit.text) || string(d.b[d.i:d.i+len(lit.text)]) != lit.text ||
+		d.depth+lit.depth > maxDepth {
+		return false
+	}
+	d.i, d.depth = d.i+len(lit.text), d.depth+lit.depth
+	return true
+}
+
 // fail makes err d's error, unless d has one already, and returns d's
 // error.
 func (d *Decoder) fail(err error) error {
@@ -100,23 +156,47 @@ func (d *Decoder) fail(err error) error {
 // Duplicate keys are passed to fn as they come.
 //
 // fn reads the member's value with one call of Value, Object or Array (and
-// any calls of Peek), or none: a value fn leaves unread is skipped, and
+// any calls of Peek), or none, or reads it piece by piece with Expect
+// between such calls, as Expect allows: a value fn leaves unread is
+// skipped, and
 // validated, when fn returns. When fn returns an error, Object stops and
 // returns that error unchanged.
 func (d *Decoder) Object(fn func(key []byte, plainKey bool) error) error {
+	return d.ObjectNames(nil, func(_ int, key []byte, plainKey bool) error { return fn(key, plainKey) })
+}
+
+// ObjectNames is Object for a caller that knows the names members are
+// usually written with, in the order they usually come, such as those of
+// a message its own encoder wrote: a key written exactly as the next of
+// names, or as one after it, is recognized by comparing bytes, without
+// scanning it, and fn gets its index in names (key is then its bytes and
+// plainKey true). Any other key is scanned as Object scans it, and fn
+// gets -1. The object is read and validated as Object reads it, whatever
+// the order of its members. Each name must be plain: ASCII without '"',
+// '\\' or control bytes.
+func (d *Decoder) ObjectNames(names []string, fn func(name int, key []byte, plainKey bool) error) error {
 	b := d.b
 	i, err := d.open('{')
 	if err != nil {
 		return err
 	}
+	next := 0 // the index in names to look for first
 	if b[i] != '}' {
 		for {
 			if b[i] != '"' {
 				return d.fail(syntaxErr(i, "expected string for object key"))
 			}
-			end, plain, err := scanKey(b, i+1)
-			if err != nil {
-				return d.fail(err)
+			k, end, plain := -1, 0, false
+			for j := next; j < len(names); j++ {
+				if e := i + 1 + len(names[j]); e < len(b) && b[e] == '"' && string(b[i+1:e]) == names[j] {
+					k, end, plain, next = j, e, true, j+1
+					break
+				}
+			}
+			if k < 0 {
+				if end, plain, err = scanKey(b, i+1); err != nil {
+					return d.fail(err)
+				}
 			}
 			key := b[i+1 : end]
 			i = skipSpace(b, end+1)
@@ -129,7 +209,7 @@ func (d *Decoder) Object(fn func(key []byte, plainKey bool) error) error {
 			if i, err = d.enter(skipSpace(b, i+1)); err != nil {
 				return err
 			}
-			if err := fn(key, plain); err != nil {
+			if err := fn(k, key, plain); err != nil {
 				return d.fail(err)
 			}
 			if i, err = d.leave(i, '{'); err != nil {

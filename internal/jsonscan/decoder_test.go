@@ -395,3 +395,112 @@ func TestDecoderAllocatesNothing(t *testing.T) {
 		t.Errorf("a flat Decoder walk made %v allocations, want none", allocs)
 	}
 }
+
+// TestDecoderObjectNames checks that ObjectNames recognizes keys written
+// as the names it is given, in their order or skipping some, hands every
+// other key over as Object does with -1, and reads the same members and
+// fails the same way as Object whatever the order.
+func TestDecoderObjectNames(t *testing.T) {
+	names := []string{"key", "source", "seq", "raw"}
+	type named struct {
+		name  int
+		key   string
+		plain bool
+		val   string
+	}
+	tests := []struct {
+		obj  string
+		want []named
+	}{
+		{`{"key":"a","source":"s","seq":1,"raw":{}}`, []named{{0, "key", true, `a`}, {1, "source", true, `s`}, {2, "seq", true, `1`}, {3, "raw", true, `{}`}}},
+		{`{"key":"a","raw":null}`, []named{{0, "key", true, `a`}, {3, "raw", true, `null`}}},
+		// Out of order, repeated, unknown, escaped or spaced: scanned.
+		{`{"seq":1,"key":"a","seq":2}`, []named{{2, "seq", true, `1`}, {-1, "key", true, `a`}, {-1, "seq", true, `2`}}},
+		{`{"k\u0065y":1,"sourc":2,"sources":3,"source" :4}`, []named{{-1, `k\u0065y`, false, `1`}, {-1, "sourc", true, `2`}, {-1, "sources", true, `3`}, {1, "source", true, `4`}}},
+		{`{}`, nil},
+	}
+	for _, tt := range tests {
+		var got []named
+		var d Decoder
+		d.Reset([]byte(tt.obj))
+		err := d.ObjectNames(names, func(name int, key []byte, plain bool) error {
+			val, _, err := d.Value()
+			got = append(got, named{name, string(key), plain, string(val)})
+			return err
+		})
+		if err == nil {
+			err = d.End()
+		}
+		if err != nil {
+			t.Errorf("ObjectNames(%s): %v", tt.obj, err)
+			continue
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("ObjectNames(%s) members\n got %v\nwant %v", tt.obj, got, tt.want)
+		}
+	}
+	for _, obj := range []string{`{"key":}`, `{"key" "a"}`, `{"key":1,}`, `{"key":1`, `{"key`, `{"raw":[}`} {
+		var d, o Decoder
+		d.Reset([]byte(obj))
+		o.Reset([]byte(obj))
+		err := d.ObjectNames(names, func(int, []byte, bool) error { return nil })
+		want := o.Object(func([]byte, bool) error { return nil })
+		if err == nil || fmt.Sprint(err) != fmt.Sprint(want) {
+			t.Errorf("ObjectNames(%s) error %v, Object's %v", obj, err, want)
+		}
+	}
+}
+
+// TestDecoderExpect reads an object laid out as expected with Expect and
+// Value, then fails to find an unexpected layout, reading nothing, and
+// reads it again from a Mark with Object.
+func TestDecoderExpect(t *testing.T) {
+	var d Decoder
+	d.Reset([]byte(`[{"a":1,"b":{"c":"x"}},{"a":2, "b":{}}]`))
+	var got []string
+	open, a, b, c, end := NewLit(`{"a":`), NewLit(`,"b":{"c":`), NewLit(`,"b":{}`), NewLit(`}}`), NewLit(`}`)
+	err := d.Array(func() error {
+		m := d.Mark()
+		if d.Expect(open) {
+			v, _, err := d.Value()
+			if err != nil {
+				return err
+			}
+			got = append(got, "a="+string(v))
+			if d.Expect(a) {
+				if v, _, err = d.Value(); err != nil {
+					return err
+				}
+				got = append(got, "c="+string(v))
+				if d.Expect(c) {
+					return nil
+				}
+			} else if d.Expect(b) && d.Expect(end) {
+				return nil
+			}
+		}
+		d.Rewind(m)
+		got = append(got, "rewound")
+		return d.Object(func(key []byte, _ bool) error {
+			v, _, err := d.Value()
+			got = append(got, string(key)+":"+string(v))
+			return err
+		})
+	})
+	if err == nil {
+		err = d.End()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[a=1 c=x a=2 rewound a:2 b:{}]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("read %v, want %s", got, want)
+	}
+	// Expect counts the containers lit opens against the depth limit.
+	d.Reset([]byte(`{"k":1}`))
+	d.depth = maxDepth
+	if d.Expect(NewLit(`{"k":`)) || d.Offset() != 0 {
+		t.Errorf("Expect read past the depth limit, to offset %d", d.Offset())
+	}
+}

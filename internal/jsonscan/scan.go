@@ -90,6 +90,24 @@ func skipString(b []byte, i int) (int, error) {
 	}
 }
 
+// shortString returns the index of the closing quote of the string whose
+// body starts at b[i] when that quote is in the body's first eight bytes
+// and nothing before it is a backslash or a control byte, as in most keys;
+// otherwise -1, and skipString must scan it. It is small enough to be
+// inlined.
+func shortString(b []byte, i int) int {
+	if i+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, s := x^quote, x^bslsh
+		// As in skipString, the lowest flagged byte is exact.
+		t := ((q - lsb) &^ q) | ((s - lsb) &^ s) | ((x - ctl) &^ x)
+		if k := i + bits.TrailingZeros64(t&msb)>>3; k < i+8 && b[k] == '"' {
+			return k
+		}
+	}
+	return -1
+}
+
 // skipEscape validates the escape sequence at b[i] == '\\' and returns the
 // index just past it.
 func skipEscape(b []byte, i int) (int, error) {
@@ -192,6 +210,9 @@ func skipKey(b []byte, i int) (int, error) {
 	}
 	if b[i] != '"' {
 		return i, syntaxErr(i, "expected string for object key")
+	}
+	if k := shortString(b, i+1); k >= 0 && k+2 < len(b) && b[k+1] == ':' && b[k+2] > ' ' {
+		return k + 2, nil // "key":value, as most encoders write it
 	}
 	i, err := skipString(b, i+1)
 	if err != nil {

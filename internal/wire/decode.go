@@ -16,7 +16,9 @@ import (
 // order, unknown fields (at every level) ignored, whitespace anywhere and
 // escapes in strings. It reads data in a single pass with a
 // jsonscan.Decoder, which validates all of it, payloads and unknown fields
-// included: malformed JSON, a field of the wrong JSON type, an integer
+// included (an event laid out otherwise than the Encoder lays events out
+// is read up to where it differs, then again member by member):
+// malformed JSON, a field of the wrong JSON type, an integer
 // that does not fit its field, a timestamp that is not RFC 3339 and a
 // payload_b64 that is not standard base64 are errors, as are a version
 // other than 1 and a type other than "events".
@@ -84,6 +86,7 @@ type frameDecoder struct {
 	room []Event // the events slice of the Frame decoded into, reused
 
 	source, rawKey lastString
+	fetchedAt      lastTime
 }
 
 // frameField decodes the value of one member of the frame object. The
@@ -145,8 +148,15 @@ func (d *frameDecoder) event() error {
 	case jsonscan.Null:
 		return nil
 	case jsonscan.Object:
-		if err := d.dec.Object(d.eventField); err != nil {
+		laidOut, err := d.eventLaidOut()
+		if err != nil {
 			return err
+		}
+		if !laidOut {
+			*d.ev = Event{}
+			if err := d.dec.ObjectNames(eventNames, d.eventField); err != nil {
+				return err
+			}
 		}
 	default:
 		return typeError(fmt.Sprintf("events[%d]", d.n), "an object", kind)
@@ -162,30 +172,49 @@ func (d *frameDecoder) event() error {
 	return nil
 }
 
-// eventField decodes the value of one member of an event object.
-func (d *frameDecoder) eventField(key []byte, plain bool) error {
+// eventNames are the members of an event, in the order the Encoder writes
+// them, for jsonscan.Decoder.ObjectNames; the event* constants index it.
+var eventNames = []string{"key", "source", "seq", "fetched_at", "event_time", "raw", "payload", "payload_b64"}
+
+const (
+	eventKey = iota
+	eventSource
+	eventSeq
+	eventFetchedAt
+	eventEventTime
+	eventRaw
+	eventPayload
+	eventPayloadB64
+)
+
+// eventField decodes the value of one member of an event object: the
+// member eventNames[name], or the one named key when name is -1.
+func (d *frameDecoder) eventField(name int, key []byte, plain bool) error {
+	if name < 0 {
+		name = nameIndex(eventNames, key, plain)
+	}
 	ev := d.ev
 	var err error
-	switch string(keyText(key, plain)) {
-	case "key":
+	switch name {
+	case eventKey:
 		err = decodeString(&d.dec, &ev.Key, "key", nullLeaves)
-	case "source":
+	case eventSource:
 		err = d.source.decode(&d.dec, &ev.Source, "source", nullLeaves)
-	case "seq":
+	case eventSeq:
 		err = decodeInt(&d.dec, &ev.Seq, "seq", nullLeaves)
-	case "fetched_at":
-		err = decodeTime(&d.dec, &ev.FetchedAt, "fetched_at", nullLeaves)
-	case "event_time":
+	case eventFetchedAt:
+		err = d.fetchedAt.decode(&d.dec, &ev.FetchedAt, "fetched_at", nullLeaves)
+	case eventEventTime:
 		err = decodeTime(&d.dec, &ev.EventTime, "event_time", nullLeaves)
-	case "raw":
+	case eventRaw:
 		switch kind := d.dec.Peek(); kind {
 		case jsonscan.Null:
 		case jsonscan.Object:
-			err = d.dec.Object(d.rawField)
+			err = d.dec.ObjectNames(rawNames, d.rawField)
 		default:
 			err = typeError("raw", "an object", kind)
 		}
-	case "payload":
+	case eventPayload:
 		var val []byte
 		var kind jsonscan.Kind
 		if val, kind, err = d.dec.Value(); err != nil {
@@ -197,7 +226,7 @@ func (d *frameDecoder) eventField(key []byte, plain bool) error {
 			val = append(append(append(p, '"'), val...), '"')
 		}
 		ev.Payload = val
-	case "payload_b64":
+	case eventPayloadB64:
 		err = decodeBase64(&d.dec, &ev.PayloadBase64, "payload_b64")
 	}
 	if err != nil {
@@ -206,22 +235,125 @@ func (d *frameDecoder) eventField(key []byte, plain bool) error {
 	return nil
 }
 
-// rawField decodes the value of one member of an event's raw object.
-func (d *frameDecoder) rawField(key []byte, plain bool) error {
+// eventLayout is how the Encoder lays out an event up to its payload:
+// the text before each member's value, and the member, of the event or
+// (raw) of its raw object. Optional members may be absent.
+var eventLayout = [...]struct {
+	lit      jsonscan.Lit
+	name     int
+	raw      bool
+	optional bool
+}{
+	{jsonscan.NewLit(`{"key":`), eventKey, false, false},
+	{jsonscan.NewLit(`,"source":`), eventSource, false, false},
+	{jsonscan.NewLit(`,"seq":`), eventSeq, false, false},
+	{jsonscan.NewLit(`,"fetched_at":`), eventFetchedAt, false, false},
+	{jsonscan.NewLit(`,"event_time":`), eventEventTime, false, true},
+	{jsonscan.NewLit(`,"raw":{"key":`), rawKey, true, false},
+	{jsonscan.NewLit(`,"off":`), rawOff, true, false},
+	{jsonscan.NewLit(`,"len":`), rawLen, true, false},
+}
+
+// The text after an event's raw object: the payload's key, or the end.
+var (
+	litPayload    = jsonscan.NewLit(`},"payload":`)
+	litPayloadB64 = jsonscan.NewLit(`},"payload_b64":`)
+	litClose      = jsonscan.NewLit(`}`)
+)
+
+// eventLaidOut decodes the event object at the Decoder when it is laid out
+// as the Encoder lays events out, reading the punctuation and keys between
+// the values in one comparison each, and reports whether it was. When it
+// is not, it reads nothing (what it decoded into the event stays there),
+// and the event must be decoded with eventField. A value fails as it does
+// in eventField.
+func (d *frameDecoder) eventLaidOut() (bool, error) {
+	m := d.dec.Mark()
+	for k := range eventLayout {
+		s := &eventLayout[k]
+		if !d.dec.Expect(s.lit) {
+			if s.optional {
+				continue
+			}
+			d.dec.Rewind(m)
+			return false, nil
+		}
+		var err error
+		if s.raw {
+			if err = d.rawField(s.name, nil, true); err != nil {
+				err = within(err, fmt.Sprintf("events[%d]", d.n))
+			}
+		} else {
+			err = d.eventField(s.name, nil, true)
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+	// The raw object closes, then the payload, if any, and the event.
+	var err error
+	switch {
+	case d.dec.Expect(litPayload):
+		err = d.eventField(eventPayload, nil, true)
+	case d.dec.Expect(litPayloadB64):
+		err = d.eventField(eventPayloadB64, nil, true)
+	case d.dec.Expect(litClose):
+	default:
+		d.dec.Rewind(m)
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	if !d.dec.Expect(litClose) {
+		d.dec.Rewind(m)
+		return false, nil
+	}
+	return true, nil
+}
+
+// rawNames are the members of an event's raw object, in the order the
+// Encoder writes them; the raw* constants index it.
+var rawNames = []string{"key", "off", "len"}
+
+const (
+	rawKey = iota
+	rawOff
+	rawLen
+)
+
+// rawField decodes the value of one member of an event's raw object: the
+// member rawNames[name], or the one named key when name is -1.
+func (d *frameDecoder) rawField(name int, key []byte, plain bool) error {
+	if name < 0 {
+		name = nameIndex(rawNames, key, plain)
+	}
 	raw := &d.ev.Raw
 	var err error
-	switch string(keyText(key, plain)) {
-	case "key":
+	switch name {
+	case rawKey:
 		err = d.rawKey.decode(&d.dec, &raw.Key, "key", nullLeaves)
-	case "off":
+	case rawOff:
 		err = decodeInt(&d.dec, &raw.Off, "off", nullLeaves)
-	case "len":
+	case rawLen:
 		err = decodeInt(&d.dec, &raw.Len, "len", nullLeaves)
 	}
 	if err != nil {
 		return within(err, "raw")
 	}
 	return nil
+}
+
+// nameIndex returns the index in names of the object key key, as the
+// Decoder hands it, or -1.
+func nameIndex(names []string, key []byte, plain bool) int {
+	text := keyText(key, plain)
+	for i, n := range names {
+		if string(text) == n {
+			return i
+		}
+	}
+	return -1
 }
 
 // keyText returns the text of an object key from the Decoder. Keys are
@@ -360,6 +492,11 @@ func decodeTime(dec *jsonscan.Decoder, dst *time.Time, field string, n nulls) er
 	if err != nil || null {
 		return err
 	}
+	return parseTime(dst, val, field)
+}
+
+// parseTime parses the raw text of a string value into *dst.
+func parseTime(dst *time.Time, val []byte, field string) error {
 	var t time.Time
 	if err := t.UnmarshalText(val); err != nil {
 		return &fieldError{Field: field, Msg: err.Error()}
@@ -410,6 +547,33 @@ func (l *lastString) decode(dec *jsonscan.Decoder, dst *string, field string, n 
 		return err
 	}
 	l.raw, l.s = val, *dst
+	return nil
+}
+
+// lastTime remembers the last time a field decoded to, with its raw bytes,
+// to hand the same time out again when the next value is written the same,
+// as the fetched_at of the events of one upstream response are.
+type lastTime struct {
+	raw []byte
+	t   time.Time
+	ok  bool
+}
+
+// decode is decodeTime, reusing the last time when the value is written
+// the same.
+func (l *lastTime) decode(dec *jsonscan.Decoder, dst *time.Time, field string, n nulls) error {
+	val, null, err := scalar(dec, jsonscan.String, field, n)
+	if err != nil || null {
+		return err
+	}
+	if l.ok && bytes.Equal(val, l.raw) {
+		*dst = l.t
+		return nil
+	}
+	if err := parseTime(dst, val, field); err != nil {
+		return err
+	}
+	l.raw, l.t, l.ok = val, *dst, true
 	return nil
 }
 

@@ -200,3 +200,58 @@ func TestDecodeFrameIntoReuses(t *testing.T) {
 		t.Errorf("version 2: err = %v, want unsupported version", err)
 	}
 }
+
+// TestDecodeFrameLaidOutEvents checks events laid out as the Encoder lays
+// them out, which the decoder reads by comparing the text between values,
+// and the same broken or varied at the seams: DecodeFrame accepts only
+// valid JSON, agrees with encoding/json, and fails a bad value of a laid
+// out event as it fails it in any other.
+func TestDecodeFrameLaidOutEvents(t *testing.T) {
+	const head = `{"v":1,"type":"events","frame":1,"delivery":1,"raw_store":"file:///r","events":[`
+	const ev = `{"key":"k","source":"s","seq":1,"fetched_at":"2024-05-01T10:00:00Z","raw":{"key":"r","off":0,"len":1}`
+	for _, tc := range []struct {
+		name, events, wantErr string
+	}{
+		{"payload", ev + `,"payload":{"a":[1]}}`, ""},
+		{"payload_b64 and event_time", `{"key":"k","source":"s","seq":1,"fetched_at":"2024-05-01T10:00:00Z","event_time":"2024-05-01T09:00:00Z","raw":{"key":"r","off":0,"len":1},"payload_b64":"AP8="}`, ""},
+		{"no payload", ev + `}`, ""},
+		{"both payloads", ev + `,"payload":1,"payload_b64":"AA=="}`, ""},
+		{"two events", ev + `,"payload":1},` + ev + `,"payload":"x"}`, ""},
+		{"whitespace", ev + ` ,"payload":1}`, ""},
+		{"unknown member", ev + `,"payload":1,"x":[]}`, ""},
+		{"repeated key", `{"key":"k","key":"j"}`, ""},
+		// Invalid at a seam: a second member after the event closed.
+		{"member after the event", ev + `,"payload":1},"payload_b64":"AA=="}`, "decode frame: "},
+		{"raw not closed", ev + `,"payload":1}`[1:], "decode frame: "},
+		{"event not closed", ev + `,"payload":1`, "decode frame: "},
+		{"extra brace", ev + `,"payload":1}}`, "decode frame: "},
+		// Bad values fail as in any event.
+		{"bad off", `{"key":"k","source":"s","seq":1,"fetched_at":"2024-05-01T10:00:00Z","raw":{"key":"r","off":"0","len":1},"payload":1}`,
+			"decode frame: field events[0].raw.off: want an integer, found a string"},
+		{"bad time", `{"key":"k","source":"s","seq":1,"fetched_at":"then","raw":{"key":"r","off":0,"len":1},"payload":1}`,
+			`decode frame: field events[0].fetched_at: parsing time "then"`},
+		{"bad payload", ev + `,"payload":{"a":01}}`, "decode frame: expected ',' or '}' after object element"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := []byte(head + tc.events + `]}`)
+			got, err := DecodeFrame(data)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("DecodeFrame(%s): error %v, want one containing %q (frame %+v)", data, err, tc.wantErr, got)
+				}
+				if _, stdErr := decodeFrameStd(data); stdErr == nil {
+					t.Errorf("encoding/json accepts %s", data)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecodeFrame(%s): %v", data, err)
+			}
+			want, err := decodeFrameStd(data)
+			if err != nil {
+				t.Fatalf("encoding/json: %v", err)
+			}
+			compareFrames(t, got, want)
+		})
+	}
+}
