@@ -81,7 +81,7 @@ func TestGoodFiles(t *testing.T) {
 				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1", MaxAttempts: 10, SpillDir: "./data/raw-spill"},
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
-					MaxInflightFrames: 1024, MaxPendingEvents: 10_000_000, Synchronous: "full",
+					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
 				Push: Push{Addr: "127.0.0.1:9465"},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,

@@ -178,7 +178,7 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		HighWaterMark:     1000,
 		EventsPerFrame:    100,
 		AckTimeout:        "30s",
-		MaxInflightFrames: 1024,
+		MaxInflightFrames: 256,
 		MaxPendingEvents:  10_000_000,
 		Synchronous:       "full",
 		DedupeWindow:      "1h",

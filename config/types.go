@@ -83,7 +83,9 @@ type Publish struct {
 	AckTimeout time.Duration
 	// MaxDeliveries caps deliveries of one frame; 0 means unlimited. Default 0.
 	MaxDeliveries int
-	// MaxInflightFrames caps frames sent and not yet acked. Default 1024.
+	// MaxInflightFrames caps frames sent and not yet acked; it also bounds
+	// the frames ZeroMQ buffers in the daemon and in a processor that lags
+	// (README, "Memory"). Default 256.
 	MaxInflightFrames int
 	// MaxPendingEvents is the queue limit: at or above it, polls pause. Default 10,000,000.
 	MaxPendingEvents int64

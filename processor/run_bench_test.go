@@ -18,6 +18,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
@@ -26,7 +27,7 @@ const benchEventsPerFrame = 100
 
 // benchWindow is the most frames the bench daemon has unacked, the
 // daemon's default publish.max_inflight_frames.
-const benchWindow = 1024
+var benchWindow = config.Default().Publish.MaxInflightFrames
 
 // BenchmarkRun measures what a processor spends per event on the real
 // path: a stand-in daemon sends frames of 100 events of about 500 B,

@@ -114,8 +114,9 @@ type options struct {
 	pageSize   int
 	bin        string
 	halfEvents int64
-	// sourceExtra is TOML appended to the real mode's source block.
-	sourceExtra string
+	// publishExtra and sourceExtra are TOML added to the real mode's
+	// [publish] section and source block.
+	publishExtra, sourceExtra string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -125,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process)")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
+	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
 	fs.StringVar(&o.sourceExtra, "source-extra", "", "real mode: TOML lines added to the http_poll source's block, e.g. 'inflight_batches = 4'")
 	fs.Int64Var(&o.halfEvents, "half-events", 0, "real mode: events of the half-load phase (default: a quarter of -events, at least one page)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "firehose mode: address to listen on")

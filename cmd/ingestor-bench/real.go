@@ -207,7 +207,7 @@ func realBinaries(dir string) (ingestor, processor string, err error) {
 }
 
 // realConfig writes the daemon's config into dir and checks it loads.
-func realConfig(dir, firehose, sourceExtra string) (string, error) {
+func realConfig(dir, firehose, publishExtra, sourceExtra string) (string, error) {
 	pub, ack := filepath.Join(dir, "pub.sock"), filepath.Join(dir, "ack.sock")
 	if len(pub) > maxIPCPath {
 		return "", fmt.Errorf("-dir %s is too long for ipc:// endpoints (%d bytes, at most %d): use a shorter path",
@@ -229,6 +229,7 @@ endpoint = %s
 ack_endpoint = %s
 events_per_frame = 100
 synchronous = "full"
+%s
 
 [source.firehose]
 kind = "http_poll"
@@ -242,7 +243,7 @@ cursor_param = "since"
 time_field = "ts"
 %s
 `, tomlString(data), tomlString("file://"+filepath.Join(data, "raw")),
-		tomlString("ipc://"+pub), tomlString("ipc://"+ack), tomlString(firehose+"/events"), sourceExtra)
+		tomlString("ipc://"+pub), tomlString("ipc://"+ack), publishExtra, tomlString(firehose+"/events"), sourceExtra)
 	path := filepath.Join(dir, "ingestor.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return "", fmt.Errorf("bench config: %w", err)
@@ -285,7 +286,7 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 	if err := r.startFirehose(self); err != nil {
 		return nil, err
 	}
-	cfgPath, err := realConfig(dir, r.firehose, o.sourceExtra)
+	cfgPath, err := realConfig(dir, r.firehose, o.publishExtra, o.sourceExtra)
 	if err != nil {
 		return nil, err
 	}
