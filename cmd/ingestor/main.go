@@ -55,6 +55,7 @@ const usage = `usage:
                                An aligned table, coloured on a terminal only; -o json for scripts.
                                Without -c or -addr (--addr): the default 127.0.0.1:9464. Exit 1
                                when the daemon cannot be reached
+  ingestor version             print the build's version
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
@@ -99,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdEdge(args[1:], os.Stdin, stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, "ingestor", daemon.Version())
+		return 0
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ingestorhq/ingestor/internal/daemon"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -94,5 +95,14 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code := run([]string{"validate"}, &out, &errb); code != 2 {
 		t.Errorf("validate without -c: exit %d, want 2", code)
+	}
+}
+
+// TestVersionCommand runs `ingestor version`, which the usage lists: it
+// prints the build's version, the one /status reports.
+func TestVersionCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"version"}, &out, &errOut); code != 0 || out.String() != "ingestor "+daemon.Version()+"\n" || errOut.Len() != 0 {
+		t.Errorf("ingestor version = %d, %q, %q; want 0 and %q", code, out.String(), errOut.String(), "ingestor "+daemon.Version()+"\n")
 	}
 }

@@ -163,7 +163,7 @@ func (d *Daemon) status(ctx context.Context) Status {
 	for _, c := range counts {
 		p.DeadLetters += c.DeadLetters
 	}
-	st := Status{Time: now, Version: buildVersion(), Config: d.reload.status(cfg.File), Pipeline: p,
+	st := Status{Time: now, Version: Version(), Config: d.reload.status(cfg.File), Pipeline: p,
 		Sources: make([]SourceStatus, 0, len(cfg.Sources))}
 	for _, src := range cfg.Sources {
 		s := sourceStatus(src, d.metrics, d.started, now)
@@ -232,9 +232,9 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// buildVersion returns the module version of the binary, or for a
-// development build "devel" and its VCS revision.
-func buildVersion() string {
+// Version returns the module version of the binary, or for a development
+// build "devel" and its VCS revision.
+func Version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
