@@ -119,6 +119,11 @@ func EncodeAck(a Ack) ([]byte, error) {
 // encodes every event it sends, so this is on the hot path.
 type Encoder struct {
 	buf []byte
+	// fetched and fetchedJSON are the last fetched_at encoded and its
+	// text: a frame's events nearly always share it, and formatting a
+	// time costs more than the rest of the event's envelope.
+	fetched     time.Time
+	fetchedJSON []byte
 }
 
 // Begin starts a frame.
@@ -149,9 +154,11 @@ func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 	b = AppendString(b, ev.Source)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendInt(b, ev.Seq, 10)
-	b = append(b, `,"fetched_at":"`...)
-	b = ev.FetchedAt.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, '"')
+	if e.fetchedJSON == nil || !ev.FetchedAt.Equal(e.fetched) {
+		e.fetched = ev.FetchedAt
+		e.fetchedJSON = append(ev.FetchedAt.UTC().AppendFormat(append(e.fetchedJSON[:0], `,"fetched_at":"`...), time.RFC3339Nano), '"')
+	}
+	b = append(b, e.fetchedJSON...)
 	if !ev.EventTime.IsZero() {
 		b = append(b, `,"event_time":"`...)
 		b = ev.EventTime.UTC().AppendFormat(b, time.RFC3339Nano)

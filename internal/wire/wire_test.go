@@ -180,8 +180,10 @@ func TestEncoderMatchesEncodingJSON(t *testing.T) {
 	var enc Encoder
 	enc.Begin(f.ID, f.Delivery, f.RawStore)
 	for i, s := range awkwardStrings {
+		// Pairs of events share a fetch time, as a frame's events do, and
+		// then it changes: the encoder's cached fetched_at must follow.
 		ev := Event{
-			Key: s, Source: "github", Seq: int64(i + 1), FetchedAt: fetched,
+			Key: s, Source: "github", Seq: int64(i + 1), FetchedAt: fetched.Add(time.Duration(i/2) * time.Millisecond),
 			Raw: RawRef{Key: "github/2023/12/31/" + s, Off: 100 * i, Len: 99},
 		}
 		payload := []byte(fmt.Sprintf(`{"n":%d,"tags":["a","b"]}`, i))
