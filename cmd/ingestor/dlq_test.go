@@ -28,11 +28,11 @@ func runDLQ(t *testing.T, stdin string, args ...string) (string, int) {
 	return out.String() + errb.String(), code
 }
 
-// dlqDaemon writes a config holding daemonExtra in [daemon], starts a
-// daemon on it with no source (tests fill the queue by hand) and returns
-// the config's path, the daemon and a stop function that is also run at
-// cleanup.
-func dlqDaemon(t *testing.T, dir, daemonExtra string) (string, *daemon.Daemon, func()) {
+// writeDaemonConfig writes dir/ingestor.toml for a daemon on free loopback
+// ports, its data and raw store under dir, with daemonExtra in [daemon],
+// publishExtra in [publish] and rest (sources, other sections) after
+// them, and loads it.
+func writeDaemonConfig(t *testing.T, dir, daemonExtra, publishExtra, rest string) (string, *config.Config) {
 	t.Helper()
 	text := fmt.Sprintf(`
 [daemon]
@@ -46,15 +46,27 @@ url = %q
 [publish]
 endpoint = "tcp://%s"
 ack_endpoint = "tcp://%s"
-`, filepath.Join(dir, "data"), testsync.FreePort(t), daemonExtra, "file://"+filepath.Join(dir, "raw"), testsync.FreePort(t), testsync.FreePort(t)) + replayFeedTOML
-	cfgPath := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
+%s
+`, filepath.Join(dir, "data"), testsync.FreePort(t), daemonExtra, "file://"+filepath.Join(dir, "raw"),
+		testsync.FreePort(t), testsync.FreePort(t), publishExtra) + rest
+	path := filepath.Join(dir, "ingestor.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(cfgPath)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, cfg
+}
+
+// dlqDaemon writes a config holding daemonExtra in [daemon], starts a
+// daemon on it with no source (tests fill the queue by hand) and returns
+// the config's path, the daemon and a stop function that is also run at
+// cleanup.
+func dlqDaemon(t *testing.T, dir, daemonExtra string) (string, *daemon.Daemon, func()) {
+	t.Helper()
+	cfgPath, cfg := writeDaemonConfig(t, dir, daemonExtra, "", replayFeedTOML)
 	cfg.Sources = nil // nothing to poll: the queue is filled by hand
 	raw, err := rawstore.Open(t.Context(), rawstore.Options{URL: cfg.RawStore.URL})
 	if err != nil {

@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
@@ -37,19 +34,7 @@ func TestQuarantineCommand(t *testing.T) {
 		apiKey     = "api-key-SECRET-0003"
 	)
 	dir := t.TempDir()
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-admin_token = %q
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = "tcp://%s"
-ack_endpoint = "tcp://%s"
-
+	cfgPath, cfg := writeDaemonConfig(t, dir, fmt.Sprintf("admin_token = %q", adminToken), "", fmt.Sprintf(`
 [push]
 addr = %q
 
@@ -59,15 +44,7 @@ signature = "github"
 secret = "the-right-secret-0123"
 quarantine_size = 3
 quarantine_body_bytes = 16
-`, filepath.Join(dir, "data"), testsync.FreePort(t), adminToken, "file://"+filepath.Join(dir, "raw"), testsync.FreePort(t), testsync.FreePort(t), testsync.FreePort(t))
-	cfgPath := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, testsync.FreePort(t)))
 	d, stop := startInProcess(t, cfg)
 
 	for i := range 5 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/daemon"
-	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
 
@@ -33,27 +30,7 @@ func runStatus(args ...string) (int, string, string) {
 func TestStatusCommand(t *testing.T) {
 	dir := t.TempDir()
 	feeds := testupstream.NewStateFeeds(t)
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = "tcp://%s"
-ack_endpoint = "tcp://%s"
-max_pending_events = 5
-`, filepath.Join(dir, "data"), testsync.FreePort(t), "file://"+filepath.Join(dir, "raw"), testsync.FreePort(t), testsync.FreePort(t)) + feeds.TOML
-	cfgPath := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(cfgPath, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, cfg := writeDaemonConfig(t, dir, "", "max_pending_events = 5", feeds.TOML)
 	d, stop := startInProcess(t, cfg)
 	status := func(args ...string) daemon.Status {
 		t.Helper()
