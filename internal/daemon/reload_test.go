@@ -329,7 +329,10 @@ func TestWatchConfigSeesAnEditMadeBeforeItStarted(t *testing.T) {
 	rh, cfg := loadReloadable(t, "watch_config = true", demo("a"))
 	rh.write(demo("a") + demo("b"))
 	startConfig(t, rh.harness, cfg, Options{watchInterval: 20 * time.Millisecond})
-	testsync.WaitFor(t, "source b to start", 20*time.Second, func() bool { return rh.d.pipeline.SourcePID("b") != nil })
+	// The source starts inside the reload, which is counted once done.
+	testsync.WaitFor(t, "source b to start and the reload to be counted", 20*time.Second, func() bool {
+		return rh.d.pipeline.SourcePID("b") != nil && metric(t, rh.d.Registry(), "ingestor_config_reloads_total", "result", "applied") > 0
+	})
 	if n := metric(t, rh.d.Registry(), "ingestor_config_reloads_total", "result", "applied"); n != 1 {
 		t.Errorf("%v reloads applied, want 1", n)
 	}
