@@ -35,6 +35,9 @@ type rawPersisted struct {
 	gen    uint64
 	seq    uint64
 	rawKey string
+	// rawOff is the offset of the batch's body in rawKey's object: 0 for
+	// an object of its own, past the record header in a page segment.
+	rawOff int
 	err    error
 }
 
@@ -63,6 +66,7 @@ type appendBatch struct {
 	seq    uint64
 	source string
 	rawKey string
+	rawOff int // the body's offset in rawKey's object
 	batch  *sources.Batch
 }
 

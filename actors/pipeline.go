@@ -37,6 +37,24 @@ type Deps struct {
 	PersistRaw, Publisher *actor.PID
 }
 
+// spillKey is the key w is spilled under: its raw key, or for a page to
+// append (whose key the append chooses) the key Put would give it; a page
+// spilled by an earlier run is written back with Put under that key.
+func (w *rawWrite) spillKey() string {
+	if w.page {
+		return rawstore.Key(w.source, w.fetchedAt, w.body)
+	}
+	return w.key
+}
+
+// logKey names w in logs before it is written.
+func (w *rawWrite) logKey() string {
+	if w.key == "" && w.page {
+		return "(a page to append)"
+	}
+	return w.key
+}
+
 // rawRetry is the backoff between failed raw-store writes.
 var rawRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 30 * time.Second}
 
@@ -63,6 +81,12 @@ type PersistRaw struct {
 type rawWrite struct {
 	source, key string
 	body        []byte
+	// page is set for a polled batch's page on a store that appends pages
+	// (rawstore.PageAppender): key and off are set by the write that
+	// succeeds, off being the body's offset in the segment key names.
+	page      bool
+	off       int
+	fetchedAt time.Time
 	// deadLetter is the malformed payload's reason, "" for a batch.
 	deadLetter string
 	// cursor is the cursor a malformed payload was fetched with.
@@ -85,9 +109,14 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 	case *persistRaw:
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
 		go func() {
-			key := rawstore.Key(m.source, m.batch.FetchedAt, m.batch.Body)
-			err := p.put(p.ctx, rawWrite{source: m.source, key: key, body: m.batch.Body})
-			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, rawKey: key, err: err})
+			w := rawWrite{source: m.source, body: m.batch.Body, fetchedAt: m.batch.FetchedAt}
+			if _, ok := p.deps.Raw.(rawstore.PageAppender); ok {
+				w.page = true
+			} else {
+				w.key = rawstore.Key(m.source, m.batch.FetchedAt, m.batch.Body)
+			}
+			err := p.put(p.ctx, &w)
+			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, rawKey: w.key, rawOff: w.off, err: err})
 		}()
 	case *deadLetterPayload:
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
@@ -100,7 +129,7 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 
 // put writes w to the raw store, retrying until it succeeds or ctx ends;
 // after RawMaxAttempts failures it spills w and keeps retrying.
-func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
+func (p *PersistRaw) put(ctx context.Context, w *rawWrite) error {
 	p.deps.Metrics.rawHeld.Inc()
 	defer p.deps.Metrics.rawHeld.Dec()
 	maxAttempts := p.deps.RawMaxAttempts
@@ -112,7 +141,7 @@ func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			wait := rawRetry.Delay(attempt - 1)
-			p.deps.Logger.Warn("raw store write failed; retrying", "source", w.source, "key", w.key,
+			p.deps.Logger.Warn("raw store write failed; retrying", "source", w.source, "key", w.logKey(),
 				"attempt", attempt, "err", err, "retry_in", wait)
 			if !sleep(ctx, wait) {
 				return ctx.Err()
@@ -125,7 +154,7 @@ func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
 			return ctx.Err()
 		}
 		if attempt+1 == maxAttempts && p.spill != nil {
-			p.spillWrite(w, spillInfo{Key: w.key, Source: w.source, Error: err.Error(), Attempts: attempt + 1,
+			p.spillWrite(w, spillInfo{Key: w.spillKey(), Source: w.source, Error: err.Error(), Attempts: attempt + 1,
 				FirstAttempt: first, LastAttempt: time.Now(), DeadLetterReason: w.deadLetter, DeadLetterCursor: w.cursor})
 			return p.redrive(ctx, w, attempt+1)
 		}
@@ -134,22 +163,22 @@ func (p *PersistRaw) put(ctx context.Context, w rawWrite) error {
 
 // spillWrite keeps w in the spill dir. If even that fails, w stays in
 // memory only, still retried, and is lost only if the process dies first.
-func (p *PersistRaw) spillWrite(w rawWrite, info spillInfo) {
+func (p *PersistRaw) spillWrite(w *rawWrite, info spillInfo) {
 	info.SpilledAt = time.Now()
-	if err := p.spill.write(w.key, w.body, info); err != nil {
+	if err := p.spill.write(info.Key, w.body, info); err != nil {
 		p.deps.Logger.Error("raw store unavailable and spilling the batch failed; retrying from memory",
-			"source", w.source, "key", w.key, "err", err)
+			"source", w.source, "key", info.Key, "err", err)
 		return
 	}
 	p.deps.Metrics.rawSpilled.Inc()
 	p.deps.Metrics.rawSpillPending.Inc()
 	p.deps.Logger.Warn("raw store unavailable; batch spilled to local disk until it can be written",
-		"source", w.source, "key", w.key, "attempts", info.Attempts, "err", info.Error, "spill_dir", p.spill.dir)
+		"source", w.source, "key", info.Key, "attempts", info.Attempts, "err", info.Error, "spill_dir", p.spill.dir)
 }
 
 // redrive writes a spilled w to the raw store with backoff, from the n-th
 // attempt, until it succeeds or ctx ends, then deletes its spill files.
-func (p *PersistRaw) redrive(ctx context.Context, w rawWrite, n int) error {
+func (p *PersistRaw) redrive(ctx context.Context, w *rawWrite, n int) error {
 	for attempt := n; ; attempt++ {
 		err := p.attempt(ctx, w)
 		if err == nil {
@@ -159,15 +188,16 @@ func (p *PersistRaw) redrive(ctx context.Context, w rawWrite, n int) error {
 			return ctx.Err()
 		}
 		wait := rawRetry.Delay(attempt)
-		p.deps.Logger.Warn("raw store write of spilled batch failed; retrying", "source", w.source, "key", w.key,
+		p.deps.Logger.Warn("raw store write of spilled batch failed; retrying", "source", w.source, "key", w.spillKey(),
 			"attempt", attempt+1, "err", err, "retry_in", wait)
 		if !sleep(ctx, wait) {
 			return ctx.Err()
 		}
 	}
-	if err := p.spill.remove(w.key); err != nil {
-		p.deps.Logger.Error("spilled batch is in the raw store; delete its spill files by hand", "key", w.key, "err", err)
-	} else if _, statErr := os.Stat(p.spill.path(w.key)); errors.Is(statErr, fs.ErrNotExist) {
+	spilled := w.spillKey()
+	if err := p.spill.remove(spilled); err != nil {
+		p.deps.Logger.Error("spilled batch is in the raw store; delete its spill files by hand", "key", spilled, "err", err)
+	} else if _, statErr := os.Stat(p.spill.path(spilled)); errors.Is(statErr, fs.ErrNotExist) {
 		p.deps.Metrics.rawSpillPending.Dec()
 	}
 	p.deps.Logger.Info("spilled batch written to the raw store", "source", w.source, "key", w.key)
@@ -175,7 +205,7 @@ func (p *PersistRaw) redrive(ctx context.Context, w rawWrite, n int) error {
 }
 
 // attempt is one raw-store write, counted in the metrics.
-func (p *PersistRaw) attempt(ctx context.Context, w rawWrite) error {
+func (p *PersistRaw) attempt(ctx context.Context, w *rawWrite) error {
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -183,7 +213,16 @@ func (p *PersistRaw) attempt(ctx context.Context, w rawWrite) error {
 	}
 	defer func() { <-p.sem }()
 	start := time.Now()
-	if err := p.deps.Raw.Put(ctx, w.key, w.body); err != nil {
+	var err error
+	if app, ok := p.deps.Raw.(rawstore.PageAppender); ok && w.page {
+		var key string
+		if key, w.off, err = app.AppendPage(ctx, w.source, w.fetchedAt, w.body); err == nil {
+			w.key = key
+		}
+	} else {
+		err = p.deps.Raw.Put(ctx, w.key, w.body)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			p.deps.Metrics.rawPutErrors.Inc()
 			p.deps.Metrics.rawStoreUp.Set(0)
@@ -217,13 +256,13 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 		}
 		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason, cursor: b.info.DeadLetterCursor}
 		p.deps.Metrics.rawHeld.Inc()
-		err = p.redrive(ctx, w, 0)
+		err = p.redrive(ctx, &w, 0)
 		p.deps.Metrics.rawHeld.Dec()
 		if err != nil {
 			return // stopping: the rest stays spilled for the next start
 		}
 		if w.deadLetter != "" {
-			p.recordDeadLetter(ctx, w)
+			p.recordDeadLetter(ctx, &w)
 		}
 	}
 }
@@ -244,15 +283,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
 	w := rawWrite{source: m.source, key: "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body),
 		body: m.err.Body, deadLetter: m.err.Reason, cursor: m.cursor}
-	if err := p.put(ctx, w); err != nil {
+	if err := p.put(ctx, &w); err != nil {
 		p.deps.Logger.Error("keep malformed payload", "source", m.source, "err", err)
 		return
 	}
-	p.recordDeadLetter(ctx, w)
+	p.recordDeadLetter(ctx, &w)
 }
 
 // recordDeadLetter lists w, a malformed payload now in the raw store.
-func (p *PersistRaw) recordDeadLetter(ctx context.Context, w rawWrite) {
+func (p *PersistRaw) recordDeadLetter(ctx context.Context, w *rawWrite) {
 	if err := p.deps.Queue.DeadLetter(ctx, w.source, w.deadLetter, w.key, w.cursor); err != nil {
 		p.deps.Logger.Error("record dead letter", "source", w.source, "err", err)
 	}

@@ -113,7 +113,7 @@ func queueBatch(m *appendBatch) queue.Batch {
 		SetCursor: m.batch.Cursor != "",
 	}
 	for i, r := range m.batch.Records {
-		b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: r.Off, RawLen: r.Len,
+		b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: m.rawOff + r.Off, RawLen: r.Len,
 			Payload: m.batch.Body[r.Off : r.Off+r.Len]}
 	}
 	return b

@@ -60,6 +60,7 @@ type SourceActor struct {
 type pendingBatch struct {
 	batch  *sources.Batch
 	rawKey string // set once the raw payload is durable
+	rawOff int    // the body's offset in rawKey's object
 }
 
 func newSourceActor(cfg config.Source, deps *Deps, limiters *sources.RateLimiters) *SourceActor {
@@ -374,7 +375,7 @@ func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {
 		panic(fmt.Errorf("source %q: persist raw batch: %w", a.cfg.Name, m.err))
 	}
 	if p, ok := a.pending[m.seq]; ok {
-		p.rawKey = m.rawKey
+		p.rawKey, p.rawOff = m.rawKey, m.rawOff
 	}
 	a.commitNext(ctx)
 }
@@ -389,7 +390,7 @@ func (a *SourceActor) commitNext(ctx actor.Context) {
 		if !ok || p.rawKey == "" {
 			return
 		}
-		ctx.Request(a.deps.Publisher, &appendBatch{chain: a.chain, gen: a.gen, seq: a.sendAt, source: a.cfg.Name, rawKey: p.rawKey, batch: p.batch})
+		ctx.Request(a.deps.Publisher, &appendBatch{chain: a.chain, gen: a.gen, seq: a.sendAt, source: a.cfg.Name, rawKey: p.rawKey, rawOff: p.rawOff, batch: p.batch})
 		a.sendAt++
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
@@ -209,6 +211,33 @@ cursor_param = "since"
 		}
 		if d.off+d.len > len(body) || string(body[d.off:d.off+d.len]) != d.payload {
 			t.Fatalf("raw object %s at [%d,+%d) does not hold the payload delivered for %s", d.rawKey, d.off, d.len, id)
+		}
+	}
+	// The file raw store appends pages to segments: every segment the
+	// kills left reads back page by page, each page's checksum holds, and
+	// every event lies inside one page of its segment.
+	for key, body := range raws {
+		if !rawstore.IsPageSegment(key) {
+			t.Fatalf("raw object %s is not a page segment", key)
+		}
+		var pages [][2]int
+		err := rawstore.ReadPages(body, func(p rawstore.Page) error {
+			if p.Err != nil {
+				return p.Err
+			}
+			pages = append(pages, [2]int{p.Off, p.Off + len(p.Body)})
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("page segment %s: %v", key, err)
+		}
+		for id, d := range seen {
+			if d.rawKey != key {
+				continue
+			}
+			if !slices.ContainsFunc(pages, func(p [2]int) bool { return p[0] <= d.off && d.off+d.len <= p[1] }) {
+				t.Fatalf("event %s at [%d,+%d) of %s is in no page of it (pages %v)", id, d.off, d.len, key, pages)
+			}
 		}
 	}
 

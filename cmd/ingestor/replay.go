@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -97,9 +98,13 @@ func describeRange(from, to time.Time) string {
 	return "from " + from.UTC().Format(time.RFC3339Nano) + " to before " + to.UTC().Format(time.RFC3339Nano)
 }
 
-// printObject prints one line per raw object.
+// printObject prints one line per raw object, or per page of a page
+// segment (KEY@OFFSET).
 func printObject(w io.Writer, obj replay.Object, o replay.Options) {
 	at := obj.FetchedAt.Format(time.RFC3339Nano)
+	if obj.Page {
+		obj.Key += "@" + strconv.Itoa(obj.Off)
+	}
 	switch {
 	case obj.Malformed != "":
 		fmt.Fprintf(w, "%s (fetched %s): malformed, skipped: %s\n", obj.Key, at, obj.Malformed)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
 
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
 
 // scanPage is how many frame ids one backlog query returns.
@@ -225,14 +227,26 @@ func (e *missingRawError) Error() string { return fmt.Sprintf("raw object %s: %v
 func (e *missingRawError) Unwrap() error { return e.err }
 
 // fillPayloads sets the payloads of f's events from their raw objects,
-// through cache.
+// through cache. Events in a page segment (many pages in one large file)
+// are read as the span of f's events in it, not the whole object.
 func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache map[string][]byte) error {
+	spans := s.pageSpans(f)
 	for i := range f.Events {
 		e := &f.Events[i]
-		body, ok := cache[e.RawKey]
+		cacheKey, base := e.RawKey, 0
+		sp, inSpan := spans[e.RawKey]
+		if inSpan {
+			cacheKey, base = sp.cacheKey, sp.lo
+		}
+		body, ok := cache[cacheKey]
 		if !ok {
 			var err error
-			if body, err = s.raw.Get(ctx, e.RawKey); err != nil {
+			if inSpan {
+				body, err = s.raw.(rawstore.RangeGetter).GetRange(ctx, e.RawKey, sp.lo, sp.hi-sp.lo)
+			} else {
+				body, err = s.raw.Get(ctx, e.RawKey)
+			}
+			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					return &missingRawError{key: e.RawKey, err: err}
 				}
@@ -241,12 +255,47 @@ func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache map[str
 			if len(cache) >= maxRawCache {
 				clear(cache)
 			}
-			cache[e.RawKey] = body
+			cache[cacheKey] = body
 		}
-		if e.RawOff < 0 || e.RawOff+e.RawLen > len(body) {
-			return fmt.Errorf("raw object %s: event %d range [%d,+%d) outside %d bytes", e.RawKey, e.Seq, e.RawOff, e.RawLen, len(body))
+		off := e.RawOff - base
+		if off < 0 || off+e.RawLen > len(body) {
+			return fmt.Errorf("raw object %s: event %d range [%d,+%d) outside %d bytes", e.RawKey, e.Seq, e.RawOff, e.RawLen, base+len(body))
 		}
-		e.Payload = body[e.RawOff : e.RawOff+e.RawLen]
+		e.Payload = body[off : off+e.RawLen]
 	}
 	return nil
+}
+
+// span is the byte range of a frame's events in one page segment.
+type span struct {
+	lo, hi   int
+	cacheKey string
+}
+
+// pageSpans returns, for each page segment that f's events are in, the
+// span of those events, when the store reads ranges.
+func (s *Sender) pageSpans(f *queue.Frame) map[string]span {
+	if _, ok := s.raw.(rawstore.RangeGetter); !ok {
+		return nil
+	}
+	var spans map[string]span
+	for _, e := range f.Events {
+		if !rawstore.IsPageSegment(e.RawKey) || e.RawOff < 0 || e.RawLen < 0 {
+			continue
+		}
+		if spans == nil {
+			spans = make(map[string]span, 1)
+		}
+		sp, ok := spans[e.RawKey]
+		if !ok {
+			sp = span{lo: e.RawOff, hi: e.RawOff + e.RawLen}
+		}
+		sp.lo, sp.hi = min(sp.lo, e.RawOff), max(sp.hi, e.RawOff+e.RawLen)
+		spans[e.RawKey] = sp
+	}
+	for k, sp := range spans {
+		sp.cacheKey = k + "@" + strconv.Itoa(sp.lo) + "+" + strconv.Itoa(sp.hi-sp.lo)
+		spans[k] = sp
+	}
+	return spans
 }

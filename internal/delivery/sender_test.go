@@ -316,3 +316,86 @@ func TestFetchToAckBucketsMeasureTheTargets(t *testing.T) {
 		t.Errorf("buckets %v are not sorted", FetchToAckBuckets)
 	}
 }
+
+// TestBacklogFromPageSegmentReadsOnlyItsFrames queues three pages of ten
+// events appended to one page segment (as a polled source on the file
+// store does), each page padded so the segment is far larger than a
+// frame's events. The sender reads each backlog frame's span of the
+// segment, never the whole segment, and every payload sent is the bytes
+// at its raw offset.
+func TestBacklogFromPageSegmentReadsOnlyItsFrames(t *testing.T) {
+	ctx := t.Context()
+	q, file := openStores(t)
+	app := file.(rawstore.PageAppender)
+	var segKey string
+	var segSize int
+	want := map[string]string{}
+	for p := range 3 {
+		var recs []string
+		for i := range 10 {
+			recs = append(recs, fmt.Sprintf(`{"id":"p%d-%d"}`, p, i))
+		}
+		page := "[" + strings.Join(recs, ",") + "]" + strings.Repeat(" ", 64<<10)
+		key, off, err := app.AppendPage(ctx, "src", time.Now(), []byte(page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		segKey, segSize = key, off+len(page)
+		b := queue.Batch{Source: "src", RawKey: key, FetchedAt: time.Now()}
+		at := 1
+		for i, r := range recs {
+			id := fmt.Sprintf("p%d-%d", p, i)
+			b.Events = append(b.Events, queue.NewEvent{Key: id, RawOff: off + at, RawLen: len(r)})
+			want[id] = r
+			at += len(r) + 1
+		}
+		if _, err := q.Append(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := &countingStore{Store: file, ranges: file.(rawstore.RangeGetter)}
+	_, pull := startSender(t, q, counted)
+	for range 3 {
+		msg, err := pull.RecvBytes(0)
+		if err != nil {
+			t.Fatalf("frame: %v", err)
+		}
+		f, err := wire.DecodeFrame(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range f.Events {
+			if string(e.Payload) != want[e.Key] {
+				t.Errorf("event %s: payload %q, want %q", e.Key, e.Payload, want[e.Key])
+			}
+			delete(want, e.Key)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("events never sent: %v", want)
+	}
+	gets, read := counted.gets.Load(), counted.read.Load()
+	if gets != 0 || read == 0 || read > 3*300 {
+		t.Errorf("%d whole-object reads and %d bytes read by range for 30 events of ~12 bytes in a %d-byte segment %s; want only the frames' spans read",
+			gets, read, segSize, segKey)
+	}
+}
+
+// countingStore counts the whole-object reads and the bytes read by range.
+type countingStore struct {
+	rawstore.Store
+	ranges rawstore.RangeGetter
+	gets   atomic.Int64
+	read   atomic.Int64
+}
+
+func (c *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *countingStore) GetRange(ctx context.Context, key string, off, n int) ([]byte, error) {
+	b, err := c.ranges.GetRange(ctx, key, off, n)
+	c.read.Add(int64(len(b)))
+	return b, err
+}

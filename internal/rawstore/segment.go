@@ -49,8 +49,12 @@ const (
 // other, each followed by a newline; unlike Key's, its name carries no
 // content hash, since it grows after it is named.
 func SegmentKey(source string, at time.Time) string {
+	return segmentKey(source, at, segmentSuffix)
+}
+
+func segmentKey(source string, at time.Time, suffix string) string {
 	t := at.UTC()
-	return fmt.Sprintf("%s/%04d/%02d/%02d/%d%s", source, t.Year(), int(t.Month()), t.Day(), t.UnixNano(), segmentSuffix)
+	return fmt.Sprintf("%s/%04d/%02d/%02d/%d%s", source, t.Year(), int(t.Month()), t.Day(), t.UnixNano(), suffix)
 }
 
 // segment is one source's open segment file.
@@ -64,23 +68,45 @@ type segment struct {
 	day time.Time
 }
 
-// segments holds a file store's open segments, by source.
+// segments holds a file store's open segments, by kind and source.
 type segments struct {
 	mu     sync.Mutex
-	open   map[string]*segment
+	open   map[segmentID]*segment
 	closed bool
+}
+
+// segmentKind is what a segment holds: the push inbox's bodies or polled
+// pages (pages.go). Each kind has its own open segment per source, its own
+// key suffix and its own size.
+type segmentKind struct {
+	suffix   string
+	maxBytes int
+}
+
+var (
+	pushSegments = segmentKind{suffix: segmentSuffix, maxBytes: SegmentMaxBytes}
+	pageSegments = segmentKind{suffix: pageSegmentSuffix, maxBytes: PageSegmentMaxBytes}
+)
+
+// segmentID names an open segment.
+type segmentID struct {
+	kind   segmentKind
+	source string
 }
 
 // Append implements Appender.
 func (s *fileStore) Append(ctx context.Context, source string, at time.Time, body []byte) (string, int, error) {
-	key, off, err := s.append(ctx, source, at, body)
+	key, off, err := s.append(ctx, pushSegments, source, at, body)
 	if err != nil {
 		return "", 0, fmt.Errorf("raw store %s: append to a segment of %q: %w", s, source, err)
 	}
 	return key, off, nil
 }
 
-func (s *fileStore) append(ctx context.Context, source string, at time.Time, body []byte) (string, int, error) {
+// append writes parts one after the other at the end of the open segment
+// of kind and source, fsyncs it, and returns the segment's key and the
+// offset of the first part.
+func (s *fileStore) append(ctx context.Context, kind segmentKind, source string, at time.Time, parts ...[]byte) (string, int, error) {
 	if err := ctx.Err(); err != nil {
 		return "", 0, err
 	}
@@ -90,19 +116,20 @@ func (s *fileStore) append(ctx context.Context, source string, at time.Time, bod
 		return "", 0, errors.New("closed")
 	}
 	if s.segs.open == nil {
-		s.segs.open = make(map[string]*segment)
+		s.segs.open = make(map[segmentID]*segment)
 	}
-	seg := s.segs.open[source]
+	id := segmentID{kind, source}
+	seg := s.segs.open[id]
 	if seg == nil {
 		seg = &segment{}
-		s.segs.open[source] = seg
+		s.segs.open[id] = seg
 	}
 	s.segs.mu.Unlock()
 
 	seg.mu.Lock()
 	defer seg.mu.Unlock()
 	day := at.UTC().Truncate(24 * time.Hour)
-	if seg.f != nil && (seg.size >= SegmentMaxBytes || !seg.day.Equal(day)) {
+	if seg.f != nil && (seg.size >= kind.maxBytes || !seg.day.Equal(day)) {
 		err := seg.f.Close()
 		seg.f = nil
 		if err != nil {
@@ -110,13 +137,19 @@ func (s *fileStore) append(ctx context.Context, source string, at time.Time, bod
 		}
 	}
 	if seg.f == nil {
-		if err := s.openSegment(seg, source, at); err != nil {
+		if err := s.openSegment(seg, kind, source, at); err != nil {
 			return "", 0, err
 		}
 		seg.day = day
 	}
-	off := seg.size
-	_, err := seg.f.WriteAt(body, int64(off))
+	off, end := seg.size, seg.size
+	var err error
+	for _, p := range parts {
+		if _, err = seg.f.WriteAt(p, int64(end)); err != nil {
+			break
+		}
+		end += len(p)
+	}
 	if err == nil {
 		err = seg.f.Sync()
 	}
@@ -128,15 +161,15 @@ func (s *fileStore) append(ctx context.Context, source string, at time.Time, bod
 		seg.f = nil
 		return "", 0, fmt.Errorf("write %s: %w", seg.key, err)
 	}
-	seg.size += len(body)
+	seg.size = end
 	return seg.key, off, nil
 }
 
-// openSegment creates a new, empty segment file for source and makes its
-// directory entry durable before anything is appended to it.
-func (s *fileStore) openSegment(seg *segment, source string, at time.Time) error {
+// openSegment creates a new, empty segment file of kind for source and
+// makes its directory entry durable before anything is appended to it.
+func (s *fileStore) openSegment(seg *segment, kind segmentKind, source string, at time.Time) error {
 	for try := 0; ; try++ {
-		key := SegmentKey(source, at.Add(time.Duration(try)))
+		key := segmentKey(source, at.Add(time.Duration(try)), kind.suffix)
 		p, err := s.path(key)
 		if err != nil {
 			return err

@@ -43,11 +43,17 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Object is the outcome of replaying one raw object.
+// Object is the outcome of replaying one raw object, or one page of a
+// page segment.
 type Object struct {
 	// Key is the object's raw store key.
 	Key string
-	// FetchedAt is the original fetch time, from the key.
+	// Page is set for a page of a page segment; Off is then the offset
+	// of the page's bytes in the segment.
+	Page bool
+	Off  int
+	// FetchedAt is the original fetch time, from the key (the page's
+	// record for a page).
 	FetchedAt time.Time
 	// Records is how many records the current parser finds.
 	Records int
@@ -64,7 +70,8 @@ type Object struct {
 
 // Summary totals a replay.
 type Summary struct {
-	// Objects counts the raw objects in range, malformed ones included.
+	// Objects counts the raw objects (pages, in a page segment) in range,
+	// malformed ones included.
 	Objects int
 	// Records counts the records parsed.
 	Records int
@@ -172,6 +179,8 @@ func (r *replayer) run(ctx context.Context, sum *Summary) error {
 			err := r.raw.List(ctx, prefix, func(key string) error {
 				at, ok := fetchTime(key)
 				switch {
+				case ok && rawstore.IsPageSegment(key):
+					return r.segment(ctx, key, sum)
 				case !ok:
 					sum.Ignored++
 					return nil
@@ -209,12 +218,13 @@ func dayPrefixes(root string, from, to time.Time) []string {
 	return out
 }
 
-// fetchTime reads the fetch time from a raw payload key:
-// .../<unix-nanos>-<hash>.json.
+// fetchTime reads the fetch time from a raw payload key,
+// .../<unix-nanos>-<hash>.json, or the open time from a page segment's,
+// .../<unix-nanos>-pages.seg.
 func fetchTime(key string) (time.Time, bool) {
 	base := path.Base(key)
 	nanos, rest, ok := strings.Cut(base, "-")
-	if !ok || !strings.HasSuffix(rest, ".json") {
+	if !ok || !strings.HasSuffix(rest, ".json") && !rawstore.IsPageSegment(base) {
 		return time.Time{}, false
 	}
 	n, err := strconv.ParseInt(nanos, 10, 64)
@@ -224,14 +234,46 @@ func fetchTime(key string) (time.Time, bool) {
 	return time.Unix(0, n).UTC(), true
 }
 
-// object replays one raw object: parse, then queue its events as one batch
-// fetched at the original time, with no cursor change.
+// segment replays the pages of a page segment fetched in range, each as
+// an object. A page whose bytes no longer match their checksum is counted
+// malformed and skipped.
+func (r *replayer) segment(ctx context.Context, key string, sum *Summary) error {
+	seg, err := r.raw.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	err = rawstore.ReadPages(seg, func(p rawstore.Page) error {
+		if !r.opts.From.IsZero() && p.FetchedAt.Before(r.opts.From) || !r.opts.To.IsZero() && !p.FetchedAt.Before(r.opts.To) {
+			return nil
+		}
+		if p.Err != nil {
+			sum.Objects++
+			sum.Malformed++
+			r.report(Object{Key: key, Page: true, Off: p.Off, FetchedAt: p.FetchedAt, Malformed: p.Err.Error()})
+			return nil
+		}
+		return r.payload(ctx, Object{Key: key, Page: true, Off: p.Off, FetchedAt: p.FetchedAt}, p.Body, sum)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	return nil
+}
+
+// object replays one raw object of its own.
 func (r *replayer) object(ctx context.Context, key string, at time.Time, sum *Summary) error {
 	body, err := r.raw.Get(ctx, key)
 	if err != nil {
 		return err
 	}
-	res := Object{Key: key, FetchedAt: at}
+	return r.payload(ctx, Object{Key: key, FetchedAt: at}, body, sum)
+}
+
+// payload replays one fetched payload, body, at res.Off in res.Key's
+// object: parse, then queue its events as one batch fetched at the
+// original time, with no cursor change.
+func (r *replayer) payload(ctx context.Context, res Object, body []byte, sum *Summary) error {
+	key, at := res.Key, res.FetchedAt
 	sum.Objects++
 	b, err := r.parser.Parse(body, at)
 	if err != nil {
@@ -264,7 +306,7 @@ func (r *replayer) object(ctx context.Context, key string, at time.Time, sum *Su
 	qb := queue.Batch{Source: r.source, FetchedAt: at, RawKey: key, Events: make([]queue.NewEvent, len(b.Records))}
 	keys := make([]string, len(b.Records))
 	for i, rec := range b.Records {
-		qb.Events[i] = queue.NewEvent{Key: rec.Key, EventTime: rec.Time, RawOff: rec.Off, RawLen: rec.Len,
+		qb.Events[i] = queue.NewEvent{Key: rec.Key, EventTime: rec.Time, RawOff: res.Off + rec.Off, RawLen: rec.Len,
 			Payload: body[rec.Off : rec.Off+rec.Len]}
 		keys[i] = rec.Key
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +372,95 @@ func TestReplayFromS3(t *testing.T) {
 	closeQueue(t, q)
 	if len(events) != 14 || events[0].RawKey != f.good[0] {
 		t.Fatalf("%d events pending, first in %q; want 14, first in %s", len(events), events[0].RawKey, f.good[0])
+	}
+}
+
+// TestReplayPageSegments replays pages that a polled source appended to
+// page segments (what the daemon writes on a file raw store) next to the
+// fixture's objects of their own: each page is replayed with its own fetch
+// time, its events point at their bytes in the segment, a time range
+// selects pages (not segments), and a page whose bytes changed on disk is
+// reported malformed and skipped while the pages around it are queued.
+func TestReplayPageSegments(t *testing.T) {
+	f := newFixture(t, "")
+	app := f.raw.(rawstore.PageAppender)
+	type page struct {
+		key string
+		off int
+	}
+	var pages []page
+	for i := range 3 {
+		var recs []string
+		for n := 100 + 3*i; n < 103+3*i; n++ {
+			recs = append(recs, fmt.Sprintf(`{"id":"pg-%d","seq":%d,"ts":"%s"}`, n, n, t0.Format(time.RFC3339)))
+		}
+		key, off, err := app.AppendPage(t.Context(), "feed", t0.Add(time.Duration(i)*10*time.Minute+time.Second), []byte("[\n"+strings.Join(recs, ",\n")+"\n]"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, page{key, off})
+	}
+	if pages[0].key != pages[2].key {
+		t.Fatalf("pages in segments %q and %q, want one", pages[0].key, pages[2].key)
+	}
+	if err := f.raw.(rawstore.Appender).Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Only the second page is fetched in [t0+5m, t0+15m).
+	sum, objs := f.run(t, replay.Options{From: t0.Add(5 * time.Minute), To: t0.Add(15 * time.Minute), DryRun: true})
+	if sum.Objects != 1 || sum.Records != 3 || len(objs) != 1 || !objs[0].Page || objs[0].Off != pages[1].off {
+		t.Fatalf("dry run of [t0+5m, t0+15m): %+v %+v, want the second page only", sum, objs)
+	}
+
+	sum, _ = f.run(t, replay.Options{})
+	if want := (replay.Summary{Objects: 8, Records: 21, Queued: 21, Malformed: 1}); sum != want {
+		t.Fatalf("replay: %+v, want %+v", sum, want)
+	}
+	q := f.openQueue(t)
+	events, _ := pending(t, q)
+	closeQueue(t, q)
+	seg, err := f.raw.Get(t.Context(), pages[0].key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, e := range events {
+		if !strings.HasPrefix(e.Key, "pg-") {
+			continue
+		}
+		found++
+		n, _ := strconv.Atoi(strings.TrimPrefix(e.Key, "pg-"))
+		p := pages[(n-100)/3]
+		if e.RawKey != p.key || e.RawOff < p.off || !bytes.HasPrefix(seg[e.RawOff:e.RawOff+e.RawLen], []byte(`{"id":"`+e.Key+`"`)) {
+			t.Errorf("event %s at %s@%d+%d, want its bytes in the page at offset %d of %s", e.Key, e.RawKey, e.RawOff, e.RawLen, p.off, p.key)
+		}
+		if at := t0.Add(time.Duration((n-100)/3)*10*time.Minute + time.Second); !e.FetchedAt.Equal(at) {
+			t.Errorf("event %s fetched at %v, want its page's %v", e.Key, e.FetchedAt, at)
+		}
+	}
+	if found != 9 {
+		t.Errorf("%d page events pending, want 9", found)
+	}
+
+	// Bit rot in the third page: it is skipped with the reason; the
+	// first two are duplicates now.
+	p := filepath.Join(strings.TrimPrefix(f.cfg.RawStore.URL, "file://"), filepath.FromSlash(pages[2].key))
+	seg[pages[2].off+10] ^= 0x01
+	if err := os.WriteFile(p, seg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, objs = f.run(t, replay.Options{From: t0, To: t0.Add(time.Hour)})
+	if sum.Malformed != 2 || sum.Duplicates != 9 || sum.Queued != 0 {
+		t.Errorf("replay after bit rot: %+v, want the rotten page and the fixture's malformed one skipped, 9 duplicates", sum)
+	}
+	var rotten bool
+	for _, o := range objs {
+		if o.Page && o.Off == pages[2].off {
+			rotten = strings.Contains(o.Malformed, "checksum")
+		}
+	}
+	if !rotten {
+		t.Errorf("the rotten page was not reported with a checksum error: %+v", objs)
 	}
 }

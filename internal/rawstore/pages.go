@@ -1,0 +1,206 @@
+package rawstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PageAppender is a Store that appends polled pages to an open page
+// segment of their source instead of creating one object per page.
+// Creating, fsyncing and renaming a file per page cost about 1.1 ms of CPU
+// per 500 KB page on this project's machines, appending it to an open
+// file and fsyncing it about 0.4 ms (issue 12), so polled sources append
+// when the store can.
+type PageAppender interface {
+	Store
+	// AppendPage writes body as one page record at the end of source's
+	// open page segment and returns once it is durable, with the
+	// segment's key and the offset of body in it (past the record's
+	// header). Like Append's, a page segment only grows.
+	AppendPage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (key string, off int, err error)
+}
+
+// RangeGetter is a Store that reads part of an object, so that a reader
+// of a few events of a large segment does not read all of it.
+type RangeGetter interface {
+	// GetRange returns n bytes of key's object from offset off. The error
+	// wraps fs.ErrNotExist when nothing is stored under key, and
+	// io.ErrUnexpectedEOF when the object ends before off+n.
+	GetRange(ctx context.Context, key string, off, n int) ([]byte, error)
+}
+
+const (
+	// PageSegmentMaxBytes is the size past which a page segment is closed
+	// and the next page starts a new one. A segment is read whole only by
+	// replay and dlq show; delivery reads a frame's span (RangeGetter).
+	PageSegmentMaxBytes = 16 << 20
+	// pageSegmentSuffix ends a page segment's key.
+	pageSegmentSuffix = "-pages.seg"
+	// pageMagic starts each page record's header line.
+	pageMagic = "#ingestor-page "
+)
+
+// crc32c is the Castagnoli table, which the CPU computes in hardware.
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// IsPageSegment reports whether key names a page segment:
+// <source>/<yyyy>/<mm>/<dd>/<unix-nanos>-pages.seg, opened at unix-nanos.
+// A page segment holds page records one after the other, each:
+//
+//	#ingestor-page len=<bytes> crc32c=<8 hex digits> fetched_at=<unix nanos>\n
+//	<the page's bytes, as the upstream sent them>\n
+//
+// so it can be read back page by page without the queue (ReadPages).
+func IsPageSegment(key string) bool { return strings.HasSuffix(key, pageSegmentSuffix) }
+
+// pageHeader returns the header line of body's page record.
+func pageHeader(fetchedAt time.Time, body []byte) []byte {
+	h := make([]byte, 0, 96)
+	h = append(h, pageMagic...)
+	h = append(h, "len="...)
+	h = strconv.AppendInt(h, int64(len(body)), 10)
+	h = append(h, " crc32c="...)
+	h = fmt.Appendf(h, "%08x", crc32.Checksum(body, crc32c))
+	h = append(h, " fetched_at="...)
+	h = strconv.AppendInt(h, fetchedAt.UnixNano(), 10)
+	return append(h, '\n')
+}
+
+// AppendPage implements PageAppender.
+func (s *fileStore) AppendPage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (string, int, error) {
+	h := pageHeader(fetchedAt, body)
+	key, off, err := s.append(ctx, pageSegments, source, fetchedAt, h, body, []byte{'\n'})
+	if err != nil {
+		return "", 0, fmt.Errorf("raw store %s: append a page of %q: %w", s, source, err)
+	}
+	return key, off + len(h), nil
+}
+
+// GetRange implements RangeGetter.
+func (s *fileStore) GetRange(ctx context.Context, key string, off, n int) ([]byte, error) {
+	b, err := s.getRange(ctx, key, off, n)
+	if err != nil {
+		return nil, fmt.Errorf("raw store %s: get %q [%d,+%d): %w", s, key, off, n, err)
+	}
+	return b, nil
+}
+
+func (s *fileStore) getRange(ctx context.Context, key string, off, n int) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if off < 0 || n < 0 {
+		return nil, errors.New("negative range")
+	}
+	p, err := s.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, int64(off)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// Page is one page record of a page segment.
+type Page struct {
+	// Off is the offset of Body in the segment: an event's raw.off is
+	// Off plus its offset in the page.
+	Off int
+	// FetchedAt is when the page was fetched.
+	FetchedAt time.Time
+	// Body is the page's bytes.
+	Body []byte
+	// Err is set when Body does not match the checksum in its header
+	// (the bytes changed on disk since they were written).
+	Err error
+}
+
+// ReadPages calls fn with each page record of seg, a page segment's bytes,
+// in order, and stops at the first error fn returns. A record cut short at
+// the end of seg (an append a crash or a failed write interrupted, which
+// nothing references) ends the segment. A header that cannot be read is an
+// error: the records after it cannot be found.
+func ReadPages(seg []byte, fn func(Page) error) error {
+	for at := 0; at < len(seg); {
+		nl := bytes.IndexByte(seg[at:], '\n')
+		if nl < 0 {
+			return nil // a header cut short
+		}
+		line := string(seg[at : at+nl])
+		n, sum, fetched, err := parsePageHeader(line)
+		if err != nil {
+			return fmt.Errorf("page segment: record at offset %d: %w", at, err)
+		}
+		body := at + nl + 1
+		if body+n+1 > len(seg) {
+			return nil // a body cut short
+		}
+		if seg[body+n] != '\n' {
+			return fmt.Errorf("page segment: record at offset %d: no newline after its %d bytes", at, n)
+		}
+		p := Page{Off: body, FetchedAt: time.Unix(0, fetched).UTC(), Body: seg[body : body+n : body+n]}
+		if got := crc32.Checksum(p.Body, crc32c); got != sum {
+			p.Err = fmt.Errorf("page at offset %d: checksum %08x, header says %08x: the bytes changed on disk", body, got, sum)
+		}
+		if err := fn(p); err != nil {
+			return err
+		}
+		at = body + n + 1
+	}
+	return nil
+}
+
+// parsePageHeader reads a header line without its newline.
+func parsePageHeader(line string) (n int, sum uint32, fetched int64, err error) {
+	rest, ok := strings.CutPrefix(line, pageMagic)
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("header %.40q does not start with %q", line, pageMagic)
+	}
+	var seen int
+	for _, f := range strings.Fields(rest) {
+		name, val, _ := strings.Cut(f, "=")
+		switch name {
+		case "len":
+			v, perr := strconv.Atoi(val)
+			if perr != nil || v < 0 {
+				return 0, 0, 0, fmt.Errorf("header: bad len %q", val)
+			}
+			n, seen = v, seen|1
+		case "crc32c":
+			v, perr := strconv.ParseUint(val, 16, 32)
+			if perr != nil {
+				return 0, 0, 0, fmt.Errorf("header: bad crc32c %q", val)
+			}
+			sum, seen = uint32(v), seen|2
+		case "fetched_at":
+			v, perr := strconv.ParseInt(val, 10, 64)
+			if perr != nil {
+				return 0, 0, 0, fmt.Errorf("header: bad fetched_at %q", val)
+			}
+			fetched, seen = v, seen|4
+		}
+		// Unknown fields are skipped: a later version may add some.
+	}
+	if seen != 7 {
+		return 0, 0, 0, fmt.Errorf("header %.60q lacks len, crc32c or fetched_at", line)
+	}
+	return n, sum, fetched, nil
+}

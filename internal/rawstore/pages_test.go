@@ -1,0 +1,211 @@
+package rawstore_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/rawstore"
+)
+
+func openPageAppender(t *testing.T, dir string) rawstore.PageAppender {
+	t.Helper()
+	s := openFile(t, dir)
+	app, ok := s.(rawstore.PageAppender)
+	if !ok {
+		t.Fatal("the file store is not a PageAppender")
+	}
+	t.Cleanup(func() {
+		if err := s.(rawstore.Appender).Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return app
+}
+
+type appendedPage struct {
+	key  string
+	off  int
+	at   time.Time
+	body []byte
+}
+
+// TestAppendPageReadsBackEveryPage appends pages of two sources, whose
+// bodies hold newlines and text that looks like a record header, then
+// reads each back by range at the offset AppendPage returned, and page by
+// page from the whole segment with ReadPages.
+func TestAppendPageReadsBackEveryPage(t *testing.T) {
+	dir := t.TempDir()
+	app := openPageAppender(t, dir)
+	at := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	var pages []appendedPage
+	for i := range 10 {
+		source := []string{"orders", "users"}[i%2]
+		body := []byte(fmt.Sprintf("[\n {\"id\":%d},\n \"#ingestor-page len=3 crc32c=00000000 fetched_at=1\\n\"\n]", i))
+		when := at.Add(time.Duration(i) * time.Second)
+		key, off, err := app.AppendPage(t.Context(), source, when, body)
+		if err != nil {
+			t.Fatalf("append page %d: %v", i, err)
+		}
+		if !strings.HasPrefix(key, source+"/2026/11/25/") || !rawstore.IsPageSegment(key) {
+			t.Fatalf("page %d: key %q, want %s/2026/11/25/<nanos>-pages.seg", i, key, source)
+		}
+		pages = append(pages, appendedPage{key, off, when, body})
+	}
+	if got := files(t, dir); len(got) != 2 {
+		t.Fatalf("files %v, want one page segment per source", got)
+	}
+	rg := app.(rawstore.RangeGetter)
+	for i, p := range pages {
+		got, err := rg.GetRange(t.Context(), p.key, p.off, len(p.body))
+		if err != nil {
+			t.Fatalf("page %d: %v", i, err)
+		}
+		if !bytes.Equal(got, p.body) {
+			t.Errorf("page %d: range read %q, want %q", i, got, p.body)
+		}
+	}
+	for _, key := range []string{pages[0].key, pages[1].key} {
+		seg, err := app.Get(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []appendedPage
+		for _, p := range pages {
+			if p.key == key {
+				want = append(want, p)
+			}
+		}
+		var got []rawstore.Page
+		if err := rawstore.ReadPages(seg, func(p rawstore.Page) error { got = append(got, p); return nil }); err != nil {
+			t.Fatalf("read pages of %s: %v", key, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d pages read, want %d", key, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Err != nil || got[i].Off != want[i].off || !got[i].FetchedAt.Equal(want[i].at) || !bytes.Equal(got[i].Body, want[i].body) {
+				t.Errorf("%s page %d: read {off %d, at %v, err %v, %q}, want {off %d, at %v, %q}", key, i,
+					got[i].Off, got[i].FetchedAt, got[i].Err, got[i].Body, want[i].off, want[i].at, want[i].body)
+			}
+		}
+	}
+}
+
+// TestPageSegmentsRoll checks that a page segment past
+// PageSegmentMaxBytes, or of an earlier UTC day, is closed and the next
+// page starts a new one.
+func TestPageSegmentsRoll(t *testing.T) {
+	dir := t.TempDir()
+	app := openPageAppender(t, dir)
+	at := time.Date(2026, 11, 25, 23, 59, 0, 0, time.UTC)
+	body := bytes.Repeat([]byte("x"), rawstore.PageSegmentMaxBytes/2)
+	keys := map[string]int{}
+	for i := range 3 {
+		key, _, err := app.AppendPage(t.Context(), "orders", at, body)
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		keys[key]++
+	}
+	if len(keys) != 2 {
+		t.Fatalf("segments %v, want 2: two pages fill one past %d bytes", keys, rawstore.PageSegmentMaxBytes)
+	}
+	key, _, err := app.AppendPage(t.Context(), "orders", at.Add(2*time.Minute), []byte("[]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(key, "orders/2026/11/26/") {
+		t.Errorf("a page of the next day went to %s, want a new segment under orders/2026/11/26/", key)
+	}
+	// A push segment of the same source is a separate file.
+	pushKey, _, err := app.(rawstore.Appender).Append(t.Context(), "orders", at, []byte("{}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rawstore.IsPageSegment(pushKey) {
+		t.Errorf("push append went to page segment %s", pushKey)
+	}
+	if got := files(t, dir); len(got) != 4 {
+		t.Errorf("files %v, want 3 page segments and a push segment", got)
+	}
+}
+
+// TestReadPagesFindsDamage cuts a segment's last record short (what a
+// crash during an append leaves), which ends the segment quietly, and
+// flips a byte in a body, which that page reports, and garbles a header,
+// which is an error.
+func TestReadPagesFindsDamage(t *testing.T) {
+	dir := t.TempDir()
+	app := openPageAppender(t, dir)
+	at := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	var key string
+	var offs []int
+	for i := range 3 {
+		k, off, err := app.AppendPage(t.Context(), "orders", at, []byte(fmt.Sprintf(`[{"id":%d}]`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key = k
+		offs = append(offs, off)
+	}
+	seg, err := app.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(b []byte) (n int, bad []int, err error) {
+		err = rawstore.ReadPages(b, func(p rawstore.Page) error {
+			n++
+			if p.Err != nil {
+				bad = append(bad, p.Off)
+			}
+			return nil
+		})
+		return n, bad, err
+	}
+	for cut := offs[2] - 30; cut < len(seg); cut++ {
+		if n, bad, err := count(seg[:cut]); err != nil || n != 2 || bad != nil {
+			t.Fatalf("cut at %d of %d: %d pages, bad %v, err %v; want the 2 whole pages", cut, len(seg), n, bad, err)
+		}
+	}
+	rot := bytes.Clone(seg)
+	rot[offs[1]+3] ^= 0x20
+	if n, bad, err := count(rot); err != nil || n != 3 || len(bad) != 1 || bad[0] != offs[1] {
+		t.Errorf("a flipped byte: %d pages, bad %v, err %v; want 3 pages, page at %d bad", n, bad, err, offs[1])
+	}
+	garbled := bytes.Clone(seg)
+	copy(garbled[offs[1]-20:], "XXXX")
+	if _, _, err := count(garbled); err == nil {
+		t.Error("a garbled header read without error")
+	}
+}
+
+// TestGetRange reads parts of an object, past its end, and of a missing
+// one.
+func TestGetRange(t *testing.T) {
+	dir := t.TempDir()
+	s := openFile(t, dir)
+	if err := s.Put(t.Context(), "a/b.json", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	rg := s.(rawstore.RangeGetter)
+	if got, err := rg.GetRange(t.Context(), "a/b.json", 3, 4); err != nil || string(got) != "3456" {
+		t.Errorf("GetRange(3, 4) = %q, %v; want 3456", got, err)
+	}
+	if _, err := rg.GetRange(t.Context(), "a/b.json", 8, 4); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a range past the end: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, err := rg.GetRange(t.Context(), "a/missing.json", 0, 1); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing object: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a", "b.json")); err != nil {
+		t.Fatal(err)
+	}
+}
