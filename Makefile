@@ -36,7 +36,10 @@ deps:
 # the Python processor example, promtool (Debian's prometheus package) for
 # the alert rules in deploy/ (the package also has a prometheus service,
 # which Debian starts where systemd runs), chromium for the status page
-# test (headless), and the versitygw S3 server.
+# test (headless), etcd (Debian's etcd-server, for the cluster tests; its
+# service, where systemd starts it, listens on 127.0.0.1:2379, which the
+# tests leave alone: each starts its own etcd on free ports), and the
+# versitygw S3 server.
 test-deps: deps
 	@if ! $(PYTHON3) -c 'import zmq' >/dev/null 2>&1; then \
 		echo "make test-deps: installing python3 python3-zmq" >&2; \
@@ -55,6 +58,12 @@ test-deps: deps
 		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	fi
+	@if ! command -v etcd >/dev/null 2>&1; then \
+		echo "make test-deps: installing etcd-server (the cluster tests)" >&2; \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server; \
 	fi
 	@if [ ! -x $(VERSITYGW) ]; then \
 		echo "make test-deps: installing versitygw $(VERSITYGW_VERSION) into $(dir $(VERSITYGW))" >&2; \

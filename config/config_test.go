@@ -83,7 +83,8 @@ func TestGoodFiles(t *testing.T) {
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
-				Push: Push{Addr: "127.0.0.1:9465"},
+				Push:    Push{Addr: "127.0.0.1:9465"},
+				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -277,6 +278,20 @@ func TestGoodFiles(t *testing.T) {
 				}
 			},
 		},
+		"cluster.good.toml": {
+			env: map[string]string{"ETCD_PASSWORD": "etcd-s3cret"},
+			check: func(t *testing.T, cfg *Config) {
+				want := Cluster{Enabled: true, Name: "prod-eu", EtcdEndpoints: []string{"http://127.0.0.1:2379", "https://etcd-1.example:2379"},
+					EtcdUsername: "ingestor", EtcdPassword: "etcd-s3cret", MemberName: "ingestor-0", AdvertiseHost: "ingestor-0.ingestor.svc",
+					LeaseTTL: 15 * time.Second, CheckpointInterval: 2 * time.Second}
+				if !reflect.DeepEqual(cfg.Cluster, want) {
+					t.Errorf("cluster = %+v\nwant %+v", cfg.Cluster, want)
+				}
+				if m, err := cfg.Cluster.Member(); err != nil || m != "ingestor-0" {
+					t.Errorf("member %q, %v", m, err)
+				}
+			},
+		},
 		"push_guard.good.toml": {
 			env: pushGuardEnv(t),
 			check: func(t *testing.T, cfg *Config) {
@@ -412,6 +427,17 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:111: source "quarantine": quarantine_size: must be between 0 (keep none) and 10000, not -1`,
 			`webhook.bad.toml:112: source "quarantine": quarantine_body_bytes: must be between 0 and 65536 (64 KiB), not 1048576`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
+		"cluster.bad.toml": {want: []string{
+			`cluster.bad.toml:3: cluster.name: must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit, not "prod/eu"`,
+			`cluster.bad.toml:4: cluster.etcd_endpoints: "http://etcd-0.example:2379" is plain http beyond loopback: use https://`,
+			`cluster.bad.toml:5: cluster.etcd_cert_file: needs cluster.etcd_key_file too: set both or neither`,
+			`cluster.bad.toml:6: cluster.etcd_username: needs cluster.etcd_password or cluster.etcd_password_file`,
+			`cluster.bad.toml:7: cluster.member_name: must be 1-63 letters`,
+			`cluster.bad.toml:8: cluster.advertise_host: must be a host name or address that processors can reach, without a port, not "0.0.0.0"`,
+			`cluster.bad.toml:9: cluster.lease_ttl: must be at least 2s (etcd grants leases in whole seconds), not "1s"`,
+			`cluster.bad.toml:10: cluster.checkpoint_interval: must be at least 1s`,
+			`cluster.bad.toml:11: cluster.etcd_ca_file: ../testdata/config/device-tokens holds no PEM certificate`,
+		}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,
 			`push.bad.toml:9: source "hooks": kind: a webhook source on push.addr "0.0.0.0:9465", which is not loopback, must authenticate its senders`,

@@ -79,6 +79,7 @@ func diff(old, next *Config, ix lineIndex) (Plan, error) {
 	fixed("raw_store", old.RawStore, next.RawStore)
 	fixed("publish", old.Publish, next.Publish)
 	fixed("push", old.Push, next.Push)
+	fixed("cluster", old.Cluster, next.Cluster)
 	if !PushEnabled(old.Sources) && PushEnabled(next.Sources) {
 		for _, s := range next.Sources {
 			if _, ok := s.Spec.(sources.PushSpec); ok && s.Enabled {

@@ -102,7 +102,7 @@ func TestLoadChangePlans(t *testing.T) {
 func TestLoadChangeRefusesFixedSettings(t *testing.T) {
 	next := strings.Replace(reloadBase, "data_dir = \"/tmp/ingestor-reload\"",
 		"data_dir = \"/tmp/elsewhere\"\nhttp_addr = \"127.0.0.1:9999\"", 1)
-	next += "\n[publish]\nendpoint = \"tcp://127.0.0.1:7000\"\n\n[source.d]\nkind = \"demo\"\n"
+	next += "\n[publish]\nendpoint = \"tcp://127.0.0.1:7000\"\n\n[cluster]\nlease_ttl = \"20s\"\n\n[source.d]\nkind = \"demo\"\n"
 	_, err := loadChange(t, reloadBase, next)
 	var errs Errors
 	if !errors.As(err, &errs) {
@@ -114,14 +114,15 @@ func TestLoadChangeRefusesFixedSettings(t *testing.T) {
 		"ingestor.toml:4: daemon.http_addr: changed",
 		"ingestor.toml: raw_store.url: changed (its default follows a setting changed here), but",
 		"ingestor.toml:29: publish.endpoint: changed",
+		"ingestor.toml:32: cluster.lease_ttl: changed",
 		"nothing of this edit was applied",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("errors lack %q:\n%s", want, got)
 		}
 	}
-	if len(errs) != 5 { // raw_store.spill_dir follows data_dir too
-		t.Errorf("%d errors, want 5:\n%s", len(errs), got)
+	if len(errs) != 6 { // raw_store.spill_dir follows data_dir too
+		t.Errorf("%d errors, want 6:\n%s", len(errs), got)
 	}
 }
 

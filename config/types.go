@@ -14,6 +14,7 @@ type Config struct {
 	RawStore RawStore
 	Publish  Publish
 	Push     Push
+	Cluster  Cluster
 	// Sources holds every [source.NAME] block, enabled or not, sorted by name.
 	Sources []Source
 	// RateLimiters are the shared limiters, sorted by name.

@@ -29,6 +29,7 @@ func TestValidateCommand(t *testing.T) {
 	t.Setenv("NEW_SECRET", "new-0123")
 	t.Setenv("OLD_SECRET", "old-4567")
 	t.Setenv("APP_TOKEN", "0123456789abcdef-app")
+	t.Setenv("ETCD_PASSWORD", "etcd-s3cret") // cluster.good.toml
 	// ws_ingress.good.toml takes its token and tokens file from there too.
 	t.Setenv("DEVICES_TOKEN", "devices-0123456789abcdef")
 	t.Setenv("DEVICE_TOKENS_FILE", "../../testdata/config/device-tokens")

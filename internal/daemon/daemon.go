@@ -104,6 +104,11 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if msg := cfg.Daemon.AdminProblem(); msg != "" {
 		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
 	}
+	if cfg.Cluster.Enabled {
+		// Issue 13 lands in steps; until members can share sources safely,
+		// a daemon asked to is stopped rather than run every source alone.
+		return nil, errors.New("refusing to start: cluster.enabled = true, but cluster mode is not available in this version yet; remove [cluster] or set enabled = false")
+	}
 	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), started: time.Now(), limiters: cfg.Limiters()}
 	d.cfgNow.Store(cfg)
 	opened := d // the error returns below set d to nil

@@ -12,7 +12,6 @@ package s3test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"go/build"
 	"net/http"
@@ -21,7 +20,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,15 +69,7 @@ type Server struct {
 	client *s3.Client
 
 	mu   sync.Mutex
-	proc *process // nil while stopped
-}
-
-// process is one run of the server binary.
-type process struct {
-	cmd  *exec.Cmd
-	out  *testsync.LockedBuffer
-	done chan struct{} // closed when the process has exited
-	err  error         // the Wait result, valid once done is closed
+	proc *testsync.Process // nil while stopped
 }
 
 // Start runs a server on a free loopback port with a fresh data directory,
@@ -163,17 +153,8 @@ func (s *Server) Stop() {
 	if p == nil {
 		return
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.t.Errorf("s3test: stop %s: %v", s.Endpoint, err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(stopTimeout):
-		s.t.Errorf("s3test: %s did not exit %v after SIGTERM; killing it\n%s", s.Endpoint, stopTimeout, p.out)
-		if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			s.t.Errorf("s3test: kill %s: %v", s.Endpoint, err)
-		}
-		<-p.done
+	if err := p.Stop(stopTimeout); err != nil {
+		s.t.Errorf("s3test: stop %s: %v\n%s", s.Endpoint, err, p.Out)
 	}
 }
 
@@ -189,7 +170,6 @@ func (s *Server) Restart() {
 
 // start launches the binary on s.addr and waits until it answers HTTP.
 func (s *Server) start() error {
-	out := &testsync.LockedBuffer{}
 	cmd := exec.Command(s.bin,
 		"--port", s.addr,
 		"--access", s.AccessKey,
@@ -197,32 +177,25 @@ func (s *Server) start() error {
 		"--region", s.Region,
 		"--quiet",
 		"posix", s.dir)
-	cmd.Stdout = out
-	cmd.Stderr = out
 	cmd.Env = serverEnv()
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
+	p, err := testsync.StartProcess(cmd)
+	if err != nil {
+		return err
 	}
-	p := &process{cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	s.mu.Lock()
 	s.proc = p
 	s.mu.Unlock()
 
 	if err := waitReady(s.Endpoint, p); err != nil {
 		s.Stop()
-		return fmt.Errorf("%s on %s: %w\n%s", s.bin, s.addr, err, out)
+		return fmt.Errorf("%s on %s: %w\n%s", s.bin, s.addr, err, p.Out)
 	}
 	return nil
 }
 
 // waitReady polls url until the server answers any HTTP response, the
 // process exits, or readyTimeout passes.
-func waitReady(url string, p *process) error {
+func waitReady(url string, p *testsync.Process) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.NewTimer(readyTimeout)
 	defer deadline.Stop()
@@ -234,8 +207,8 @@ func waitReady(url string, p *process) error {
 			return resp.Body.Close()
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("exited during startup: %v", p.err)
+		case <-p.Done():
+			return fmt.Errorf("exited during startup: %v", p.Err())
 		case <-deadline.C:
 			return fmt.Errorf("not answering after %v: %w", readyTimeout, err)
 		case <-tick.C:

@@ -1,7 +1,8 @@
 // Package testsync holds what tests share to wait for a condition and to
 // watch goroutines and processes: WaitFor polls a condition with a deadline
 // instead of sleeping a guess, LockedBuffer collects output written from
-// other goroutines, FreePort finds a loopback port to bind, Python3 finds
+// other goroutines, FreePort finds a loopback port to bind, StartProcess
+// runs a server binary that dies with the test, Python3 finds
 // the interpreter with pyzmq for the Python processor tests, and NewPKI
 // makes a CA with server and client certificates for TLS tests.
 package testsync

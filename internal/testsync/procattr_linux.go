@@ -1,4 +1,4 @@
-package s3test
+package testsync
 
 import "syscall"
 
