@@ -77,8 +77,10 @@ func Start(t testing.TB) *Server {
 
 // Stop terminates the server with SIGTERM and waits for it to exit,
 // killing it if it does not exit in time. The data directory is kept, so
-// Restart brings the same keys back (leases keep counting down while it
-// is stopped, as etcd's do). Stop on a stopped server does nothing.
+// Restart brings the same keys back. etcd renews every lease to its full
+// TTL when it starts (a new leader does), so a lease outlives an outage by
+// up to its TTL: a member must judge its own lease from its keepalives,
+// not from etcd's view. Stop on a stopped server does nothing.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	p := s.proc
