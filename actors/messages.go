@@ -90,7 +90,11 @@ type cursorRead struct {
 // drainRequest asks a SourceActor to stop fetching, cancelling a fetch in
 // progress, and answer with drained once every batch it fetched is
 // committed.
-type drainRequest struct{}
+type drainRequest struct {
+	// finishFetch lets a fetch in progress finish and commit instead of
+	// cancelling it (a cluster hand-over).
+	finishFetch bool
+}
 
 // drained answers drainRequest.
 type drained struct{ source string }

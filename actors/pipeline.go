@@ -32,6 +32,16 @@ type Deps struct {
 	// SpillDir keeps payloads the raw store refuses until it takes them;
 	// "" keeps them in memory only.
 	SpillDir string
+	// Member, in cluster mode, is this daemon's member name: sources send
+	// it upstream (sources.MemberHeader).
+	Member string
+	// Placed, in cluster mode, starts no polled source with the pipeline:
+	// each starts when the cluster places it here (Pipeline.Apply).
+	Placed bool
+	// Fence, in cluster mode, says whether this member still holds the
+	// source and until when: a source polls only while it does, and ends
+	// each poll by that deadline. Nil outside cluster mode.
+	Fence func(source string) (deadline time.Time, ok bool)
 
 	// Set by the Supervisor when it spawns the shared actors.
 	PersistRaw, Publisher *actor.PID

@@ -29,6 +29,22 @@ type spawnedSources struct{ err error }
 // cursor has not moved past what it fetched and did not commit, so its
 // next incarnation fetches that again and nothing is lost.
 func (p *Pipeline) Apply(ctx context.Context, plan config.Plan, srcs []config.Source, limiters *sources.RateLimiters) error {
+	return p.apply(ctx, plan, srcs, limiters, false)
+}
+
+// HandOver stops the source name for cluster mode's hand-over to another
+// member: unlike Apply's stop, a fetch in progress is not cancelled but
+// finishes and commits (bounded by the source's timeout and its fence),
+// so the final cursor covers every page this member asked for and the
+// next owner fetches none of them again.
+func (p *Pipeline) HandOver(ctx context.Context, name string) error {
+	p.mu.Lock()
+	srcs, limiters := p.srcs, p.limiters
+	p.mu.Unlock()
+	return p.apply(ctx, config.Plan{Stop: []string{name}}, srcs, limiters, true)
+}
+
+func (p *Pipeline) apply(ctx context.Context, plan config.Plan, srcs []config.Source, limiters *sources.RateLimiters, finishFetch bool) error {
 	p.mu.Lock()
 	leaving := make(map[string]*actor.PID)
 	for _, n := range slices.Concat(plan.Stop, plan.Restart) {
@@ -37,7 +53,7 @@ func (p *Pipeline) Apply(ctx context.Context, plan config.Plan, srcs []config.So
 		}
 	}
 	p.mu.Unlock()
-	if err := p.drain(ctx, leaving); err != nil {
+	if err := p.drain(ctx, leaving, finishFetch); err != nil {
 		p.log.Warn("reload: a source did not drain in time; stopping it anyway (its cursor has not moved past what it did not commit)", "err", err)
 	}
 	for n, pid := range leaving {

@@ -112,7 +112,7 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 		a.drainer = ctx.Sender()
 		a.status().set(StateStopped, ReasonDraining, time.Time{}, "", a.cursor)
 		a.stopTimer()
-		if a.stopFetch != nil {
+		if a.stopFetch != nil && !m.finishFetch {
 			// The fetch's batch is not durable and the cursor has not moved
 			// past it: cancelling loses nothing, and the next start fetches
 			// it again.
@@ -132,7 +132,7 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.chain = &queue.Chain{}
 	a.malformed = malformedPages{}
 	a.status().set(StateWaiting, ReasonStarting, time.Time{}, "", "")
-	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters})
+	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters, Member: a.deps.Member})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
 		// with backoff, and other sources are untouched.
@@ -220,12 +220,23 @@ func (a *SourceActor) poll(ctx actor.Context) {
 		a.wait(ctx, ReasonQueueFull, pauseCheck, "")
 		return
 	}
+	deadline := time.Now().Add(a.cfg.Timeout)
+	if a.deps.Fence != nil {
+		// Cluster mode: poll only while this member holds the source, and
+		// end the poll before its hold could lapse.
+		until, ok := a.deps.Fence(a.cfg.Name)
+		if !ok {
+			a.wait(ctx, ReasonNotOwner, pauseCheck, "")
+			return
+		}
+		deadline = minTime(deadline, until)
+	}
 	a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(0)
 	a.status().polling(time.Now(), a.cursor)
 	a.fetching = true
 	self, root, gen, src, cursor, runCtx := ctx.Self(), ctx.ActorSystem().Root, a.gen, a.src, a.cursor, a.runCtx
-	timeout, q, name, log := a.cfg.Timeout, a.deps.Queue, a.cfg.Name, a.log
-	fctx, cancel := context.WithTimeout(runCtx, timeout)
+	q, name, log := a.deps.Queue, a.cfg.Name, a.log
+	fctx, cancel := context.WithDeadline(runCtx, deadline)
 	a.stopFetch = cancel
 	go func() {
 		msg := &fetchDone{gen: gen, cursor: cursor}
@@ -440,4 +451,12 @@ func (a *SourceActor) maybeDrained(ctx actor.Context) {
 		return
 	}
 	ctx.Send(a.drainer, &drained{source: a.cfg.Name})
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -60,6 +60,10 @@ const (
 	ReasonDraining = "draining"
 	// ReasonDisabled: enabled = false.
 	ReasonDisabled = "disabled"
+	// ReasonNotOwner: cluster mode; this member's hold on the source
+	// lapsed (its lease is not valid), so it does not poll until the
+	// cluster decides where the source runs.
+	ReasonNotOwner = "not_owner"
 )
 
 // statusWindow is how far back the per-second counts of a source reach.

@@ -124,7 +124,9 @@ func (s *supervisorActor) started(ctx actor.Context) {
 	s.p.mu.Lock()
 	var names []string
 	for _, src := range s.p.srcs {
-		names = append(names, src.Name)
+		if !d.Placed {
+			names = append(names, src.Name)
+		}
 	}
 	s.p.mu.Unlock()
 	s.report(s.spawnSources(ctx, names))
@@ -178,11 +180,13 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 	p.mu.Lock()
 	pids := maps.Clone(p.sources)
 	p.mu.Unlock()
-	return p.drain(ctx, pids)
+	return p.drain(ctx, pids, false)
 }
 
-// drain is Drain of the source actors pids, by source name.
-func (p *Pipeline) drain(ctx context.Context, pids map[string]*actor.PID) error {
+// drain is Drain of the source actors pids, by source name; with
+// finishFetch a fetch in progress is not cancelled but finishes and
+// commits.
+func (p *Pipeline) drain(ctx context.Context, pids map[string]*actor.PID, finishFetch bool) error {
 	timeout := time.Minute
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Millisecond)
@@ -190,7 +194,7 @@ func (p *Pipeline) drain(ctx context.Context, pids map[string]*actor.PID) error 
 	var errs []error
 	futures := make(map[string]*actor.Future, len(pids))
 	for n, pid := range pids {
-		futures[n] = p.system.Root.RequestFuture(pid, &drainRequest{}, timeout)
+		futures[n] = p.system.Root.RequestFuture(pid, &drainRequest{finishFetch: finishFetch}, timeout)
 	}
 	for n, f := range futures {
 		if _, err := f.Result(); err != nil {

@@ -422,6 +422,9 @@ func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 	if p.header.Get("Accept") == "" {
 		p.header.Set("Accept", "application/json")
 	}
+	if env.Member != "" {
+		p.header.Set(MemberHeader, env.Member)
+	}
 	if s.Body != "" && p.header.Get("Content-Type") == "" {
 		p.header.Set("Content-Type", "application/json")
 	}

@@ -316,6 +316,7 @@ func TestHTTPPollHeaders(t *testing.T) {
 		Name:    "feed",
 		Timeout: 10 * time.Second,
 		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Member:  "ingestor-2",
 	})
 	if _, err := src.Fetch(t.Context(), ""); err != nil {
 		t.Fatal(err)
@@ -326,6 +327,9 @@ func TestHTTPPollHeaders(t *testing.T) {
 	h := (<-reqs).header
 	if got := h.Get("Authorization"); got != "Bearer s3cret-token" {
 		t.Errorf("Authorization %q", got)
+	}
+	if got := h.Get(MemberHeader); got != "ingestor-2" {
+		t.Errorf("%s %q, want the cluster member", MemberHeader, got)
 	}
 	if got := h.Get("X-Trace"); got != "literal ${NOT_EXPANDED} value" {
 		t.Errorf("X-Trace %q", got)

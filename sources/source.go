@@ -173,7 +173,14 @@ type Env struct {
 	Limiters *RateLimiters
 	// Trace, when set, is called for every upstream request.
 	Trace func(TraceEvent)
+	// Member is the cluster member running the source ("" outside cluster
+	// mode); HTTP sources send it as MemberHeader with every request, so
+	// an upstream's logs show which daemon asked.
+	Member string
 }
+
+// MemberHeader carries Env.Member on upstream requests.
+const MemberHeader = "X-Ingestor-Member"
 
 // FieldError is a problem with one key of a source block. The config package
 // adds the file, line and source name.

@@ -229,6 +229,9 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 		w.header.Set(name, value)
 		w.cursorHeaders = w.cursorHeaders || strings.Contains(value, "{cursor}")
 	}
+	if env.Member != "" {
+		w.header.Set(MemberHeader, env.Member)
+	}
 	w.transport = http.DefaultTransport.(*http.Transport).Clone()
 	if w.transport.TLSClientConfig, err = clientTLSConfig(s.TLSCAFile, s.TLSInsecureSkipVerify, logger); err != nil {
 		return nil, fmt.Errorf("source %q: websocket: %w", env.Name, err)

@@ -232,7 +232,7 @@ func TestEtcdMembersStopWhileEtcdIsDown(t *testing.T) {
 func TestPlaceIsFairAndMovesLittle(t *testing.T) {
 	var srcs []string
 	for i := range 30 {
-		srcs = append(srcs, fmt.Sprintf("feed-%02d", i))
+		srcs = append(srcs, fmt.Sprintf("feed-%02d", i), fmt.Sprintf("s%02d", i))
 	}
 	place := func(members []string) map[string]string {
 		out := map[string]string{}
@@ -248,6 +248,9 @@ func TestPlaceIsFairAndMovesLittle(t *testing.T) {
 			}
 		}
 		return out
+	}
+	if p := place([]string{"a", "b", "c"}); len(p) != len(srcs) {
+		t.Fatal(p)
 	}
 	three := place([]string{"m1", "m2", "m3"})
 	four := place([]string{"m1", "m2", "m3", "m4"})

@@ -131,3 +131,11 @@ func (m *Member) Members(ctx context.Context) ([]string, int64, error) {
 	}
 	return names, r.Header.Revision, nil
 }
+
+// WatchMembers reports every change to the member keys (joins, leaves,
+// expiries) from now on, until ctx ends. A reader lists them again with
+// Members; the channel closes when the watch fails (etcd down) or ctx
+// ends.
+func (m *Member) WatchMembers(ctx context.Context) clientv3.WatchChan {
+	return m.client.Watch(clientv3.WithRequireLeader(ctx), m.keys.members(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+}

@@ -1,6 +1,9 @@
 package cluster
 
-import "hash/fnv"
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
 
 // Place returns the member among members that should run source: the one
 // with the highest rendezvous hash of (member, source), "" when members is
@@ -17,18 +20,15 @@ func Place(source string, members []string) string {
 	return best
 }
 
-// score hashes member and source (FNV-1a, then a 64-bit finalizer so that
-// names differing in their last byte still spread evenly).
+// score hashes member and source with SHA-256: names that differ in one
+// byte (m1, m2, m3; s01, s02) must still spread evenly, which short
+// non-cryptographic hashes of such names did not (one of three members
+// got 4 of 30 sources).
 func score(member, source string) uint64 {
-	h := fnv.New64a()
+	h := sha256.New()
 	h.Write([]byte(member))
 	h.Write([]byte{0})
 	h.Write([]byte(source))
-	x := h.Sum64()
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
+	var sum [sha256.Size]byte
+	return binary.BigEndian.Uint64(h.Sum(sum[:0]))
 }

@@ -63,6 +63,7 @@ type Daemon struct {
 	adminSrv *opsServer   // serves daemon.admin_addr when set
 	inbox    *push.Inbox  // nil without an enabled push source
 	pushSrv  *push.Server // serves push.addr when a push source is enabled
+	coord    *coordinator // nil outside cluster mode
 	ready    atomic.Bool
 	// metrics, acks, acksRate and started feed GET /status (status.go).
 	metrics  *actors.Metrics
@@ -103,11 +104,6 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	if msg := cfg.Daemon.AdminProblem(); msg != "" {
 		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
-	}
-	if cfg.Cluster.Enabled {
-		// Issue 13 lands in steps; until members can share sources safely,
-		// a daemon asked to is stopped rather than run every source alone.
-		return nil, errors.New("refusing to start: cluster.enabled = true, but cluster mode is not available in this version yet; remove [cluster] or set enabled = false")
 	}
 	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), started: time.Now(), limiters: cfg.Limiters()}
 	d.cfgNow.Store(cfg)
@@ -221,8 +217,17 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		Metrics: d.metrics, Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
+	if cfg.Cluster.Enabled {
+		if d.coord, err = newCoordinator(d, cfg); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		deps.Member, deps.Placed, deps.Fence = d.coord.name, true, d.coord.fence
+	}
 	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources, d.limiters); err != nil {
 		return nil, err
+	}
+	if d.coord != nil {
+		d.coord.start()
 	}
 	// Registered with or without a push source, like the CURVE counter.
 	pm := push.NewMetrics(d.reg)
@@ -392,6 +397,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		errs = append(errs, d.pushSrv.Shutdown(ctx))
 		d.pushSrv = nil
 	}
+	if d.coord != nil {
+		// Cluster mode: every source this member runs is handed over
+		// (drained, final cursor checkpointed, released) before it leaves.
+		errs = append(errs, d.coord.shutdown())
+	}
 	if err := d.pipeline.Drain(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -436,6 +446,9 @@ func (d *Daemon) close() error {
 	}
 	if d.inbox != nil {
 		d.inbox.Close()
+	}
+	if d.coord != nil {
+		errs = append(errs, d.coord.shutdown())
 	}
 	if d.pipeline != nil {
 		errs = append(errs, d.pipeline.Stop())

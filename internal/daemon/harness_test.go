@@ -21,6 +21,19 @@ type harness struct {
 	pub, ack string
 	d        *Daemon
 	logs     *testsync.LockedBuffer
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// stop shuts h's daemon down, once: a test that stops it early leaves
+// nothing for the cleanup to do.
+func (h *harness) stop() error {
+	h.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h.stopErr = h.d.Shutdown(ctx)
+	})
+	return h.stopErr
 }
 
 // startDaemon starts a daemon whose config is the given source blocks and
@@ -89,9 +102,7 @@ func startConfig(t *testing.T, h *harness, cfg *config.Config, o Options) *harne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := h.d.Shutdown(ctx); err != nil {
+		if err := h.stop(); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		if t.Failed() {

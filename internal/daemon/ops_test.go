@@ -398,31 +398,3 @@ func TestStartFailsCleanlyWhenHTTPAddrIsTaken(t *testing.T) {
 		}
 	}
 }
-
-// TestClusterModeIsRefusedUntilAvailable: issue 13 lands in steps, and
-// until members share sources through etcd a daemon configured for a
-// cluster must not start and poll every source alone (which several such
-// daemons would then all do).
-func TestClusterModeIsRefusedUntilAvailable(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	cfg, err := config.Parse("cluster.toml", fmt.Appendf(nil, "[daemon]\ndata_dir = %q\n[cluster]\nenabled = true\netcd_endpoints = [\"http://127.0.0.1:2379\"]\n[source.demo]\nkind = \"demo\"\n", dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		t.Errorf("started with cluster.enabled = true")
-		if err := d.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		return
-	}
-	if !strings.Contains(err.Error(), "cluster.enabled") {
-		t.Errorf("error %v does not name cluster.enabled", err)
-	}
-	if _, statErr := os.Stat(dir); statErr == nil {
-		t.Errorf("the refused start created the data dir %s", dir)
-	}
-}

@@ -155,6 +155,12 @@ func (d *Daemon) apply(ctx context.Context, old, next *config.Config, plan confi
 			return err
 		}
 	}
+	if d.coord != nil {
+		if err := d.coord.reload(ctx, plan, next, limiters); err != nil {
+			return fmt.Errorf("applying the reload: %w", err)
+		}
+		return nil
+	}
 	if err := d.pipeline.Apply(ctx, plan, next.Sources, limiters); err != nil {
 		// Push routes and some sources may have changed already: the new
 		// config is the closest description of what runs.

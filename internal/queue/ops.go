@@ -488,6 +488,20 @@ func (q *Queue) Cursor(ctx context.Context, source string) (cursor string, ok bo
 	return cursor, true, nil
 }
 
+// SetCursor stores cursor as source's cursor outside a batch: cluster
+// mode installs the cursor a source was handed over with before the
+// source starts here. The source must not be running.
+func (q *Queue) SetCursor(ctx context.Context, source, cursor string) error {
+	r := &request{apply: func(tx *sql.Tx) error {
+		_, err := tx.Stmt(q.storeCursor).Exec(source, cursor, time.Now().UnixNano())
+		return err
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return fmt.Errorf("store cursor of %q: %w", source, err)
+	}
+	return nil
+}
+
 // FramesAfter returns up to limit pending frame ids greater than after, in
 // order. Paging with it streams the backlog without loading it.
 func (q *Queue) FramesAfter(ctx context.Context, after int64, limit int) ([]int64, error) {
