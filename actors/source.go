@@ -248,6 +248,13 @@ func (a *SourceActor) poll(ctx actor.Context) {
 		}()
 		defer cancel()
 		start := time.Now()
+		if !start.Before(deadline) {
+			// The goroutine started late (the process was paused, as by
+			// SIGSTOP): in cluster mode the member's lease may have lapsed
+			// meanwhile, and the request must not go out.
+			msg.err = fmt.Errorf("poll not sent: its deadline passed before it started: %w", context.DeadlineExceeded)
+			return
+		}
 		msg.batch, msg.err = src.Fetch(fctx, cursor)
 		a.deps.Metrics.pollDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
 		// A Retry-After promise is made durable before the wait begins, so

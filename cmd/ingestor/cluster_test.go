@@ -1,0 +1,411 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/cluster"
+	"github.com/ingestorhq/ingestor/internal/etcdtest"
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/internal/testupstream"
+	"github.com/ingestorhq/ingestor/sources"
+)
+
+// clusterRig is a cluster of built daemons on one etcd, polling sources
+// on one test upstream, each member with a built exactly-once processor
+// writing into one shared SQLite database.
+type clusterRig struct {
+	t         *testing.T
+	dir       string
+	bin       string
+	procBin   string
+	etcd      *etcdtest.Server
+	up        *testupstream.Server
+	sources   int
+	total     int
+	appliedDB string
+	members   map[string]*clusterMember
+}
+
+// clusterMember is one daemon of the rig and its processor.
+type clusterMember struct {
+	name, dir, httpAddr, pub, ack, cfgPath string
+	cmd                                    *exec.Cmd
+	proc                                   *exec.Cmd
+	logs                                   *testsync.LockedBuffer
+}
+
+func newClusterRig(t *testing.T, nSources, total int) *clusterRig {
+	dir := t.TempDir()
+	r := &clusterRig{t: t, dir: dir, bin: buildBinary(t, dir), etcd: etcdtest.Start(t),
+		up:      testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: 10}),
+		sources: nSources, total: total, appliedDB: filepath.Join(dir, "applied.db"), members: map[string]*clusterMember{}}
+	r.procBin = filepath.Join(dir, "processor")
+	if out, err := exec.Command("go", "build", "-o", r.procBin, "../processor").CombinedOutput(); err != nil {
+		t.Fatalf("go build processor: %v\n%s", err, out)
+	}
+	return r
+}
+
+// start starts member name (again, on its data dir, if it ran before)
+// and its processor.
+func (r *clusterRig) start(name string) {
+	r.t.Helper()
+	m := r.members[name]
+	if m == nil {
+		m = &clusterMember{name: name, dir: filepath.Join(r.dir, name)}
+		m.httpAddr, m.pub, m.ack = testsync.FreePort(r.t), "tcp://"+testsync.FreePort(r.t), "tcp://"+testsync.FreePort(r.t)
+		m.cfgPath = filepath.Join(r.dir, name+".toml")
+		var srcs strings.Builder
+		for i := range r.sources {
+			fmt.Fprintf(&srcs, `
+[source.s%02d]
+kind = "http_poll"
+poll_url = "%s/feed?src=s%02d"
+interval = "50ms"
+jitter = "0%%"
+timeout = "5s"
+id_field = "id"
+cursor_field = "seq"
+cursor_param = "since"
+`, i, r.up.URL, i)
+		}
+		cfg := daemonTOML(m.dir, m.httpAddr, m.pub, m.ack, "", "") + fmt.Sprintf(`
+[cluster]
+enabled = true
+name = "failover"
+etcd_endpoints = [%q]
+member_name = %q
+lease_ttl = "3s"
+checkpoint_interval = "1s"
+`, r.etcd.Endpoint, name) + srcs.String()
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+		r.members[name] = m
+	}
+	m.logs = &testsync.LockedBuffer{}
+	m.cmd = exec.Command(r.bin, "run", "-c", m.cfgPath)
+	m.cmd.Stderr = m.logs
+	if err := m.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	cmd := m.cmd
+	r.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	waitReady(r.t, m.httpAddr, m.cmd)
+	if m.proc == nil {
+		m.proc = exec.Command(r.procBin, "-connect", m.pub, "-ack", m.ack, "-sqlite", r.appliedDB, "-log-every", "1h")
+		m.proc.Stderr = m.logs
+		if err := m.proc.Start(); err != nil {
+			r.t.Fatal(err)
+		}
+		proc := m.proc
+		r.t.Cleanup(func() {
+			_ = proc.Process.Signal(syscall.SIGTERM)
+			_ = proc.Wait()
+		})
+	}
+}
+
+// kill kills member name's daemon with SIGKILL; its processor stays.
+func (r *clusterRig) kill(name string) {
+	m := r.members[name]
+	if err := m.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		r.t.Fatal(err)
+	}
+	_ = m.cmd.Wait()
+}
+
+// names returns the members' names, sorted.
+func (r *clusterRig) names() []string {
+	var out []string
+	for n := range r.members {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitPlaced waits until each source's latest request comes from the
+// member the cluster places it on among members.
+func (r *clusterRig) waitPlaced(members []string, timeout time.Duration) {
+	r.t.Helper()
+	testsync.WaitFor(r.t, fmt.Sprintf("every source to run on its member among %v", members), timeout, func() bool {
+		last := map[string]string{}
+		for _, q := range r.up.Requests() {
+			last[q.Query.Get("src")] = q.Header.Get(sources.MemberHeader)
+		}
+		for i := range r.sources {
+			src := fmt.Sprintf("s%02d", i)
+			if last[src] != cluster.Place(src, members) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// applied returns how many events the shared exactly-once database holds.
+func (r *clusterRig) applied() int {
+	db, err := sql.Open("sqlite3", "file:"+r.appliedDB+"?mode=ro&_busy_timeout=5000")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM events`).Scan(&n); err != nil {
+		return 0 // not created yet
+	}
+	return n
+}
+
+// runs returns, per source, the members that asked the upstream, one entry
+// per run of consecutive requests from the same member.
+func (r *clusterRig) runs() map[string][]string {
+	out := map[string][]string{}
+	for _, q := range r.up.Requests() {
+		src, m := q.Query.Get("src"), q.Header.Get(sources.MemberHeader)
+		if rs := out[src]; len(rs) == 0 || rs[len(rs)-1] != m {
+			out[src] = append(rs, m)
+		}
+	}
+	return out
+}
+
+// TestClusterFailoverAfterKill kills one of three members with SIGKILL
+// while thirty sources are mid-feed: its sources run again on the
+// survivors within 15 s, never while it could still poll them, and once
+// the killed member is back on its disk every event has been applied
+// exactly once by the exactly-once processors (one per member, sharing one
+// database).
+func TestClusterFailoverAfterKill(t *testing.T) {
+	const nSources, total = 30, 400
+	r := newClusterRig(t, nSources, total)
+	for _, n := range []string{"m1", "m2", "m3"} {
+		r.start(n)
+	}
+	all := r.names()
+	r.waitPlaced(all, 60*time.Second)
+	testsync.WaitFor(t, "some events applied", 60*time.Second, func() bool { return r.applied() > nSources*total/8 })
+
+	var moved []string
+	for i := range nSources {
+		if src := fmt.Sprintf("s%02d", i); cluster.Place(src, all) == "m2" {
+			moved = append(moved, src)
+		}
+	}
+	if len(moved) == 0 {
+		t.Fatal("no source placed on m2")
+	}
+	r.kill("m2")
+	killed := time.Now()
+	survivors := []string{"m1", "m3"}
+	r.waitPlaced(survivors, 30*time.Second)
+	for _, src := range moved {
+		var lastM2, firstNew time.Time
+		for _, q := range r.up.Requests() {
+			if q.Query.Get("src") != src {
+				continue
+			}
+			switch m := q.Header.Get(sources.MemberHeader); {
+			case m == "m2":
+				lastM2 = q.Time
+			case q.Time.After(killed) && firstNew.IsZero():
+				firstNew = q.Time
+			}
+		}
+		if d := firstNew.Sub(killed); firstNew.IsZero() || d > 15*time.Second {
+			t.Errorf("source %s ran again %v after the kill, want within 15s", src, d)
+		}
+		if !firstNew.After(lastM2) {
+			t.Errorf("source %s polled by a survivor at %v, before m2's last poll at %v", src, firstNew, lastM2)
+		}
+	}
+	testsync.WaitFor(t, "every source at its end on the survivors", 120*time.Second, func() bool {
+		done := map[string]bool{}
+		for _, q := range r.up.Requests() {
+			if q.Query.Get("since") == fmt.Sprint(total) {
+				done[q.Query.Get("src")] = true
+			}
+		}
+		return len(done) == nSources
+	})
+	// m2 comes back on its disk and delivers what it still had queued.
+	r.start("m2")
+	r.waitApplied(120 * time.Second)
+	for src, rs := range r.runs() {
+		// The first member up, the placed member, the survivor, m2 again.
+		if len(rs) > 4 {
+			t.Errorf("source %s changed members %d times (%v): members took turns", src, len(rs)-1, rs)
+		}
+	}
+	t.Logf("m2's %d sources moved; %d events applied once each", len(moved), r.applied())
+}
+
+// signal sends sig to member name's daemon.
+func (r *clusterRig) signal(name string, sig syscall.Signal) {
+	r.t.Helper()
+	if err := r.members[name].cmd.Process.Signal(sig); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// placedOn returns the sources the cluster places on member among members.
+func (r *clusterRig) placedOn(member string, members []string) []string {
+	var out []string
+	for i := range r.sources {
+		if src := fmt.Sprintf("s%02d", i); cluster.Place(src, members) == member {
+			out = append(out, src)
+		}
+	}
+	return out
+}
+
+// waitApplied waits until every event of every source is in the shared
+// exactly-once database, and checks that no processor applied one twice.
+func (r *clusterRig) waitApplied(timeout time.Duration) {
+	r.t.Helper()
+	testsync.WaitFor(r.t, "every event applied", timeout, func() bool { return r.applied() == r.sources*r.total })
+	for _, n := range r.names() {
+		if logs := r.members[n].logs.String(); strings.Contains(logs, "applied twice") {
+			r.t.Errorf("member %s's processor applied an event twice:\n%s", n, tail(logs))
+		}
+	}
+}
+
+// TestClusterPausedMemberNeverPollsAfterWaking stops one of three members
+// with SIGSTOP past its lease (a partition from etcd, or a long GC pause,
+// as its peers see it): the survivors take its sources, and when it wakes
+// it polls none of them while they hold them; it gets its share back only
+// by graceful hand-overs. Nothing is lost or applied twice.
+func TestClusterPausedMemberNeverPollsAfterWaking(t *testing.T) {
+	const nSources, total = 30, 400
+	r := newClusterRig(t, nSources, total)
+	for _, n := range []string{"m1", "m2", "m3"} {
+		r.start(n)
+	}
+	all := r.names()
+	r.waitPlaced(all, 60*time.Second)
+	moved := r.placedOn("m2", all)
+	r.signal("m2", syscall.SIGSTOP)
+	r.waitPlaced([]string{"m1", "m3"}, 30*time.Second)
+	woke := time.Now() // before SIGCONT: whatever m2 sends on waking comes after it
+	r.signal("m2", syscall.SIGCONT)
+	r.waitPlaced(all, 60*time.Second)
+	for _, src := range moved {
+		var lastSurvivor, firstM2 time.Time
+		for _, q := range r.up.Requests() {
+			if q.Query.Get("src") != src {
+				continue
+			}
+			m := q.Header.Get(sources.MemberHeader)
+			switch {
+			case m != "m2" && q.Time.After(woke.Add(-time.Minute)):
+				lastSurvivor = q.Time
+			case m == "m2" && q.Time.After(woke) && firstM2.IsZero():
+				firstM2 = q.Time
+			}
+		}
+		if firstM2.IsZero() || !firstM2.After(lastSurvivor) {
+			t.Errorf("source %s: m2 polled at %v after waking at %v, while a survivor still polled it until %v", src, firstM2, woke, lastSurvivor)
+		}
+	}
+	r.waitApplied(120 * time.Second)
+}
+
+// TestClusterStopsPollingWhileEtcdIsDown stops etcd for 20 s: every member
+// stops polling once its lease would have expired, and resumes when etcd
+// is back; nothing is lost or applied twice.
+func TestClusterStopsPollingWhileEtcdIsDown(t *testing.T) {
+	const nSources, total, ttl = 30, 400, 3 * time.Second
+	r := newClusterRig(t, nSources, total)
+	for _, n := range []string{"m1", "m2", "m3"} {
+		r.start(n)
+	}
+	all := r.names()
+	r.waitPlaced(all, 60*time.Second)
+	r.etcd.Stop()
+	down := time.Now()
+	// Polls in flight may end up to a lease after the last keepalive;
+	// after that, and for the rest of the outage, none.
+	quietFrom := down.Add(ttl + time.Second)
+	time.Sleep(20 * time.Second) // the outage's length, not a wait for a condition
+	r.etcd.Restart()
+	up := time.Now()
+	for _, q := range r.up.Requests() {
+		if q.Time.After(quietFrom) && q.Time.Before(up) {
+			t.Errorf("%s polled %s at %v, %v into the etcd outage", q.Header.Get(sources.MemberHeader), q.Query.Get("src"), q.Time, q.Time.Sub(down))
+			break
+		}
+	}
+	r.waitPlaced(all, 60*time.Second)
+	testsync.WaitFor(t, "every source at its end", 120*time.Second, func() bool {
+		done := map[string]bool{}
+		for _, q := range r.up.Requests() {
+			if q.Query.Get("since") == fmt.Sprint(total) {
+				done[q.Query.Get("src")] = true
+			}
+		}
+		return len(done) == nSources
+	})
+	r.waitApplied(120 * time.Second)
+}
+
+// TestClusterFourthMemberTakesAFairShare starts a fourth member while
+// three run thirty sources mid-feed: it takes the sources the cluster now
+// places on it, each moved gracefully (no page fetched twice), and every
+// event is applied exactly once.
+func TestClusterFourthMemberTakesAFairShare(t *testing.T) {
+	const nSources, total = 30, 1500
+	r := newClusterRig(t, nSources, total)
+	for _, n := range []string{"m1", "m2", "m3"} {
+		r.start(n)
+	}
+	r.waitPlaced(r.names(), 60*time.Second)
+	for _, q := range r.up.Requests() {
+		if q.Query.Get("since") == fmt.Sprint(total) {
+			t.Fatalf("source %s reached its end before m4 joined: the moves would not be mid-feed", q.Query.Get("src"))
+		}
+	}
+	r.start("m4")
+	all := r.names()
+	r.waitPlaced(all, 60*time.Second)
+	if n := len(r.placedOn("m4", all)); n < nSources/8 {
+		t.Errorf("m4 runs %d of %d sources, not a fair share", n, nSources)
+	}
+	testsync.WaitFor(t, "every source at its end", 120*time.Second, func() bool {
+		done := map[string]bool{}
+		for _, q := range r.up.Requests() {
+			if q.Query.Get("since") == fmt.Sprint(total) {
+				done[q.Query.Get("src")] = true
+			}
+		}
+		return len(done) == nSources
+	})
+	r.waitApplied(120 * time.Second)
+	pages := map[string]int{}
+	for _, q := range r.up.Requests() {
+		if since := q.Query.Get("since"); since != fmt.Sprint(total) {
+			pages[q.Query.Get("src")+"@"+since]++
+		}
+	}
+	for p, n := range pages {
+		if n > 1 {
+			t.Errorf("page %s fetched %d times across graceful moves", p, n)
+		}
+	}
+}
