@@ -70,6 +70,15 @@
 // yet handled when it stops are redelivered after the ack timeout. Several
 // processors may connect to one daemon: it spreads frames among them.
 //
+// # Clusters
+//
+// Daemons in cluster mode share the sources, each with its own queue and
+// endpoints. RunCluster follows them: one Client per member, from a fixed
+// StaticMembers list or from etcd (package processor/etcdmembers), each
+// acking on the sockets of the member that sent the frame. After a member
+// crashes, another may send again events it had sent: deduplicate by
+// (Source, Key) across members, as RunTx in one database does.
+//
 // # Security
 //
 // A daemon with publish.curve_secret_key_file set accepts only ZeroMQ

@@ -20,8 +20,8 @@ import (
 )
 
 // clusterRig is a cluster of built daemons on one etcd, polling sources
-// on one test upstream, each member with a built exactly-once processor
-// writing into one shared SQLite database.
+// on one test upstream, and one built exactly-once processor that follows
+// the cluster's members from etcd and writes into a SQLite database.
 type clusterRig struct {
 	t         *testing.T
 	dir       string
@@ -33,13 +33,13 @@ type clusterRig struct {
 	total     int
 	appliedDB string
 	members   map[string]*clusterMember
+	procLogs  *testsync.LockedBuffer
 }
 
-// clusterMember is one daemon of the rig and its processor.
+// clusterMember is one daemon of the rig.
 type clusterMember struct {
 	name, dir, httpAddr, pub, ack, cfgPath string
 	cmd                                    *exec.Cmd
-	proc                                   *exec.Cmd
 	logs                                   *testsync.LockedBuffer
 }
 
@@ -52,6 +52,19 @@ func newClusterRig(t *testing.T, nSources, total int) *clusterRig {
 	if out, err := exec.Command("go", "build", "-o", r.procBin, "../processor").CombinedOutput(); err != nil {
 		t.Fatalf("go build processor: %v\n%s", err, out)
 	}
+	r.procLogs = &testsync.LockedBuffer{}
+	proc := exec.Command(r.procBin, "-etcd", r.etcd.Endpoint, "-cluster", "failover", "-sqlite", r.appliedDB, "-log-every", "1h")
+	proc.Stderr = r.procLogs
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = proc.Process.Signal(syscall.SIGTERM)
+		_ = proc.Wait()
+		if t.Failed() {
+			t.Logf("processor logs:\n%s", tail(r.procLogs.String()))
+		}
+	})
 	return r
 }
 
@@ -107,21 +120,9 @@ checkpoint_interval = "1s"
 		_ = cmd.Wait()
 	})
 	waitReady(r.t, m.httpAddr, m.cmd)
-	if m.proc == nil {
-		m.proc = exec.Command(r.procBin, "-connect", m.pub, "-ack", m.ack, "-sqlite", r.appliedDB, "-log-every", "1h")
-		m.proc.Stderr = m.logs
-		if err := m.proc.Start(); err != nil {
-			r.t.Fatal(err)
-		}
-		proc := m.proc
-		r.t.Cleanup(func() {
-			_ = proc.Process.Signal(syscall.SIGTERM)
-			_ = proc.Wait()
-		})
-	}
 }
 
-// kill kills member name's daemon with SIGKILL; its processor stays.
+// kill kills member name's daemon with SIGKILL.
 func (r *clusterRig) kill(name string) {
 	m := r.members[name]
 	if err := m.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -190,8 +191,7 @@ func (r *clusterRig) runs() map[string][]string {
 // while thirty sources are mid-feed: its sources run again on the
 // survivors within 15 s, never while it could still poll them, and once
 // the killed member is back on its disk every event has been applied
-// exactly once by the exactly-once processors (one per member, sharing one
-// database).
+// exactly once by the exactly-once processor following the cluster.
 func TestClusterFailoverAfterKill(t *testing.T) {
 	const nSources, total = 30, 400
 	r := newClusterRig(t, nSources, total)
@@ -280,9 +280,12 @@ func (r *clusterRig) placedOn(member string, members []string) []string {
 func (r *clusterRig) waitApplied(timeout time.Duration) {
 	r.t.Helper()
 	testsync.WaitFor(r.t, "every event applied", timeout, func() bool { return r.applied() == r.sources*r.total })
+	if logs := r.procLogs.String(); strings.Contains(logs, "applied twice") {
+		r.t.Errorf("the processor applied an event twice:\n%s", tail(logs))
+	}
 	for _, n := range r.names() {
-		if logs := r.members[n].logs.String(); strings.Contains(logs, "applied twice") {
-			r.t.Errorf("member %s's processor applied an event twice:\n%s", n, tail(logs))
+		if !strings.Contains(r.procLogs.String(), "following a member") || !strings.Contains(r.procLogs.String(), "member="+n+" ") {
+			r.t.Errorf("the processor never followed member %s:\n%s", n, tail(r.procLogs.String()))
 		}
 	}
 }

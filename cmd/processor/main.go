@@ -9,6 +9,15 @@
 //	          [-workers N] [-sqlite PATH] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
 //	          [-fail-retryable-keys REGEX]
 //	          [-curve-server-key FILE -curve-secret-key FILE]
+//	          [-etcd URL[,URL...] [-cluster NAME] [-etcd-ca FILE]]
+//
+// With -etcd it follows a cluster of daemons (their [cluster] mode) instead
+// of one daemon: it reads the members of cluster NAME (default "ingestor")
+// from etcd and connects to each member's endpoints, starting and stopping
+// as members join and leave, acking each frame to the member that sent it
+// (processor.RunCluster); -connect and -ack are then not used. With
+// -sqlite the members share the database, so an event two members send
+// (fetched again after a failover) is applied once.
 //
 // With -curve-server-key (the daemon's public key file, e.g. daemon.pub) and
 // -curve-secret-key (this processor's secret key file, e.g. processor.key,
@@ -64,6 +73,7 @@ import (
 	"os/signal"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,9 +81,12 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
+	ingestorconfig "github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 	"github.com/ingestorhq/ingestor/processor"
+	"github.com/ingestorhq/ingestor/processor/etcdmembers"
 )
 
 func main() {
@@ -104,6 +117,9 @@ type config struct {
 	failKeys, failRetryableKeys *regexp.Regexp
 	// curveServerKey and curveSecretKey are the CURVE key files, or "".
 	curveServerKey, curveSecretKey string
+	// etcd lists the etcd endpoints of a cluster to follow ("" for one
+	// daemon), cluster its name and etcdCA the CA file for https.
+	etcd, cluster, etcdCA string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -121,6 +137,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
 	fs.StringVar(&c.curveServerKey, "curve-server-key", "", "file of the daemon's CURVE public key (enables CURVE, with -curve-secret-key)")
 	fs.StringVar(&c.curveSecretKey, "curve-secret-key", "", "file of this processor's CURVE secret key (enables CURVE, with -curve-server-key)")
+	fs.StringVar(&c.etcd, "etcd", "", "follow a cluster of daemons: its etcd endpoints, comma-separated (instead of -connect and -ack)")
+	fs.StringVar(&c.cluster, "cluster", "ingestor", "with -etcd: the cluster's name (the daemons' cluster.name)")
+	fs.StringVar(&c.etcdCA, "etcd-ca", "", "with -etcd: PEM file of the CAs etcd's certificates are verified against (default: the system's)")
 	failKeys := fs.String("fail-keys", "", "fail events whose key matches this regular expression permanently, for poison tests")
 	failRetryable := fs.String("fail-retryable-keys", "", "fail events whose key matches this regular expression retryably")
 	if err := fs.Parse(args); err != nil {
@@ -183,9 +202,21 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			return fmt.Errorf("-curve-secret-key: %w", err)
 		}
 	}
-	client, err := processor.New(o)
-	if err != nil {
-		return err
+	var clients clientSet
+	var members processor.Members
+	if cfg.etcd != "" {
+		ec, err := cluster.Dial(ingestorconfig.Cluster{EtcdEndpoints: strings.Split(cfg.etcd, ","), EtcdCAFile: cfg.etcdCA})
+		if err != nil {
+			return fmt.Errorf("-etcd: %w", err)
+		}
+		defer ec.Close()
+		members = etcdmembers.New(ec, cfg.cluster, log)
+	} else {
+		client, err := processor.New(o)
+		if err != nil {
+			return err
+		}
+		clients.add(client)
 	}
 	var rec *recorder
 	if cfg.record != "" {
@@ -211,34 +242,49 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	start := time.Now()
 	reportCtx, stopReport := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { report(reportCtx, log, client, counts, cfg.logEvery) })
+	wg.Go(func() { report(reportCtx, log, clients.stats, counts, cfg.logEvery) })
 	var store *eventStore
+	var runOne func(ctx context.Context, c *processor.Client) error
 	if cfg.sqlite == "" {
-		err = client.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
-			if err := received(ev); err != nil {
-				return err
-			}
-			counts.count(ev)
-			return nil
-		})
+		runOne = func(ctx context.Context, c *processor.Client) error {
+			return c.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
+				if err := received(ev); err != nil {
+					return err
+				}
+				counts.count(ev)
+				return nil
+			})
+		}
 	} else if store, err = openEventStore(ctx, cfg.sqlite, log); err == nil {
-		err = client.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
-			if err := received(ev); err != nil {
-				return err
-			}
-			if err := store.insert(ctx, tx, ev); err != nil {
-				return err
-			}
-			counts.count(ev)
-			return nil
+		runOne = func(ctx context.Context, c *processor.Client) error {
+			return c.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+				if err := received(ev); err != nil {
+					return err
+				}
+				if err := store.insert(ctx, tx, ev); err != nil {
+					return err
+				}
+				counts.count(ev)
+				return nil
+			})
+		}
+	}
+	switch {
+	case err != nil:
+	case members != nil:
+		err = processor.RunCluster(ctx, o, members, func(ctx context.Context, c *processor.Client) error {
+			clients.add(c)
+			return runOne(ctx, c)
 		})
+	default:
+		err = runOne(ctx, clients.list[0])
 	}
 	stopReport()
 	wg.Wait()
 
 	elapsed := time.Since(start)
 	total, bySource := counts.snapshot()
-	st := client.Stats()
+	st := clients.stats()
 	attrs := []any{"elapsed", elapsed.Round(time.Millisecond), "events", total,
 		"events_per_sec", rate(total, elapsed), sources(bySource),
 		"frames", st.Frames, "acked", st.Acked, "failed", st.Failed, "permanent", st.Permanent,
@@ -336,7 +382,7 @@ func (s *eventStore) count(ctx context.Context) (int64, error) {
 }
 
 // report logs progress every interval until ctx is done.
-func report(ctx context.Context, log *slog.Logger, client *processor.Client, counts *counter, interval time.Duration) {
+func report(ctx context.Context, log *slog.Logger, stats func() processor.Stats, counts *counter, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	last, lastAt := int64(0), time.Now()
@@ -346,7 +392,7 @@ func report(ctx context.Context, log *slog.Logger, client *processor.Client, cou
 			return
 		case now := <-t.C:
 			total, bySource := counts.snapshot()
-			st := client.Stats()
+			st := stats()
 			log.Info("progress", "events_per_sec", rate(total-last, now.Sub(lastAt)), "events", total,
 				sources(bySource), "redeliveries", st.Redeliveries, "duplicates", st.Duplicates, "malformed", st.Malformed,
 				"acks_dropped", st.AcksDropped)
@@ -413,4 +459,37 @@ func (c *counter) snapshot() (int64, map[string]int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total, maps.Clone(c.bySource)
+}
+
+// clientSet is the Clients of a run: one, or one per cluster member
+// followed (a member that left keeps its counts).
+type clientSet struct {
+	mu   sync.Mutex
+	list []*processor.Client
+}
+
+func (s *clientSet) add(c *processor.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.list = append(s.list, c)
+}
+
+// stats sums the Clients' counters.
+func (s *clientSet) stats() processor.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t processor.Stats
+	for _, c := range s.list {
+		st := c.Stats()
+		t.Frames += st.Frames
+		t.Events += st.Events
+		t.Acked += st.Acked
+		t.Failed += st.Failed
+		t.Permanent += st.Permanent
+		t.Duplicates += st.Duplicates
+		t.Malformed += st.Malformed
+		t.Redeliveries += st.Redeliveries
+		t.AcksDropped += st.AcksDropped
+	}
+	return t
 }

@@ -29,7 +29,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text", workers: 1}); c != want {
+	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text", workers: 1, cluster: "ingestor"}); c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
 	c, err = parseFlags([]string{"-fail-keys", "^bad", "-sqlite", "x.db", "-workers", "3", "-drop-acks", "0.5"}, io.Discard)
