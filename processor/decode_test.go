@@ -66,8 +66,9 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Delivery, the frame's, is the one field Event has beyond wire.Event.
-	if pt, wt := reflect.TypeFor[Event](), reflect.TypeFor[wire.Event](); pt.NumField() != wt.NumField()+1 {
+	// Delivery and Member, the frame's, are the fields Event has beyond
+	// wire.Event.
+	if pt, wt := reflect.TypeFor[Event](), reflect.TypeFor[wire.Event](); pt.NumField() != wt.NumField()+2 {
 		t.Fatalf("Event has %d fields, wire.Event %d: convert the new ones in newFrame", pt.NumField(), wt.NumField())
 	}
 	at := time.Date(2024, 5, 1, 10, 0, 0, 123, time.UTC)
@@ -76,6 +77,7 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 		{Key: "k2", Source: "gl", Seq: 8, FetchedAt: at, Raw: wire.RawRef{Key: "obj2", Off: 0, Len: 2}},
 	}
 	var enc wire.Encoder
+	enc.SetMember("m7")
 	enc.Begin(42, 3, "file:///raw")
 	enc.Add(&sent[0], []byte(`{"a":1}`), true)
 	enc.Add(&sent[1], []byte{0, 0xff}, false)
@@ -93,8 +95,8 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 		t.Fatalf("frame %d delivery %d with %d events, want 42, 3, %d", f.id, f.delivery, len(f.events), len(want.Events))
 	}
 	for i := range f.events {
-		if f.events[i].Delivery != 3 {
-			t.Errorf("event %d: delivery %d, want its frame's, 3", i, f.events[i].Delivery)
+		if f.events[i].Delivery != 3 || f.events[i].Member != "m7" {
+			t.Errorf("event %d: delivery %d, member %q, want its frame's, 3 and m7", i, f.events[i].Delivery, f.events[i].Member)
 		}
 		got, err := json.Marshal(&f.events[i])
 		if err != nil {

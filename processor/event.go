@@ -37,6 +37,10 @@ type Event struct {
 	// 1 the first time the daemon sends it, one higher on each redelivery.
 	// It belongs to the frame, not to the event's JSON form.
 	Delivery int `json:"-"`
+	// Member is the cluster member that sent the event's frame, empty from
+	// a daemon outside cluster mode. Deduplicate by (Source, Key), not by
+	// member: after a failover two members may send the same event.
+	Member string `json:"-"`
 }
 
 // RawRef locates an event's bytes in the daemon's raw store.
@@ -80,6 +84,7 @@ func newFrame(wf *wire.Frame) *frame {
 			Payload:       w.Payload,
 			PayloadBase64: w.PayloadBase64,
 			Delivery:      wf.Delivery,
+			Member:        wf.Member,
 		}
 	}
 	clear(wf.Events)

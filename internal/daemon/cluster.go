@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ingestorhq/ingestor/config"
@@ -40,6 +41,8 @@ type coordinator struct {
 	mu    sync.Mutex
 	owned map[string]*ownedSource
 
+	metrics *clusterMetrics
+
 	kick chan struct{}
 	stop context.CancelFunc
 	done chan struct{}
@@ -53,6 +56,39 @@ type ownedSource struct {
 	o *cluster.Ownership
 	// checkpoint is the cursor last written to etcd.
 	checkpoint string
+}
+
+// clusterMetrics are cluster mode's metrics. They are registered in every
+// daemon, so that dashboards and alerts need no special case; outside
+// cluster mode they stay at 0.
+type clusterMetrics struct {
+	leaseValid, members, owned prometheus.Gauge
+	moves, checkpoints         *prometheus.CounterVec
+}
+
+func newClusterMetrics(reg prometheus.Registerer) *clusterMetrics {
+	m := &clusterMetrics{
+		leaseValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_cluster_lease_valid",
+			Help: "Cluster mode: 1 while this member's etcd lease is valid as it judges it from its keepalives, else 0 (always 0 outside cluster mode)."}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_cluster_members",
+			Help: "Cluster mode: live members seen at the last placement."}),
+		owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_cluster_sources_owned",
+			Help: "Cluster mode: polled sources this member holds and runs."}),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_cluster_source_moves_total",
+			Help: "Cluster mode: sources taken by this member, handed over gracefully, or dropped at once (lease lost, checkpoint refused)."},
+			[]string{"kind"}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_cluster_checkpoints_total",
+			Help: "Cluster mode: cursor checkpoints written to etcd, refused (another member holds the source) or failed (etcd error)."},
+			[]string{"result"}),
+	}
+	reg.MustRegister(m.leaseValid, m.members, m.owned, m.moves, m.checkpoints)
+	for _, k := range []string{"taken", "handed_over", "dropped"} {
+		m.moves.WithLabelValues(k)
+	}
+	for _, r := range []string{"written", "refused", "failed"} {
+		m.checkpoints.WithLabelValues(r)
+	}
+	return m
 }
 
 // memberInfo is the member key's value: what processors need to follow
@@ -84,7 +120,7 @@ func newCoordinator(d *Daemon, cfg *config.Config) (*coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &coordinator{d: d, cfg: cfg.Cluster, name: name, info: info, client: client,
+	return &coordinator{d: d, cfg: cfg.Cluster, name: name, info: info, client: client, metrics: d.clusterMetrics,
 		log: d.log.With("member", name), owned: map[string]*ownedSource{}, kick: make(chan struct{}, 1)}, nil
 }
 
@@ -207,6 +243,8 @@ func (c *coordinator) serve(ctx context.Context, m *cluster.Member) {
 	tick := time.NewTicker(c.cfg.CheckpointInterval)
 	defer tick.Stop()
 	c.reconcile(ctx, m)
+	c.metrics.leaseValid.Set(1)
+	defer c.metrics.leaseValid.Set(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -231,8 +269,10 @@ func (c *coordinator) serve(ctx context.Context, m *cluster.Member) {
 // whose hold lapsed, and takes those placed here that no one holds.
 func (c *coordinator) reconcile(ctx context.Context, m *cluster.Member) {
 	if !m.Valid() {
+		c.metrics.leaseValid.Set(0)
 		return
 	}
+	c.metrics.leaseValid.Set(1)
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
 	members, _, err := m.Members(lctx)
 	cancel()
@@ -240,6 +280,7 @@ func (c *coordinator) reconcile(ctx context.Context, m *cluster.Member) {
 		c.log.Warn("cluster: listing members failed; placement waits", "err", err)
 		return
 	}
+	c.metrics.members.Set(float64(len(members)))
 	want := map[string]bool{}
 	for _, s := range c.d.currentConfig().Sources {
 		if _, push := s.Spec.(sources.PushSpec); s.Enabled && !push && cluster.Place(s.Name, members) == c.name {
@@ -289,7 +330,9 @@ func (c *coordinator) take(ctx context.Context, m *cluster.Member, name string) 
 	}
 	c.mu.Lock()
 	c.owned[name] = &ownedSource{o: o, checkpoint: cursor}
+	c.metrics.owned.Set(float64(len(c.owned)))
 	c.mu.Unlock()
+	c.metrics.moves.WithLabelValues("taken").Inc()
 	if err := c.apply(ctx, config.Plan{Start: []string{name}}); err != nil {
 		c.log.Error("cluster: starting a source placed here failed", "source", name, "err", err)
 		return
@@ -319,6 +362,7 @@ func (c *coordinator) handOver(ctx context.Context, name string) {
 		cursor = ""
 	}
 	c.release(own.o, cursor)
+	c.metrics.moves.WithLabelValues("handed_over").Inc()
 	c.log.Info("cluster: source handed over", "source", name, "cursor", cursor)
 }
 
@@ -342,6 +386,7 @@ func (c *coordinator) drop(name, why string) {
 	if err := c.apply(ctx, config.Plan{Stop: []string{name}}); err != nil {
 		c.log.Error("cluster: stopping a source failed", "source", name, "err", err)
 	}
+	c.metrics.moves.WithLabelValues("dropped").Inc()
 	c.log.Warn("cluster: source stopped", "source", name, "reason", why)
 }
 
@@ -378,6 +423,7 @@ func (c *coordinator) forget(name string) *ownedSource {
 	defer c.mu.Unlock()
 	own := c.owned[name]
 	delete(c.owned, name)
+	c.metrics.owned.Set(float64(len(c.owned)))
 	return own
 }
 
@@ -399,10 +445,13 @@ func (c *coordinator) checkpoint(ctx context.Context) {
 		cancel()
 		switch {
 		case errors.Is(err, cluster.ErrNotOwner):
+			c.metrics.checkpoints.WithLabelValues("refused").Inc()
 			c.drop(name, "its checkpoint was refused: another member holds it")
 		case err != nil:
+			c.metrics.checkpoints.WithLabelValues("failed").Inc()
 			c.log.Warn("cluster: checkpoint failed; retrying", "source", name, "err", err)
 		default:
+			c.metrics.checkpoints.WithLabelValues("written").Inc()
 			c.mu.Lock()
 			if cur := c.owned[name]; cur == own {
 				own.checkpoint = cursor

@@ -55,12 +55,17 @@ checkpoint_interval = "1s"
 type clusterDelivered struct {
 	mu   sync.Mutex
 	seen map[string]int
+	// noMember counts events whose frame named no member.
+	noMember int
 }
 
 func (c *clusterDelivered) handle(_ context.Context, ev *processor.Event) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seen[ev.Source+"/"+ev.Key]++
+	if ev.Member == "" {
+		c.noMember++
+	}
 	return nil
 }
 
@@ -116,12 +121,32 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 	if len(byMember) != 3 {
 		t.Fatalf("sources per member %v, want all three members running some", byMember)
 	}
+	// The metrics say the same.
+	testsync.WaitFor(t, "the cluster metrics to show the placement and a checkpoint", 30*time.Second, func() bool {
+		owned, written := 0.0, 0.0
+		for _, name := range all {
+			reg := members[name].d.Registry()
+			if metric(t, reg, "ingestor_cluster_lease_valid") != 1 || metric(t, reg, "ingestor_cluster_members") != 3 ||
+				metric(t, reg, "ingestor_cluster_sources_owned") != float64(byMember[name]) {
+				return false
+			}
+			owned += metric(t, reg, "ingestor_cluster_sources_owned")
+			written += metric(t, reg, "ingestor_cluster_checkpoints_total", "result", "written")
+		}
+		return owned == nSources && written > 0
+	})
+	m2Moves := func(kind string) float64 {
+		return metric(t, members["m2"].d.Registry(), "ingestor_cluster_source_moves_total", "kind", kind)
+	}
 
 	// m2 leaves gracefully while the sources are mid-feed.
 	testsync.WaitFor(t, "some events delivered", 30*time.Second, func() bool { return delivered.distinct() > nSources*total/10 })
 	t.Logf("m2 leaves after %v, %d events delivered", time.Since(start).Round(time.Millisecond), delivered.distinct())
 	if err := members["m2"].stop(); err != nil {
 		t.Fatal(err)
+	}
+	if got := m2Moves("handed_over"); got < float64(byMember["m2"]) || m2Moves("dropped") != 0 {
+		t.Errorf("m2 handed over %v sources and dropped %v on leaving, want its %d handed over and none dropped", got, m2Moves("dropped"), byMember["m2"])
 	}
 	leftAt := time.Now()
 	testsync.WaitFor(t, "every source to reach its end on m1 and m3", 90*time.Second, func() bool {
@@ -176,6 +201,9 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 	}
 	delivered.mu.Lock()
 	defer delivered.mu.Unlock()
+	if delivered.noMember != 0 {
+		t.Errorf("%d events came in frames without a member", delivered.noMember)
+	}
 	for k, n := range delivered.seen {
 		if n != 1 {
 			t.Errorf("%s delivered %d times, want once", k, n)

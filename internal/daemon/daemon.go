@@ -64,7 +64,9 @@ type Daemon struct {
 	inbox    *push.Inbox  // nil without an enabled push source
 	pushSrv  *push.Server // serves push.addr when a push source is enabled
 	coord    *coordinator // nil outside cluster mode
-	ready    atomic.Bool
+	// clusterMetrics are registered in every daemon (cluster.go).
+	clusterMetrics *clusterMetrics
+	ready          atomic.Bool
 	// metrics, acks, acksRate and started feed GET /status (status.go).
 	metrics  *actors.Metrics
 	acks     *delivery.AckReceiver
@@ -115,6 +117,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.reload = newReloader(d.reg)
+	d.clusterMetrics = newClusterMetrics(d.reg)
 
 	if err := os.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -166,10 +169,16 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 			}
 			return float64(curve.Refused())
 		}))
+	member := "" // the frames' "member", in cluster mode
+	if cfg.Cluster.Enabled {
+		if member, err = cfg.Cluster.Member(); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
 	if d.sender, err = delivery.NewSender(d.zctx, d.queue, d.raw, delivery.SenderOptions{
 		Endpoint: pub.Endpoint, HighWaterMark: pub.HighWaterMark, AckTimeout: pub.AckTimeout,
 		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: o.OnAck,
-		Curve: d.curve,
+		Curve: d.curve, Member: member,
 	}); err != nil {
 		return nil, err
 	}

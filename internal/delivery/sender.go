@@ -52,6 +52,9 @@ type SenderOptions struct {
 	// Curve, when set, makes the socket a CURVE server for authorized
 	// processors only.
 	Curve *CurveServer
+	// Member, in cluster mode, is this daemon's member name, carried by
+	// every frame ("member").
+	Member string
 	// OnAck, when set, is called on the Sender's goroutine for every frame
 	// acked while in flight, with its first event's fetch time and its size.
 	OnAck func(fetchedAt time.Time, events int)
@@ -138,7 +141,7 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 	if setup != nil {
 		return nil, fmt.Errorf("publish socket %s: %w", o.Endpoint, errors.Join(setup, sock.Close()))
 	}
-	return &Sender{
+	s := &Sender{
 		o:        o,
 		q:        q,
 		raw:      raw,
@@ -151,7 +154,9 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 		settled:  make(map[int64]bool),
 		// Pending frames from an earlier run are due now: start by scanning.
 		backlog: true,
-	}, nil
+	}
+	s.enc.SetMember(o.Member)
+	return s, nil
 }
 
 // freshBuffer is how many committed batches may wait for the loop; beyond

@@ -112,6 +112,8 @@ func (d *frameDecoder) frameField(key []byte, plain bool) error {
 		return decodeInt(&d.dec, &f.Delivery, "delivery", nullLeaves)
 	case "raw_store":
 		return decodeString(&d.dec, &f.RawStore, "raw_store", nullLeaves)
+	case "member":
+		return decodeString(&d.dec, &f.Member, "member", nullLeaves)
 	case "events":
 		switch kind := d.dec.Peek(); kind {
 		case jsonscan.Null:

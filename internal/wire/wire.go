@@ -72,6 +72,9 @@ type Frame struct {
 	Delivery int `json:"delivery"`
 	// RawStore names the raw store that Event.Raw refers to.
 	RawStore string `json:"raw_store"`
+	// Member is the cluster member that sent the frame; empty (absent)
+	// from a daemon outside cluster mode.
+	Member string `json:"member,omitempty"`
 	// Events are the frame's events, in Seq order.
 	Events []Event `json:"events"`
 }
@@ -124,7 +127,13 @@ type Encoder struct {
 	// time costs more than the rest of the event's envelope.
 	fetched     time.Time
 	fetchedJSON []byte
+	// member is the "member" every frame carries; "" for none.
+	member string
 }
+
+// SetMember makes every frame begun from now on carry member (cluster
+// mode); "" carries none.
+func (e *Encoder) SetMember(member string) { e.member = member }
 
 // Begin starts a frame.
 func (e *Encoder) Begin(id int64, delivery int, rawStore string) {
@@ -135,6 +144,10 @@ func (e *Encoder) Begin(id int64, delivery int, rawStore string) {
 	b = strconv.AppendInt(b, int64(delivery), 10)
 	b = append(b, `,"raw_store":`...)
 	b = AppendString(b, rawStore)
+	if e.member != "" {
+		b = append(b, `,"member":`...)
+		b = AppendString(b, e.member)
+	}
 	b = append(b, `,"events":[`...)
 	e.buf = b
 }

@@ -207,6 +207,35 @@ func TestEncoderMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestEncoderMemberMatchesEncodingJSON: a cluster member's frames carry
+// "member" where encoding/json puts it, and it decodes back; a frame
+// without one has no "member" at all.
+func TestEncoderMemberMatchesEncodingJSON(t *testing.T) {
+	f := Frame{V: Version, Type: TypeEvents, ID: 3, Delivery: 2, RawStore: "file://./data/raw", Member: `ingestor-0 "eu"`,
+		Events: []Event{{Key: "k", Source: "s", Seq: 1, FetchedAt: time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC), Payload: []byte(`{}`)}}}
+	var enc Encoder
+	enc.SetMember(f.Member)
+	enc.Begin(f.ID, f.Delivery, f.RawStore)
+	enc.Add(&f.Events[0], f.Events[0].Payload, true)
+	got := enc.End()
+	want, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("encoder and json.Marshal differ\nencoder: %s\n   json: %s", got, want)
+	}
+	back, err := DecodeFrame(got)
+	if err != nil || back.Member != f.Member {
+		t.Fatalf("decoded member %q (%v), want %q", back.Member, err, f.Member)
+	}
+	enc.SetMember("")
+	enc.Begin(4, 1, "")
+	if data := enc.End(); bytes.Contains(data, []byte(`"member"`)) {
+		t.Errorf("a frame without a member carries one: %s", data)
+	}
+}
+
 func TestEncoderEmptyFrame(t *testing.T) {
 	var enc Encoder
 	enc.Begin(5, 1, "")
