@@ -112,8 +112,9 @@ test: test-deps
 # clients, one event per request, each answered once durable); last the
 # real path through the built binaries, each in its own process: a
 # firehose upstream polled by bin/ingestor, acked by bin/processor (see
-# README, "Performance").
-bench: build
+# README, "Performance"), then the same on a cluster of 1, 2 and 3 members
+# on etcd (installed by test-deps).
+bench: build test-deps
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
@@ -125,6 +126,7 @@ bench: build
 	$(BIN)/ingestor-bench -mode webhook
 	$(BIN)/ingestor-bench -mode webhook -signature github
 	$(BIN)/ingestor-bench -mode real
+	$(BIN)/ingestor-bench -mode cluster
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

@@ -117,6 +117,8 @@ type options struct {
 	// publishExtra and sourceExtra are TOML added to the real mode's
 	// [publish] section and source block.
 	publishExtra, sourceExtra string
+	// members is the cluster mode's largest cluster: it runs 1..members.
+	members int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -130,6 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.sourceExtra, "source-extra", "", "real mode: TOML lines added to the http_poll source's block, e.g. 'inflight_batches = 4'")
 	fs.Int64Var(&o.halfEvents, "half-events", 0, "real mode: events of the half-load phase (default: a quarter of -events, at least one page)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "firehose mode: address to listen on")
+	fs.IntVar(&o.members, "members", 3, "cluster mode: run on 1, 2, ... this many members (-sources sources of -events events each, default 6 of 200000)")
 	fs.IntVar(&o.clients, "clients", 64, "webhook mode: concurrent keep-alive HTTP clients")
 	fs.StringVar(&o.signature, "signature", "", `webhook mode: "github" to sign every request (X-Hub-Signature-256) and have the daemon verify it; "" for none`)
 	fs.Int64Var(&o.events, "events", 2_000_000, "stop once this many events are acked")
@@ -157,8 +160,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.mode == modeWebhook && !set["events"] {
 		o.events = webhookRequests
 	}
-	if (o.mode == modeReal || o.mode == modeFirehose) && !set["event-size"] {
+	if (o.mode == modeReal || o.mode == modeFirehose || o.mode == modeCluster) && !set["event-size"] {
 		o.eventSize = realEventSize
+	}
+	if o.mode == modeCluster && !set["events"] {
+		o.events = clusterEventsPerSource
+	}
+	if o.mode == modeCluster && !set["sources"] {
+		o.sources = clusterSources
 	}
 	if o.mode == modeReal && !set["half-events"] {
 		o.halfEvents = max(o.events/4, int64(o.pageSize))
@@ -167,9 +176,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose}, o.mode) {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s or %s, not %q",
-			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, o.mode))
+	}
+	if o.mode == modeCluster && o.members < 1 {
+		errs = append(errs, fmt.Errorf("-members must be at least 1, not %d", o.members))
 	}
 	if (o.mode == modeReal || o.mode == modeFirehose) && (o.pageSize < 1 || o.eventSize < 1) {
 		errs = append(errs, fmt.Errorf("-page-size and -event-size must be at least 1, not %d and %d", o.pageSize, o.eventSize))
@@ -212,6 +224,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
+	if o.mode == modeCluster {
+		runs, err := benchCluster(ctx, o, dir, stderr)
+		if err != nil {
+			return err
+		}
+		if o.json {
+			b, err := json.Marshal(runs)
+			if err != nil {
+				return fmt.Errorf("encode result: %w", err)
+			}
+			_, err = fmt.Fprintf(stdout, "%s\n", b)
+			return err
+		}
+		return printCluster(stdout, o, runs)
+	}
 	if o.mode == modeReal {
 		res, err := benchReal(ctx, o, dir, stderr)
 		if err != nil {

@@ -114,9 +114,11 @@ func filesBytes(paths ...string) (int64, error) {
 
 // Daemon metrics the real bench reads.
 const (
-	metricEvents     = "ingestor_source_events_total"
-	metricPending    = "ingestor_queue_pending_events"
-	metricFetchToAck = "ingestor_fetch_to_ack_seconds_bucket"
+	metricEvents      = "ingestor_source_events_total"
+	metricPending     = "ingestor_queue_pending_events"
+	metricOwned       = "ingestor_cluster_sources_owned"
+	metricCheckpoints = "ingestor_cluster_checkpoints_total"
+	metricFetchToAck  = "ingestor_fetch_to_ack_seconds_bucket"
 )
 
 // scrape is what the real bench reads of the daemon's /metrics.
@@ -128,6 +130,9 @@ type scrape struct {
 	// buckets is ingestor_fetch_to_ack_seconds: the cumulative count of
 	// acked frames by upper bound (le), +Inf last.
 	buckets []bucket
+	// owned and checkpoints are the cluster mode's sources held and
+	// checkpoints written.
+	owned, checkpoints float64
 }
 
 // bucket is one cumulative histogram bucket.
@@ -180,7 +185,7 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			}
 			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
 		}
-		if name != metricEvents && name != metricPending && name != metricFetchToAck {
+		if name != metricEvents && name != metricPending && name != metricFetchToAck && name != metricOwned && name != metricCheckpoints {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.Fields(rest + " x")[0], 64)
@@ -193,6 +198,12 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			s.events += v
 		case metricPending:
 			s.pending = v
+		case metricOwned:
+			s.owned = v
+		case metricCheckpoints:
+			if r, _ := labelValue(labels, "result"); r == "written" {
+				s.checkpoints += v
+			}
 		case metricFetchToAck:
 			le, ok := labelValue(labels, "le")
 			bound, err := strconv.ParseFloat(le, 64)

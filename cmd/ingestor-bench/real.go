@@ -373,9 +373,15 @@ func (r *realRun) startFirehose(self string) error {
 // daemonAddr waits for the daemon's "ingestor started" log line and
 // returns the http_addr it bound.
 func (r *realRun) daemonAddr(ctx context.Context) (string, error) {
+	return childHTTPAddr(ctx, r.daemon)
+}
+
+// childHTTPAddr waits for the "ingestor started" line in the log of d, a
+// daemon, and returns the http_addr it bound.
+func childHTTPAddr(ctx context.Context, d *child) (string, error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		b, err := os.ReadFile(r.daemon.log)
+		b, err := os.ReadFile(d.log)
 		if err != nil {
 			return "", fmt.Errorf("read the daemon's log: %w", err)
 		}
@@ -388,11 +394,11 @@ func (r *realRun) daemonAddr(ctx context.Context) (string, error) {
 				return l.HTTP, nil
 			}
 		}
-		if err := r.daemon.exited(); err != nil {
+		if err := d.exited(); err != nil {
 			return "", err
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the daemon did not start within a minute%s", r.daemon.logTail())
+			return "", fmt.Errorf("the daemon did not start within a minute%s", d.logTail())
 		}
 		select {
 		case <-ctx.Done():
