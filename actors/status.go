@@ -60,6 +60,9 @@ const (
 	ReasonDraining = "draining"
 	// ReasonDisabled: enabled = false.
 	ReasonDisabled = "disabled"
+	// ReasonElsewhere: cluster mode; the source is placed on another
+	// member (Detail names it), or on none yet.
+	ReasonElsewhere = "elsewhere"
 	// ReasonNotOwner: cluster mode; this member's hold on the source
 	// lapsed (its lease is not valid), so it does not poll until the
 	// cluster decides where the source runs.

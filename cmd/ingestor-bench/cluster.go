@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/cluster"
 )
 
 // modeCluster runs the real path on a cluster of 1, 2, ... -members
@@ -42,10 +42,7 @@ type clusterResult struct {
 	// CheckpointsPerSec counts the cursor checkpoints the members wrote to
 	// etcd per second of the run.
 	CheckpointsPerSec float64 `json:"checkpoints_per_sec"`
-	Received          struct {
-		Events       int64 `json:"events"`
-		DistinctKeys int64 `json:"distinct_keys"`
-	} `json:"received"`
+	Received          counts  `json:"received"`
 }
 
 func (r *clusterResult) exactlyOnce() bool {
@@ -141,8 +138,9 @@ func clusterRun(ctx context.Context, o options, dir, etcdEndpoint string, etcd *
 	}
 	name := fmt.Sprintf("bench-%d", n)
 	var members []*child
-	var metrics []string
+	var metrics, names []string
 	for i := 1; i <= n; i++ {
+		names = append(names, fmt.Sprintf("m%d", i))
 		mdir := filepath.Join(dir, fmt.Sprintf("m%d", i))
 		if err := os.MkdirAll(mdir, 0o755); err != nil {
 			return nil, err
@@ -170,8 +168,11 @@ func clusterRun(ctx context.Context, o options, dir, etcdEndpoint string, etcd *
 		return nil, err
 	}
 	r.children = append(r.children, procs)
-	// Placement settles before the load: every source held by a member.
-	if err := waitCluster(ctx, metrics, r.children, func(s clusterScrape) bool { return s.owned == float64(o.sources) }); err != nil {
+	// Placement settles before the load: every member sees all n and
+	// holds the sources placed on it. No source moves during the run, so
+	// the members' event counters (which a member drops for a source it
+	// hands over) add up.
+	if err := waitPlacement(ctx, metrics, names, o.sources, r.children); err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
 	}
 
@@ -230,15 +231,8 @@ func clusterRun(ctx context.Context, o options, dir, etcdEndpoint string, etcd *
 			return nil, err
 		}
 	}
-	if err := procs.stop(time.Minute); err != nil {
+	if res.Received, err = stopProcessor(procs, countOut); err != nil {
 		return nil, err
-	}
-	b, err := os.ReadFile(countOut)
-	if err == nil {
-		err = json.Unmarshal(b, &res.Received)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the processor's counts: %w", err)
 	}
 	return res, nil
 }
@@ -338,6 +332,47 @@ func waitCluster(ctx context.Context, urls []string, children []*child, done fun
 			if err := c.exited(); err != nil {
 				return err
 			}
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitPlacement waits until the member behind each of urls (names, in the
+// same order) sees them all and holds exactly the sources placed on it.
+func waitPlacement(ctx context.Context, urls, names []string, sources int, children []*child) error {
+	want := make(map[string]float64)
+	for i := range sources {
+		want[cluster.Place(fmt.Sprintf("s%02d", i), names)]++
+	}
+	// A hand-over waits for the fetch in progress, here a long poll of
+	// the firehose, which its lease's deadline ends (under lease_ttl).
+	const limit = 2 * time.Minute
+	deadline := time.Now().Add(limit)
+	for {
+		settled := true
+		for i, u := range urls {
+			s, err := scrapeMetrics(ctx, u)
+			if err != nil {
+				return err
+			}
+			if s.members != float64(len(names)) || s.owned != want[names[i]] {
+				settled = false
+			}
+		}
+		if settled {
+			return nil
+		}
+		for _, c := range children {
+			if err := c.exited(); err != nil {
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not settled within %v (want sources per member %v)", limit, want)
 		}
 		select {
 		case <-ctx.Done():

@@ -118,6 +118,7 @@ const (
 	metricPending     = "ingestor_queue_pending_events"
 	metricOwned       = "ingestor_cluster_sources_owned"
 	metricCheckpoints = "ingestor_cluster_checkpoints_total"
+	metricMembers     = "ingestor_cluster_members"
 	metricFetchToAck  = "ingestor_fetch_to_ack_seconds_bucket"
 )
 
@@ -130,9 +131,9 @@ type scrape struct {
 	// buckets is ingestor_fetch_to_ack_seconds: the cumulative count of
 	// acked frames by upper bound (le), +Inf last.
 	buckets []bucket
-	// owned and checkpoints are the cluster mode's sources held and
-	// checkpoints written.
-	owned, checkpoints float64
+	// owned, checkpoints and members are the cluster mode's sources held,
+	// checkpoints written and members seen.
+	owned, checkpoints, members float64
 }
 
 // bucket is one cumulative histogram bucket.
@@ -185,7 +186,8 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			}
 			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
 		}
-		if name != metricEvents && name != metricPending && name != metricFetchToAck && name != metricOwned && name != metricCheckpoints {
+		if name != metricEvents && name != metricPending && name != metricFetchToAck && name != metricOwned && name != metricCheckpoints &&
+			name != metricMembers {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.Fields(rest + " x")[0], 64)
@@ -200,6 +202,8 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			s.pending = v
 		case metricOwned:
 			s.owned = v
+		case metricMembers:
+			s.members = v
 		case metricCheckpoints:
 			if r, _ := labelValue(labels, "result"); r == "written" {
 				s.checkpoints += v

@@ -324,17 +324,27 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 	if err := r.daemon.stop(2 * time.Minute); err != nil {
 		return nil, err
 	}
-	if err := r.procs.stop(time.Minute); err != nil {
+	if res.Received, err = stopProcessor(r.procs, countOut); err != nil {
 		return nil, err
+	}
+	return res, nil
+}
+
+// stopProcessor stops procs, a bin/processor, and reads the counts it
+// wrote to countOut on exiting.
+func stopProcessor(procs *child, countOut string) (counts, error) {
+	var c counts
+	if err := procs.stop(time.Minute); err != nil {
+		return c, err
 	}
 	b, err := os.ReadFile(countOut)
 	if err == nil {
-		err = json.Unmarshal(b, &res.Received)
+		err = json.Unmarshal(b, &c)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("the processor's counts: %w", err)
+		return c, fmt.Errorf("the processor's counts: %w", err)
 	}
-	return res, nil
+	return c, nil
 }
 
 // startFirehose starts this executable in firehose mode and reads its URL.

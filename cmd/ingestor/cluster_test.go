@@ -68,9 +68,16 @@ func newClusterRig(t *testing.T, nSources, total int) *clusterRig {
 	return r
 }
 
-// start starts member name (again, on its data dir, if it ran before)
-// and its processor.
-func (r *clusterRig) start(name string) {
+// start starts each member of names (again, on its data dir, if it ran
+// before).
+func (r *clusterRig) start(names ...string) {
+	r.t.Helper()
+	for _, name := range names {
+		r.startOne(name)
+	}
+}
+
+func (r *clusterRig) startOne(name string) {
 	r.t.Helper()
 	m := r.members[name]
 	if m == nil {
@@ -97,7 +104,7 @@ enabled = true
 name = "failover"
 etcd_endpoints = [%q]
 member_name = %q
-lease_ttl = "3s"
+lease_ttl = "5s"
 checkpoint_interval = "1s"
 `, r.etcd.Endpoint, name) + srcs.String()
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
@@ -195,9 +202,7 @@ func (r *clusterRig) runs() map[string][]string {
 func TestClusterFailoverAfterKill(t *testing.T) {
 	const nSources, total = 30, 400
 	r := newClusterRig(t, nSources, total)
-	for _, n := range []string{"m1", "m2", "m3"} {
-		r.start(n)
-	}
+	r.start("m1", "m2", "m3")
 	all := r.names()
 	r.waitPlaced(all, 60*time.Second)
 	testsync.WaitFor(t, "some events applied", 60*time.Second, func() bool { return r.applied() > nSources*total/8 })
@@ -235,15 +240,7 @@ func TestClusterFailoverAfterKill(t *testing.T) {
 			t.Errorf("source %s polled by a survivor at %v, before m2's last poll at %v", src, firstNew, lastM2)
 		}
 	}
-	testsync.WaitFor(t, "every source at its end on the survivors", 120*time.Second, func() bool {
-		done := map[string]bool{}
-		for _, q := range r.up.Requests() {
-			if q.Query.Get("since") == fmt.Sprint(total) {
-				done[q.Query.Get("src")] = true
-			}
-		}
-		return len(done) == nSources
-	})
+	r.waitEnd(120 * time.Second)
 	// m2 comes back on its disk and delivers what it still had queued.
 	r.start("m2")
 	r.waitApplied(120 * time.Second)
@@ -254,6 +251,20 @@ func TestClusterFailoverAfterKill(t *testing.T) {
 		}
 	}
 	t.Logf("m2's %d sources moved; %d events applied once each", len(moved), r.applied())
+}
+
+// waitEnd waits until every source has polled past its last record.
+func (r *clusterRig) waitEnd(timeout time.Duration) {
+	r.t.Helper()
+	testsync.WaitFor(r.t, "every source at its end", timeout, func() bool {
+		done := map[string]bool{}
+		for _, q := range r.up.Requests() {
+			if q.Query.Get("since") == fmt.Sprint(r.total) {
+				done[q.Query.Get("src")] = true
+			}
+		}
+		return len(done) == r.sources
+	})
 }
 
 // signal sends sig to member name's daemon.
@@ -298,9 +309,7 @@ func (r *clusterRig) waitApplied(timeout time.Duration) {
 func TestClusterPausedMemberNeverPollsAfterWaking(t *testing.T) {
 	const nSources, total = 30, 400
 	r := newClusterRig(t, nSources, total)
-	for _, n := range []string{"m1", "m2", "m3"} {
-		r.start(n)
-	}
+	r.start("m1", "m2", "m3")
 	all := r.names()
 	r.waitPlaced(all, 60*time.Second)
 	moved := r.placedOn("m2", all)
@@ -334,11 +343,9 @@ func TestClusterPausedMemberNeverPollsAfterWaking(t *testing.T) {
 // stops polling once its lease would have expired, and resumes when etcd
 // is back; nothing is lost or applied twice.
 func TestClusterStopsPollingWhileEtcdIsDown(t *testing.T) {
-	const nSources, total, ttl = 30, 400, 3 * time.Second
+	const nSources, total, ttl = 30, 400, 5 * time.Second
 	r := newClusterRig(t, nSources, total)
-	for _, n := range []string{"m1", "m2", "m3"} {
-		r.start(n)
-	}
+	r.start("m1", "m2", "m3")
 	all := r.names()
 	r.waitPlaced(all, 60*time.Second)
 	r.etcd.Stop()
@@ -356,15 +363,7 @@ func TestClusterStopsPollingWhileEtcdIsDown(t *testing.T) {
 		}
 	}
 	r.waitPlaced(all, 60*time.Second)
-	testsync.WaitFor(t, "every source at its end", 120*time.Second, func() bool {
-		done := map[string]bool{}
-		for _, q := range r.up.Requests() {
-			if q.Query.Get("since") == fmt.Sprint(total) {
-				done[q.Query.Get("src")] = true
-			}
-		}
-		return len(done) == nSources
-	})
+	r.waitEnd(120 * time.Second)
 	r.waitApplied(120 * time.Second)
 }
 
@@ -375,9 +374,7 @@ func TestClusterStopsPollingWhileEtcdIsDown(t *testing.T) {
 func TestClusterFourthMemberTakesAFairShare(t *testing.T) {
 	const nSources, total = 30, 1500
 	r := newClusterRig(t, nSources, total)
-	for _, n := range []string{"m1", "m2", "m3"} {
-		r.start(n)
-	}
+	r.start("m1", "m2", "m3")
 	r.waitPlaced(r.names(), 60*time.Second)
 	for _, q := range r.up.Requests() {
 		if q.Query.Get("since") == fmt.Sprint(total) {
@@ -390,15 +387,7 @@ func TestClusterFourthMemberTakesAFairShare(t *testing.T) {
 	if n := len(r.placedOn("m4", all)); n < nSources/8 {
 		t.Errorf("m4 runs %d of %d sources, not a fair share", n, nSources)
 	}
-	testsync.WaitFor(t, "every source at its end", 120*time.Second, func() bool {
-		done := map[string]bool{}
-		for _, q := range r.up.Requests() {
-			if q.Query.Get("since") == fmt.Sprint(total) {
-				done[q.Query.Get("src")] = true
-			}
-		}
-		return len(done) == nSources
-	})
+	r.waitEnd(120 * time.Second)
 	r.waitApplied(120 * time.Second)
 	pages := map[string]int{}
 	for _, q := range r.up.Requests() {

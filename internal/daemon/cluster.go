@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/cluster"
@@ -40,6 +41,8 @@ type coordinator struct {
 
 	mu    sync.Mutex
 	owned map[string]*ownedSource
+	// placed is where the last placement put each enabled polled source.
+	placed map[string]string
 
 	metrics *clusterMetrics
 
@@ -188,6 +191,30 @@ func (c *coordinator) reload(ctx context.Context, plan config.Plan, next *config
 	return err
 }
 
+// placedStatus marks in s a polled source this member does not run: it
+// is placed on another member, or on none yet.
+func (c *coordinator) placedStatus(src config.Source, s *SourceStatus) {
+	if _, push := src.Spec.(sources.PushSpec); !src.Enabled || push {
+		return
+	}
+	c.mu.Lock()
+	_, here := c.owned[src.Name]
+	member := c.placed[src.Name]
+	c.mu.Unlock()
+	if here {
+		return
+	}
+	s.State, s.Reason, s.Until, s.Late = actors.StateStopped, actors.ReasonElsewhere, nil, false
+	switch member {
+	case "":
+		s.Detail = "not placed yet"
+	case c.name:
+		s.Detail = "placed here; waiting for the member holding it to hand it over"
+	default:
+		s.Detail = "placed on member " + member
+	}
+}
+
 // fence implements actors.Deps.Fence.
 func (c *coordinator) fence(source string) (time.Time, bool) {
 	c.mu.Lock()
@@ -281,12 +308,16 @@ func (c *coordinator) reconcile(ctx context.Context, m *cluster.Member) {
 		return
 	}
 	c.metrics.members.Set(float64(len(members)))
-	want := map[string]bool{}
+	want, placed := map[string]bool{}, map[string]string{}
 	for _, s := range c.d.currentConfig().Sources {
-		if _, push := s.Spec.(sources.PushSpec); s.Enabled && !push && cluster.Place(s.Name, members) == c.name {
-			want[s.Name] = true
+		if _, push := s.Spec.(sources.PushSpec); s.Enabled && !push {
+			placed[s.Name] = cluster.Place(s.Name, members)
+			want[s.Name] = placed[s.Name] == c.name
 		}
 	}
+	c.mu.Lock()
+	c.placed = placed
+	c.mu.Unlock()
 	c.mu.Lock()
 	owned := maps.Clone(c.owned)
 	c.mu.Unlock()
@@ -299,7 +330,7 @@ func (c *coordinator) reconcile(ctx context.Context, m *cluster.Member) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := owned[name]; ok || ctx.Err() != nil || !m.Valid() {
+		if _, ok := owned[name]; ok || !want[name] || ctx.Err() != nil || !m.Valid() {
 			continue
 		}
 		c.take(ctx, m, name)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/internal/etcdtest"
 	"github.com/ingestorhq/ingestor/internal/testsync"
@@ -45,7 +46,7 @@ enabled = true
 name = "test"
 etcd_endpoints = [%q]
 member_name = %q
-lease_ttl = "2s"
+lease_ttl = "5s"
 checkpoint_interval = "1s"
 `, etcd.Endpoint, name)
 }
@@ -135,6 +136,21 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 		}
 		return owned == nSources && written > 0
 	})
+	// Each member's status shows where the sources it does not run are.
+	for _, name := range all {
+		for _, s := range members[name].d.status(t.Context()).Sources {
+			placed := cluster.Place(s.Name, all)
+			if placed == name {
+				if s.Reason == actors.ReasonElsewhere {
+					t.Errorf("%s: its own source %s shown as elsewhere", name, s.Name)
+				}
+				continue
+			}
+			if s.State != actors.StateStopped || s.Reason != actors.ReasonElsewhere || s.Detail != "placed on member "+placed || s.Late {
+				t.Errorf("%s: source %s placed on %s shown as %s/%s %q late=%v", name, s.Name, placed, s.State, s.Reason, s.Detail, s.Late)
+			}
+		}
+	}
 	m2Moves := func(kind string) float64 {
 		return metric(t, members["m2"].d.Registry(), "ingestor_cluster_source_moves_total", "kind", kind)
 	}

@@ -167,6 +167,9 @@ func (d *Daemon) status(ctx context.Context) Status {
 		Sources: make([]SourceStatus, 0, len(cfg.Sources))}
 	for _, src := range cfg.Sources {
 		s := sourceStatus(src, d.metrics, d.started, now)
+		if d.coord != nil {
+			d.coord.placedStatus(src, &s)
+		}
 		s.PendingEvents, s.DeadLetters = counts[src.Name].PendingEvents, counts[src.Name].DeadLetters
 		if _, ok := src.Spec.(*sources.WSIngressSpec); ok {
 			if devs, err := d.queue.DeviceSeqs(ctx, src.Name, maxNotableDevices); err != nil {
