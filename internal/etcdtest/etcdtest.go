@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,9 +42,7 @@ type Server struct {
 	dir        string
 	clientAddr string
 	peerAddr   string
-
-	mu   sync.Mutex
-	proc *testsync.Process // nil while stopped
+	svc        *testsync.Service
 }
 
 // Start runs an etcd on free loopback ports with a fresh data directory,
@@ -57,6 +54,12 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("etcdtest: %v; install it: run make test, which installs it, or apt-get install etcd-server (or set $ETCD to its path)", err)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	s.svc = testsync.NewService(t, "etcdtest", stopTimeout, s.launch, func(p *testsync.Process) error {
+		if err := waitHealthy(s.Endpoint, p); err != nil {
+			return fmt.Errorf("%s on %s: %w", s.bin, s.clientAddr, err)
+		}
+		return nil
+	})
 	t.Cleanup(s.Stop)
 	// The ports are free when chosen but may be taken before etcd binds
 	// them, so a server that exits during startup is retried on new ones.
@@ -64,7 +67,7 @@ func Start(t testing.TB) *Server {
 	for range 3 {
 		s.clientAddr, s.peerAddr = testsync.FreePort(t), testsync.FreePort(t)
 		s.Endpoint = "http://" + s.clientAddr
-		if lastErr = s.start(); lastErr == nil {
+		if lastErr = s.svc.Start(); lastErr == nil {
 			return s
 		}
 		if err := os.RemoveAll(s.dir); err != nil {
@@ -81,31 +84,17 @@ func Start(t testing.TB) *Server {
 // TTL when it starts (a new leader does), so a lease outlives an outage by
 // up to its TTL: a member must judge its own lease from its keepalives,
 // not from etcd's view. Stop on a stopped server does nothing.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
-	if p == nil {
-		return
-	}
-	if err := p.Stop(stopTimeout); err != nil {
-		s.t.Errorf("etcdtest: stop %s: %v\n%s", s.Endpoint, err, p.Out)
-	}
-}
+func (s *Server) Stop() { s.svc.Stop() }
 
 // Restart stops the server if it is running and starts it again on the
 // same ports with the same data directory, waiting until it is healthy.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.Stop()
-	if err := s.start(); err != nil {
-		s.t.Fatalf("etcdtest: restart: %v", err)
-	}
+	s.svc.Restart()
 }
 
-// start launches etcd on s's ports and waits until it is healthy.
-func (s *Server) start() error {
+// launch starts etcd on s's ports.
+func (s *Server) launch() (*testsync.Process, error) {
 	peer := "http://" + s.peerAddr
 	cmd := exec.Command(s.bin,
 		"--name", "etcdtest",
@@ -118,18 +107,7 @@ func (s *Server) start() error {
 		"--logger", "zap",
 		"--log-level", "error")
 	cmd.Env = serverEnv()
-	p, err := testsync.StartProcess(cmd)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
-	if err := waitHealthy(s.Endpoint, p); err != nil {
-		s.Stop()
-		return fmt.Errorf("%s on %s: %w\n%s", s.bin, s.clientAddr, err, p.Out)
-	}
-	return nil
+	return testsync.StartProcess(cmd)
 }
 
 // waitHealthy polls etcd's /health until it reports true, the process

@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,9 +66,7 @@ type Server struct {
 	dir  string
 
 	client *s3.Client
-
-	mu   sync.Mutex
-	proc *testsync.Process // nil while stopped
+	svc    *testsync.Service
 }
 
 // Start runs a server on a free loopback port with a fresh data directory,
@@ -90,6 +87,12 @@ func Start(t testing.TB) *Server {
 		bin:       bin,
 		dir:       t.TempDir(),
 	}
+	s.svc = testsync.NewService(t, "s3test", stopTimeout, s.launch, func(p *testsync.Process) error {
+		if err := waitReady(s.Endpoint, p); err != nil {
+			return fmt.Errorf("%s on %s: %w", s.bin, s.addr, err)
+		}
+		return nil
+	})
 	t.Cleanup(s.Stop)
 
 	// The port is free when chosen but may be taken before the server binds
@@ -99,7 +102,7 @@ func Start(t testing.TB) *Server {
 		addr := testsync.FreePort(t)
 		s.addr = addr
 		s.Endpoint = "http://" + addr
-		if lastErr = s.start(); lastErr == nil {
+		if lastErr = s.svc.Start(); lastErr == nil {
 			break
 		}
 	}
@@ -145,31 +148,17 @@ func (s *Server) SetEnv(t testing.TB) {
 // killing it if it does not exit in time. The data directory is kept, so
 // Restart brings the same objects back. Stop on a stopped server does
 // nothing.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
-	if p == nil {
-		return
-	}
-	if err := p.Stop(stopTimeout); err != nil {
-		s.t.Errorf("s3test: stop %s: %v\n%s", s.Endpoint, err, p.Out)
-	}
-}
+func (s *Server) Stop() { s.svc.Stop() }
 
 // Restart stops the server if it is running and starts it again on the same
 // port with the same data directory, waiting until it answers.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.Stop()
-	if err := s.start(); err != nil {
-		s.t.Fatalf("s3test: restart: %v", err)
-	}
+	s.svc.Restart()
 }
 
-// start launches the binary on s.addr and waits until it answers HTTP.
-func (s *Server) start() error {
+// launch starts the binary on s.addr.
+func (s *Server) launch() (*testsync.Process, error) {
 	cmd := exec.Command(s.bin,
 		"--port", s.addr,
 		"--access", s.AccessKey,
@@ -178,19 +167,7 @@ func (s *Server) start() error {
 		"--quiet",
 		"posix", s.dir)
 	cmd.Env = serverEnv()
-	p, err := testsync.StartProcess(cmd)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
-
-	if err := waitReady(s.Endpoint, p); err != nil {
-		s.Stop()
-		return fmt.Errorf("%s on %s: %w\n%s", s.bin, s.addr, err, p.Out)
-	}
-	return nil
+	return testsync.StartProcess(cmd)
 }
 
 // waitReady polls url until the server answers any HTTP response, the

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -65,4 +67,67 @@ func (p *Process) Stop(grace time.Duration) error {
 	err := p.Signal(syscall.SIGKILL)
 	<-p.done
 	return errors.Join(fmt.Errorf("did not exit %v after SIGTERM; killed", grace), err)
+}
+
+// Service is a server a test starts, stops and restarts in place (same
+// ports, same data): launch starts its process, ready waits until it
+// answers. The S3 and etcd test harnesses are Services.
+type Service struct {
+	t      testing.TB
+	name   string
+	grace  time.Duration
+	launch func() (*Process, error)
+	ready  func(*Process) error
+
+	mu   sync.Mutex
+	proc *Process // nil while stopped
+}
+
+// NewService returns a stopped Service; name prefixes its failures, and
+// grace bounds how long Stop waits after SIGTERM before killing it.
+func NewService(t testing.TB, name string, grace time.Duration, launch func() (*Process, error), ready func(*Process) error) *Service {
+	return &Service{t: t, name: name, grace: grace, launch: launch, ready: ready}
+}
+
+// Start launches the process and waits until it is ready; a process
+// that does not get ready is stopped, and the error ends with its output.
+func (s *Service) Start() error {
+	p, err := s.launch()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+	if err := s.ready(p); err != nil {
+		s.Stop()
+		return fmt.Errorf("%w\n%s", err, p.Out)
+	}
+	return nil
+}
+
+// Stop terminates the process with SIGTERM, killing it after the grace
+// period, and reports a failure to the test. Stop on a stopped Service
+// does nothing.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	p := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if err := p.Stop(s.grace); err != nil {
+		s.t.Errorf("%s: stop: %v\n%s", s.name, err, p.Out)
+	}
+}
+
+// Restart stops the process if it runs and starts it again, failing the
+// test if it does not get ready.
+func (s *Service) Restart() {
+	s.t.Helper()
+	s.Stop()
+	if err := s.Start(); err != nil {
+		s.t.Fatalf("%s: restart: %v", s.name, err)
+	}
 }
