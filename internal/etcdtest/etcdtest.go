@@ -21,16 +21,6 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
-const (
-	// readyTimeout bounds how long Start and Restart wait for the server
-	// to report itself healthy.
-	readyTimeout = 30 * time.Second
-	// stopTimeout bounds how long Stop waits after SIGTERM before SIGKILL.
-	stopTimeout = 10 * time.Second
-	// pollInterval is how often health is checked.
-	pollInterval = 20 * time.Millisecond
-)
-
 // Server is a running single-node etcd. Its endpoint and data directory
 // are fixed for its lifetime, across Stop and Restart.
 type Server struct {
@@ -54,12 +44,7 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("etcdtest: %v; install it: run make test, which installs it, or apt-get install etcd-server (or set $ETCD to its path)", err)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
-	s.svc = testsync.NewService(t, "etcdtest", stopTimeout, s.launch, func(p *testsync.Process) error {
-		if err := waitHealthy(s.Endpoint, p); err != nil {
-			return fmt.Errorf("%s on %s: %w", s.bin, s.clientAddr, err)
-		}
-		return nil
-	})
+	s.svc = testsync.NewService(t, "etcdtest: "+bin, s.launch, s.healthy)
 	t.Cleanup(s.Stop)
 	// The ports are free when chosen but may be taken before etcd binds
 	// them, so a server that exits during startup is retried on new ones.
@@ -110,38 +95,24 @@ func (s *Server) launch() (*testsync.Process, error) {
 	return testsync.StartProcess(cmd)
 }
 
-// waitHealthy polls etcd's /health until it reports true, the process
-// exits, or readyTimeout passes.
-func waitHealthy(endpoint string, p *testsync.Process) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.NewTimer(readyTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	var last error
-	for {
-		resp, err := client.Get(endpoint + "/health")
-		if err == nil {
-			var body []byte
-			body, err = io.ReadAll(io.LimitReader(resp.Body, 4096))
-			err = errors.Join(err, resp.Body.Close())
-			if err == nil && strings.Contains(string(body), `"health":"true"`) {
-				return nil
-			}
-			if err == nil {
-				err = fmt.Errorf("%s: %s", resp.Status, body)
-			}
-		}
-		last = err
-		select {
-		case <-p.Done():
-			return fmt.Errorf("exited during startup: %v", p.Err())
-		case <-deadline.C:
-			return fmt.Errorf("not healthy after %v: %w", readyTimeout, last)
-		case <-tick.C:
-		}
+// healthy reports whether etcd's /health says it is healthy.
+func (s *Server) healthy() error {
+	resp, err := probeClient.Get(s.Endpoint + "/health")
+	if err != nil {
+		return err
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err = errors.Join(err, resp.Body.Close()); err != nil {
+		return err
+	}
+	if !strings.Contains(string(body), `"health":"true"`) {
+		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return nil
 }
+
+// probeClient probes a starting etcd.
+var probeClient = &http.Client{Timeout: time.Second}
 
 // serverEnv is the environment for etcd: the test's own, minus ETCD_*
 // variables, which etcd reads as flags.

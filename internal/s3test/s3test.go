@@ -36,16 +36,6 @@ const Version = "v1.8.0"
 // installHint tells how to get the server binary.
 const installHint = "run make test, which installs it, or go install github.com/versity/versitygw/cmd/versitygw@" + Version + " (or set $VERSITYGW to its path)"
 
-const (
-	// readyTimeout bounds how long Start and Restart wait for the server
-	// to answer.
-	readyTimeout = 30 * time.Second
-	// stopTimeout bounds how long Stop waits after SIGTERM before SIGKILL.
-	stopTimeout = 10 * time.Second
-	// pollInterval is how often readiness is checked.
-	pollInterval = 20 * time.Millisecond
-)
-
 // Server is a running versitygw with one empty bucket. Its fields are
 // fixed for its lifetime, across Stop and Restart.
 type Server struct {
@@ -87,12 +77,7 @@ func Start(t testing.TB) *Server {
 		bin:       bin,
 		dir:       t.TempDir(),
 	}
-	s.svc = testsync.NewService(t, "s3test", stopTimeout, s.launch, func(p *testsync.Process) error {
-		if err := waitReady(s.Endpoint, p); err != nil {
-			return fmt.Errorf("%s on %s: %w", s.bin, s.addr, err)
-		}
-		return nil
-	})
+	s.svc = testsync.NewService(t, "s3test: "+bin, s.launch, s.answers)
 	t.Cleanup(s.Stop)
 
 	// The port is free when chosen but may be taken before the server binds
@@ -116,7 +101,7 @@ func Start(t testing.TB) *Server {
 		BaseEndpoint: aws.String(s.Endpoint),
 		UsePathStyle: true,
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testsync.ServiceReadyTimeout)
 	defer cancel()
 	if _, err := s.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(s.Bucket)}); err != nil {
 		t.Fatalf("s3test: create bucket %q on %s: %v", s.Bucket, s.Endpoint, err)
@@ -170,28 +155,18 @@ func (s *Server) launch() (*testsync.Process, error) {
 	return testsync.StartProcess(cmd)
 }
 
-// waitReady polls url until the server answers any HTTP response, the
-// process exits, or readyTimeout passes.
-func waitReady(url string, p *testsync.Process) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.NewTimer(readyTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		resp, err := client.Get(url + "/")
-		if err == nil {
-			return resp.Body.Close()
-		}
-		select {
-		case <-p.Done():
-			return fmt.Errorf("exited during startup: %v", p.Err())
-		case <-deadline.C:
-			return fmt.Errorf("not answering after %v: %w", readyTimeout, err)
-		case <-tick.C:
-		}
+// answers reports whether the server answers HTTP on s.addr, with any
+// response.
+func (s *Server) answers() error {
+	resp, err := probeClient.Get(s.Endpoint + "/")
+	if err != nil {
+		return err
 	}
+	return resp.Body.Close()
 }
+
+// probeClient probes a starting server.
+var probeClient = &http.Client{Timeout: time.Second}
 
 // serverEnv is the environment for the server process: the test's own,
 // minus the variables that would override the command-line flags.

@@ -69,28 +69,39 @@ func (p *Process) Stop(grace time.Duration) error {
 	return errors.Join(fmt.Errorf("did not exit %v after SIGTERM; killed", grace), err)
 }
 
+// Timings of a Service.
+const (
+	// ServiceReadyTimeout bounds how long Start waits for the server to
+	// answer its probe.
+	ServiceReadyTimeout = 30 * time.Second
+	// serviceStopGrace bounds how long Stop waits after SIGTERM before
+	// SIGKILL.
+	serviceStopGrace = 10 * time.Second
+	// serviceProbeInterval is how often Start probes the server.
+	serviceProbeInterval = 20 * time.Millisecond
+)
+
 // Service is a server a test starts, stops and restarts in place (same
-// ports, same data): launch starts its process, ready waits until it
-// answers. The S3 and etcd test harnesses are Services.
+// ports, same data): launch starts its process, probe reports whether it
+// answers yet. The S3 and etcd test harnesses are Services.
 type Service struct {
 	t      testing.TB
 	name   string
-	grace  time.Duration
 	launch func() (*Process, error)
-	ready  func(*Process) error
+	probe  func() error
 
 	mu   sync.Mutex
 	proc *Process // nil while stopped
 }
 
-// NewService returns a stopped Service; name prefixes its failures, and
-// grace bounds how long Stop waits after SIGTERM before killing it.
-func NewService(t testing.TB, name string, grace time.Duration, launch func() (*Process, error), ready func(*Process) error) *Service {
-	return &Service{t: t, name: name, grace: grace, launch: launch, ready: ready}
+// NewService returns a stopped Service; name prefixes its failures.
+func NewService(t testing.TB, name string, launch func() (*Process, error), probe func() error) *Service {
+	return &Service{t: t, name: name, launch: launch, probe: probe}
 }
 
-// Start launches the process and waits until it is ready; a process
-// that does not get ready is stopped, and the error ends with its output.
+// Start launches the process and probes it until it answers, it exits, or
+// ServiceReadyTimeout passes; a process that does not answer is stopped,
+// and the error ends with its output.
 func (s *Service) Start() error {
 	p, err := s.launch()
 	if err != nil {
@@ -99,14 +110,34 @@ func (s *Service) Start() error {
 	s.mu.Lock()
 	s.proc = p
 	s.mu.Unlock()
-	if err := s.ready(p); err != nil {
+	if err := s.waitReady(p); err != nil {
 		s.Stop()
-		return fmt.Errorf("%w\n%s", err, p.Out)
+		return fmt.Errorf("%s: %w\n%s", s.name, err, p.Out)
 	}
 	return nil
 }
 
-// Stop terminates the process with SIGTERM, killing it after the grace
+func (s *Service) waitReady(p *Process) error {
+	deadline := time.NewTimer(ServiceReadyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(serviceProbeInterval)
+	defer tick.Stop()
+	for {
+		err := s.probe()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.Done():
+			return fmt.Errorf("exited during startup: %v", p.Err())
+		case <-deadline.C:
+			return fmt.Errorf("not ready after %v: %w", ServiceReadyTimeout, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop terminates the process with SIGTERM, killing it after a grace
 // period, and reports a failure to the test. Stop on a stopped Service
 // does nothing.
 func (s *Service) Stop() {
@@ -117,7 +148,7 @@ func (s *Service) Stop() {
 	if p == nil {
 		return
 	}
-	if err := p.Stop(s.grace); err != nil {
+	if err := p.Stop(serviceStopGrace); err != nil {
 		s.t.Errorf("%s: stop: %v\n%s", s.name, err, p.Out)
 	}
 }
