@@ -19,6 +19,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/etcdtest"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
@@ -32,10 +33,13 @@ func pythonCommand(t *testing.T, args ...string) *exec.Cmd {
 }
 
 // TestPythonUnitTests runs the client's unittest suite: frame decoding,
-// ack batching, nacks, dedupe, exactly-once SQLite and CURVE, against real
-// sockets and SQLite files.
+// ack batching, nacks, dedupe, exactly-once SQLite, CURVE and following a
+// cluster, against real sockets, SQLite files and two real etcd servers
+// (one for the test that turns authentication on).
 func TestPythonUnitTests(t *testing.T) {
+	etcd, etcdAuth := etcdtest.Start(t), etcdtest.Start(t)
 	cmd := pythonCommand(t, "-m", "unittest", "-v")
+	cmd.Env = append(cmd.Env, "INGESTOR_TEST_ETCD="+etcd.Endpoint, "INGESTOR_TEST_ETCD_AUTH="+etcdAuth.Endpoint)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3 -m unittest: %v\n%s", err, out)

@@ -33,6 +33,7 @@ type clusterRig struct {
 	total     int
 	appliedDB string
 	members   map[string]*clusterMember
+	proc      *exec.Cmd
 	procLogs  *testsync.LockedBuffer
 }
 
@@ -44,28 +45,48 @@ type clusterMember struct {
 }
 
 func newClusterRig(t *testing.T, nSources, total int) *clusterRig {
+	return newClusterRigWith(t, nSources, total, func(r *clusterRig) *exec.Cmd {
+		r.procBin = filepath.Join(r.dir, "processor")
+		if out, err := exec.Command("go", "build", "-o", r.procBin, "../processor").CombinedOutput(); err != nil {
+			t.Fatalf("go build processor: %v\n%s", err, out)
+		}
+		return exec.Command(r.procBin, "-etcd", r.etcd.Endpoint, "-cluster", "failover", "-sqlite", r.appliedDB, "-log-every", "1h")
+	})
+}
+
+// newClusterRigWith is newClusterRig with the exactly-once processor that
+// processor makes: it must follow the cluster "failover" from r.etcd,
+// write each event once into the table events of r.appliedDB, log
+// "following a member" with "member=NAME " for each member it follows, and
+// "applied twice" for an event applied twice.
+func newClusterRigWith(t *testing.T, nSources, total int, processor func(r *clusterRig) *exec.Cmd) *clusterRig {
 	dir := t.TempDir()
 	r := &clusterRig{t: t, dir: dir, bin: buildBinary(t, dir), etcd: etcdtest.Start(t),
 		up:      testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: 10}),
 		sources: nSources, total: total, appliedDB: filepath.Join(dir, "applied.db"), members: map[string]*clusterMember{}}
-	r.procBin = filepath.Join(dir, "processor")
-	if out, err := exec.Command("go", "build", "-o", r.procBin, "../processor").CombinedOutput(); err != nil {
-		t.Fatalf("go build processor: %v\n%s", err, out)
-	}
 	r.procLogs = &testsync.LockedBuffer{}
-	proc := exec.Command(r.procBin, "-etcd", r.etcd.Endpoint, "-cluster", "failover", "-sqlite", r.appliedDB, "-log-every", "1h")
-	proc.Stderr = r.procLogs
-	if err := proc.Start(); err != nil {
+	r.proc = processor(r)
+	r.proc.Stdout, r.proc.Stderr = r.procLogs, r.procLogs
+	if err := r.proc.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = proc.Process.Signal(syscall.SIGTERM)
-		_ = proc.Wait()
+		if r.proc.ProcessState == nil {
+			_ = r.stopProcessor()
+		}
 		if t.Failed() {
 			t.Logf("processor logs:\n%s", tail(r.procLogs.String()))
 		}
 	})
 	return r
+}
+
+// stopProcessor stops the processor with SIGTERM and waits for it.
+func (r *clusterRig) stopProcessor() error {
+	if err := r.proc.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	return r.proc.Wait()
 }
 
 // start starts each member of names (again, on its data dir, if it ran
@@ -400,4 +421,41 @@ func TestClusterFourthMemberTakesAFairShare(t *testing.T) {
 			t.Errorf("page %s fetched %d times across graceful moves", p, n)
 		}
 	}
+}
+
+// TestClusterPythonProcessorFollowsMembers runs the Python example
+// processor (python3 -m ingestor_processor --etcd ... --sqlite DB) as the
+// cluster's only processor: two members, a third joining mid-feed, then
+// one SIGKILLed and started again. The processor follows every member
+// from etcd, and every event is in its database once, the copies the
+// failover fetched again included.
+func TestClusterPythonProcessorFollowsMembers(t *testing.T) {
+	const nSources, total = 12, 300
+	r := newClusterRigWith(t, nSources, total, func(r *clusterRig) *exec.Cmd {
+		cmd := exec.Command(testsync.Python3(t), "-m", "ingestor_processor", "--etcd", r.etcd.Endpoint, "--cluster", "failover", "--sqlite", r.appliedDB)
+		cmd.Dir = filepath.Join("..", "..", "clients", "python")
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+		return cmd
+	})
+	r.start("m1", "m2")
+	testsync.WaitFor(t, "some events applied", 60*time.Second, func() bool { return r.applied() > nSources*total/8 })
+	r.start("m3")
+	all := r.names()
+	r.waitPlaced(all, 60*time.Second)
+	testsync.WaitFor(t, "events through m3", 60*time.Second, func() bool {
+		return strings.Contains(r.procLogs.String(), "following a member: member=m3 ") && r.applied() > nSources*total/3
+	})
+	r.kill("m2")
+	r.waitPlaced([]string{"m1", "m3"}, 30*time.Second)
+	r.start("m2")
+	r.waitApplied(120 * time.Second)
+	if err := r.stopProcessor(); err != nil {
+		t.Errorf("the Python processor's graceful stop: %v", err)
+	}
+	logs := r.procLogs.String()
+	_, summary, _ := strings.Cut(logs, "summary: ")
+	if !strings.Contains(summary, "double applications 0") {
+		t.Errorf("the Python processor's summary does not report 0 double applications:\n%s", tail(logs))
+	}
+	t.Logf("%d events applied once each; the processor's summary: %s", r.applied(), strings.TrimSpace(summary))
 }

@@ -2,7 +2,9 @@
 processor protocol (PROTOCOL.md at the repository root), with the semantics
 of the Go package github.com/ingestorhq/ingestor/processor: strict frame
 decoding, batched acks, retryable and permanent nacks, deduplication by
-(source, key) and exactly-once effects in SQLite, and ZeroMQ CURVE.
+(source, key) and exactly-once effects in SQLite, ZeroMQ CURVE, and
+following the members of a cluster of daemons (Cluster, with StaticMembers
+or EtcdMembers).
 
     import ingestor_processor as ip
 
@@ -20,11 +22,14 @@ from .acks import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, MAX_BATCH_KEYS, AckBatch
 from .client import (DEFAULT_ACK_FLUSH_INTERVAL, DEFAULT_DEDUPE_CACHE_SIZE, DEFAULT_RECEIVE_HWM, Client,
                      Permanent, Stats, check_curve_key, open_database, read_curve_key,
                      read_curve_secret)
+from .cluster import (DEFAULT_ETCD_INTERVAL, DEFAULT_ETCD_TIMEOUT, Cluster, EtcdError, EtcdMembers, Member,
+                      StaticMembers)
 from .wire import MAX_REASON_BYTES, VERSION, Event, Frame, MalformedFrame, cut_reason, decode_frame, encode_ack
 
 __all__ = [
-    "AckBatch", "Client", "DEFAULT_ACK_FLUSH_INTERVAL", "DEFAULT_DEDUPE_CACHE_SIZE", "DEFAULT_RECEIVE_HWM",
-    "Event", "Frame", "MAX_BATCH_BYTES", "MAX_BATCH_FRAMES", "MAX_BATCH_KEYS", "MAX_REASON_BYTES",
-    "MalformedFrame", "Permanent", "Stats", "VERSION", "check_curve_key", "cut_reason", "decode_frame",
-    "encode_ack", "open_database", "read_curve_key", "read_curve_secret",
+    "AckBatch", "Client", "Cluster", "DEFAULT_ACK_FLUSH_INTERVAL", "DEFAULT_DEDUPE_CACHE_SIZE", "DEFAULT_ETCD_INTERVAL",
+    "DEFAULT_ETCD_TIMEOUT", "DEFAULT_RECEIVE_HWM", "EtcdError", "EtcdMembers", "Event", "Frame", "MAX_BATCH_BYTES",
+    "MAX_BATCH_FRAMES", "MAX_BATCH_KEYS", "MAX_REASON_BYTES", "MalformedFrame", "Member", "Permanent", "StaticMembers",
+    "Stats", "VERSION", "check_curve_key", "cut_reason", "decode_frame", "encode_ack", "open_database",
+    "read_curve_key", "read_curve_secret",
 ]
