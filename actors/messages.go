@@ -28,6 +28,9 @@ type persistRaw struct {
 	seq    uint64
 	source string
 	batch  *sources.Batch
+	// abandon closes when the source drains: a write failing by then is
+	// not retried (errRawAbandoned).
+	abandon <-chan struct{}
 }
 
 // rawPersisted is PersistRaw's reply to persistRaw.

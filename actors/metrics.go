@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The configured time between fetches of a polled source (push sources have none)."}, src),
 		ages: &sourceAges{states: make(map[string]*sourceState)},
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_paused",
-			Help: "1 while the source waits because the queue is at max_pending_events."}, src),
+			Help: "1 while the source waits because the queue is at max_pending_events or disk space is low (ingestor_disk_full)."}, src),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_actor_restarts_total",
 			Help: "Actor restarts by the supervisor."}, []string{"actor"}),
 		rawPutDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_raw_put_duration_seconds",

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io/fs"
@@ -42,9 +43,28 @@ type Deps struct {
 	// source and until when: a source polls only while it does, and ends
 	// each poll by that deadline. Nil outside cluster mode.
 	Fence func(source string) (deadline time.Time, ok bool)
+	// Disk, when set, pauses polls while disk space is low and is told of
+	// writes that failed for lack of space.
+	Disk DiskGuard
 
 	// Set by the Supervisor when it spawns the shared actors.
 	PersistRaw, Publisher *actor.PID
+}
+
+// DiskGuard says when disk space is too low for new work
+// (internal/diskspace.Guard).
+type DiskGuard interface {
+	// Low reports whether new work must wait for space, and why.
+	Low() (reason string, low bool)
+	// Failed takes note of a write's error and reports whether it failed
+	// for lack of space.
+	Failed(err error) bool
+}
+
+// diskFull reports whether err is a write that failed for lack of space,
+// telling the guard.
+func (d *Deps) diskFull(err error) bool {
+	return d.Disk != nil && d.Disk.Failed(err)
 }
 
 // spillKey is the key w is spilled under: its raw key, or for a page to
@@ -125,7 +145,7 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 			} else {
 				w.key = rawstore.Key(m.source, m.batch.FetchedAt, m.batch.Body)
 			}
-			err := p.put(p.ctx, &w)
+			err := p.put(p.ctx, m.abandon, &w)
 			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, rawKey: w.key, rawOff: w.off, err: err})
 		}()
 	case *deadLetterPayload:
@@ -137,9 +157,17 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 	}
 }
 
+// errRawAbandoned ends the retries of a raw write that failed after its
+// source began to drain: nothing depends on the batch (its cursor never
+// moved past it), so the next start fetches it again, and the drain need
+// not wait for a store that is down or a disk that is full.
+var errRawAbandoned = errors.New("raw write abandoned: it was failing when its source stopped")
+
 // put writes w to the raw store, retrying until it succeeds or ctx ends;
-// after RawMaxAttempts failures it spills w and keeps retrying.
-func (p *PersistRaw) put(ctx context.Context, w *rawWrite) error {
+// after RawMaxAttempts failures it spills w and keeps retrying. Once
+// abandon is closed, a write that has failed is not tried again
+// (errRawAbandoned); one that never failed goes on.
+func (p *PersistRaw) put(ctx context.Context, abandon <-chan struct{}, w *rawWrite) error {
 	p.deps.Metrics.rawHeld.Inc()
 	defer p.deps.Metrics.rawHeld.Dec()
 	maxAttempts := p.deps.RawMaxAttempts
@@ -153,8 +181,8 @@ func (p *PersistRaw) put(ctx context.Context, w *rawWrite) error {
 			wait := rawRetry.Delay(attempt - 1)
 			p.deps.Logger.Warn("raw store write failed; retrying", "source", w.source, "key", w.logKey(),
 				"attempt", attempt, "err", err, "retry_in", wait)
-			if !sleep(ctx, wait) {
-				return ctx.Err()
+			if !sleep(ctx, abandon, wait) {
+				return cmp.Or(ctx.Err(), errRawAbandoned)
 			}
 		}
 		if err = p.attempt(ctx, w); err == nil {
@@ -166,7 +194,7 @@ func (p *PersistRaw) put(ctx context.Context, w *rawWrite) error {
 		if attempt+1 == maxAttempts && p.spill != nil {
 			p.spillWrite(w, spillInfo{Key: w.spillKey(), Source: w.source, Error: err.Error(), Attempts: attempt + 1,
 				FirstAttempt: first, LastAttempt: time.Now(), DeadLetterReason: w.deadLetter, DeadLetterCursor: w.cursor})
-			return p.redrive(ctx, w, attempt+1)
+			return p.redrive(ctx, abandon, w, attempt+1)
 		}
 	}
 }
@@ -188,7 +216,9 @@ func (p *PersistRaw) spillWrite(w *rawWrite, info spillInfo) {
 
 // redrive writes a spilled w to the raw store with backoff, from the n-th
 // attempt, until it succeeds or ctx ends, then deletes its spill files.
-func (p *PersistRaw) redrive(ctx context.Context, w *rawWrite, n int) error {
+// Once abandon is closed it stops retrying (errRawAbandoned): the spill
+// files stay, for the next start to write to the raw store.
+func (p *PersistRaw) redrive(ctx context.Context, abandon <-chan struct{}, w *rawWrite, n int) error {
 	for attempt := n; ; attempt++ {
 		err := p.attempt(ctx, w)
 		if err == nil {
@@ -200,8 +230,8 @@ func (p *PersistRaw) redrive(ctx context.Context, w *rawWrite, n int) error {
 		wait := rawRetry.Delay(attempt)
 		p.deps.Logger.Warn("raw store write of spilled batch failed; retrying", "source", w.source, "key", w.spillKey(),
 			"attempt", attempt+1, "err", err, "retry_in", wait)
-		if !sleep(ctx, wait) {
-			return ctx.Err()
+		if !sleep(ctx, abandon, wait) {
+			return cmp.Or(ctx.Err(), errRawAbandoned)
 		}
 	}
 	spilled := w.spillKey()
@@ -236,6 +266,7 @@ func (p *PersistRaw) attempt(ctx context.Context, w *rawWrite) error {
 		if ctx.Err() == nil {
 			p.deps.Metrics.rawPutErrors.Inc()
 			p.deps.Metrics.rawStoreUp.Set(0)
+			p.deps.diskFull(err)
 		}
 		return err
 	}
@@ -266,7 +297,7 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 		}
 		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason, cursor: b.info.DeadLetterCursor}
 		p.deps.Metrics.rawHeld.Inc()
-		err = p.redrive(ctx, &w, 0)
+		err = p.redrive(ctx, nil, &w, 0)
 		p.deps.Metrics.rawHeld.Dec()
 		if err != nil {
 			return // stopping: the rest stays spilled for the next start
@@ -277,14 +308,17 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 	}
 }
 
-// sleep waits for d or until ctx ends, reporting whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits for d or until ctx ends or abandon closes (a nil abandon
+// never does), reporting whether d passed.
+func sleep(ctx context.Context, abandon <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-abandon:
 		return false
 	}
 }
@@ -293,7 +327,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
 	w := rawWrite{source: m.source, key: "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body),
 		body: m.err.Body, deadLetter: m.err.Reason, cursor: m.cursor}
-	if err := p.put(ctx, &w); err != nil {
+	if err := p.put(ctx, nil, &w); err != nil {
 		p.deps.Logger.Error("keep malformed payload", "source", m.source, "err", err)
 		return
 	}

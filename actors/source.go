@@ -52,6 +52,7 @@ type SourceActor struct {
 	sendAt    uint64                   // next seq to send to the Publisher
 	chain     *queue.Chain             // orders this incarnation's commits
 	drainer   *actor.PID               // set once a drain was requested
+	abandon   chan struct{}            // closed at the drain: failing raw writes stop retrying
 	retry     backoff.Policy
 	malformed malformedPages // retries of malformed pages, dead letters to resolve
 }
@@ -109,6 +110,9 @@ func (a *SourceActor) Receive(ctx actor.Context) {
 			a.slotFreed(ctx)
 		}
 	case *drainRequest:
+		if a.drainer == nil {
+			close(a.abandon)
+		}
 		a.drainer = ctx.Sender()
 		a.status().set(StateStopped, ReasonDraining, time.Time{}, "", a.cursor)
 		a.stopTimer()
@@ -130,6 +134,7 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.pending = make(map[uint64]*pendingBatch)
 	a.nextSeq, a.sendAt, a.inflight, a.fetching, a.ready = 0, 0, 0, false, false
 	a.chain = &queue.Chain{}
+	a.abandon = make(chan struct{})
 	a.malformed = malformedPages{}
 	a.status().set(StateWaiting, ReasonStarting, time.Time{}, "", "")
 	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters, Member: a.deps.Member})
@@ -219,6 +224,13 @@ func (a *SourceActor) poll(ctx actor.Context) {
 		a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
 		a.wait(ctx, ReasonQueueFull, pauseCheck, "")
 		return
+	}
+	if a.deps.Disk != nil {
+		if why, low := a.deps.Disk.Low(); low {
+			a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
+			a.wait(ctx, ReasonDiskFull, pauseCheck, why)
+			return
+		}
 	}
 	deadline := time.Now().Add(a.cfg.Timeout)
 	if a.deps.Fence != nil {
@@ -357,7 +369,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.nextSeq++
 		a.inflight++
 		a.pending[seq] = &pendingBatch{batch: b}
-		ctx.Request(a.deps.PersistRaw, &persistRaw{gen: a.gen, seq: seq, source: a.cfg.Name, batch: b})
+		ctx.Request(a.deps.PersistRaw, &persistRaw{gen: a.gen, seq: seq, source: a.cfg.Name, batch: b, abandon: a.abandon})
 	}
 	if a.drainer != nil {
 		a.maybeDrained(ctx)
@@ -387,6 +399,10 @@ func (a *SourceActor) resolveDeadLetters(cursor string) {
 }
 
 func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {
+	if errors.Is(m.err, errRawAbandoned) && a.drainer != nil {
+		a.abandoned(ctx, m.seq)
+		return
+	}
 	if m.err != nil {
 		// PersistRaw retries until it succeeds or is stopped, so an error
 		// here means shutdown or a bug: fail and let supervision decide.
@@ -396,6 +412,27 @@ func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {
 		p.rawKey, p.rawOff = m.rawKey, m.rawOff
 	}
 	a.commitNext(ctx)
+}
+
+// abandoned drops, while draining, the batch seq whose raw write was
+// failing, and every later batch not sent to the Publisher yet: they
+// cannot commit without it (the cursor must not pass its events), and
+// nothing depends on them, so the next start fetches them again.
+func (a *SourceActor) abandoned(ctx actor.Context, seq uint64) {
+	if _, ok := a.pending[seq]; !ok || seq < a.sendAt {
+		return // dropped already with an earlier batch
+	}
+	dropped := 0
+	for s := range a.pending {
+		if s >= seq {
+			delete(a.pending, s)
+			a.inflight--
+			dropped++
+		}
+	}
+	a.log.Warn("source stopping while its raw store writes fail: the batches not yet durable are dropped and fetched again at the next start",
+		"batches", dropped)
+	a.maybeDrained(ctx)
 }
 
 // commitNext sends the batches whose raw payload is durable to the
@@ -415,6 +452,15 @@ func (a *SourceActor) commitNext(ctx actor.Context) {
 
 func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 	if m.err != nil {
+		if a.drainer == nil && a.deps.diskFull(m.err) {
+			// The disk is full: start over from the durable cursor, as a
+			// restart would, without counting a crash; the polls wait for
+			// space (ReasonDiskFull) and then fetch the batch again.
+			a.log.Warn("commit failed for lack of disk space; the batch is fetched again once space returns", "err", m.err)
+			a.stop()
+			a.start(ctx)
+			return
+		}
 		// The batch is durable in the raw store but not queued: fail, so the
 		// restarted actor re-reads the durable cursor and fetches it again.
 		panic(fmt.Errorf("source %q: commit batch: %w", a.cfg.Name, m.err))

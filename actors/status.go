@@ -51,6 +51,10 @@ const (
 	ReasonBackoff = "backoff"
 	// ReasonQueueFull: the queue holds publish.max_pending_events.
 	ReasonQueueFull = "queue_full"
+	// ReasonDiskFull: disk space is below daemon.min_free_bytes, or a
+	// write failed for lack of space and space has not come back yet
+	// (Detail says which).
+	ReasonDiskFull = "disk_full"
 	// ReasonWindow: inflight_batches fetched batches wait for the raw store
 	// or the queue.
 	ReasonWindow = "window"

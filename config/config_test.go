@@ -77,7 +77,7 @@ func TestGoodFiles(t *testing.T) {
 			want := &Config{
 				File: filepath.Join(testdata, "minimal.good.toml"),
 				Daemon: Daemon{DataDir: "./data", HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
-					LogFormat: "text", ShutdownGrace: 30 * time.Second},
+					LogFormat: "text", ShutdownGrace: 30 * time.Second, MinFreeBytes: DefaultMinFreeBytes},
 				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1", MaxAttempts: 10, SpillDir: "./data/raw-spill"},
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
@@ -112,7 +112,7 @@ func TestGoodFiles(t *testing.T) {
 				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
 			}
 			wantDaemon := Daemon{DataDir: "/var/lib/ingestor", HTTPAddr: ":9464", AdminAddr: "unix:/run/ingestor/admin.sock", LogLevel: "debug",
-				LogFormat: "json", ShutdownGrace: time.Minute}
+				LogFormat: "json", ShutdownGrace: time.Minute, MinFreeBytes: 1 << 30}
 			if cfg.Daemon != wantDaemon {
 				t.Errorf("daemon = %+v, want %+v", cfg.Daemon, wantDaemon)
 			}
@@ -130,9 +130,9 @@ func TestGoodFiles(t *testing.T) {
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
-			if orders.Line != 38 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+			if orders.Line != 39 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
 				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
-				t.Errorf("orders-eu = %+v, want line 38 and [defaults] 5s 0%% 3s 8", orders)
+				t.Errorf("orders-eu = %+v, want line 39 and [defaults] 5s 0%% 3s 8", orders)
 			}
 			synth := source(t, cfg, "synthetic")
 			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
@@ -361,6 +361,9 @@ func TestBadFiles(t *testing.T) {
 			`unknown_publish_key.bad.toml:5: publish.colour: unknown key`,
 			`unknown_publish_key.bad.toml:6: publish.Ack_Timeout: unknown key`,
 			`unknown_publish_key.bad.toml:8: deamon: unknown key`,
+		}},
+		"min_free_bytes.bad.toml": {want: []string{
+			`min_free_bytes.bad.toml:3: daemon.min_free_bytes: must be 0 (no watermark) or more bytes, not -1`,
 		}},
 		"bad_duration.bad.toml": {want: []string{
 			`bad_duration.bad.toml:4: daemon.shutdown_grace: must be a duration such as "500ms", "30s" or "1m30s", not "10 parsecs"`,

@@ -27,6 +27,7 @@ type daemonTOML struct {
 	LogFormat      string   `toml:"log_format"`
 	ShutdownGrace  duration `toml:"shutdown_grace"`
 	WatchConfig    bool     `toml:"watch_config"`
+	MinFreeBytes   int64    `toml:"min_free_bytes"`
 }
 
 func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
@@ -36,6 +37,7 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 		LogLevel:      "info",
 		LogFormat:     "text",
 		ShutdownGrace: "30s",
+		MinFreeBytes:  DefaultMinFreeBytes,
 	}
 	d.section(top, "daemon", &t)
 	p := []string{"daemon"}
@@ -44,6 +46,9 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 	}
 	if _, _, err := net.SplitHostPort(t.HTTPAddr); err != nil {
 		d.errAt(child(p, "http_addr"), "must be host:port such as \"127.0.0.1:9464\" or \":9464\", not %s", d.show(child(p, "http_addr"), t.HTTPAddr))
+	}
+	if t.MinFreeBytes < 0 {
+		d.errAt(child(p, "min_free_bytes"), "must be 0 (no watermark) or more bytes, not %d", t.MinFreeBytes)
 	}
 	d.oneOf(child(p, "log_level"), t.LogLevel, "debug", "info", "warn", "error")
 	d.oneOf(child(p, "log_format"), t.LogFormat, "text", "json")
@@ -64,6 +69,7 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 		LogFormat:     t.LogFormat,
 		ShutdownGrace: d.duration(child(p, "shutdown_grace"), t.ShutdownGrace, 30*time.Second),
 		WatchConfig:   t.WatchConfig,
+		MinFreeBytes:  t.MinFreeBytes,
 	}
 	key := "http_addr"
 	if t.AdminAddr != "" {

@@ -49,7 +49,17 @@ type Daemon struct {
 	// through a symlink, as a Kubernetes ConfigMap is, counts too).
 	// Default false.
 	WatchConfig bool
+	// MinFreeBytes is the free space the daemon keeps on the file systems
+	// of its data dir and file raw store: below it, sources pause and push
+	// sources answer 503 (delivery and acks go on, so retention frees
+	// space), so the queue always has room to record acks. 0 turns the
+	// watermark off; a write that fails for lack of space pauses them all
+	// the same. Default DefaultMinFreeBytes.
+	MinFreeBytes int64
 }
+
+// DefaultMinFreeBytes is daemon.min_free_bytes by default: 256 MiB.
+const DefaultMinFreeBytes = 256 << 20
 
 // RawStore says where raw payloads are made durable ([raw_store]).
 type RawStore struct {

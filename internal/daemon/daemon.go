@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/delivery"
+	"github.com/ingestorhq/ingestor/internal/diskspace"
 	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
@@ -80,8 +82,11 @@ type Daemon struct {
 	pruneDone  chan struct{}
 	stopPrune  context.CancelFunc
 	unlock     func() error // releases the data dir lock
-	stopWatch  context.CancelFunc
-	watchDone  chan struct{}
+	// disk pauses new work while disk space is low; stopDisk ends its checks.
+	disk      *diskspace.Guard
+	stopDisk  func()
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 }
 
 // NewLogger builds the daemon's logger from its config.
@@ -129,6 +134,13 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle}); err != nil {
 		return nil, err
 	}
+	if d.disk, err = diskspace.New(diskspace.Options{Paths: diskPaths(cfg), MinFree: cfg.Daemon.MinFreeBytes,
+		Logger: log, Registerer: d.reg}); err != nil {
+		return nil, err
+	}
+	diskDone := make(chan struct{})
+	d.stopDisk = func() { close(diskDone) }
+	go d.disk.Run(diskDone)
 	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
 	if d.queue, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous,
 		EventsPerFrame: cfg.Publish.EventsPerFrame, DedupeWindow: cfg.Publish.DedupeWindow, Logger: log}); err != nil {
@@ -224,7 +236,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	deps := &actors.Deps{
 		Queue: d.queue, Raw: d.raw, Sender: d.sender,
 		Metrics: d.metrics, Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
-		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
+		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir, Disk: d.disk,
 	}
 	if cfg.Cluster.Enabled {
 		if d.coord, err = newCoordinator(d, cfg); err != nil {
@@ -300,7 +312,7 @@ func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*deliv
 func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 	m := deps.Metrics
 	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Raw: d.raw, Sender: d.sender,
-		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm,
+		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm, Disk: d.disk,
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	var err error
 	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
@@ -492,9 +504,26 @@ func (d *Daemon) close() error {
 	if d.queue != nil {
 		errs = append(errs, d.queue.Close())
 	}
+	if d.stopDisk != nil {
+		d.stopDisk()
+		d.stopDisk = nil
+	}
 	if d.unlock != nil {
 		errs = append(errs, d.unlock())
 		d.unlock = nil
 	}
 	return errors.Join(errs...)
+}
+
+// diskPaths are the directories whose file systems the daemon fills: the
+// data dir (queue, WAL), a file raw store's directory and the spill dir.
+func diskPaths(cfg *config.Config) []string {
+	paths := []string{cfg.Daemon.DataDir}
+	if dir, ok := strings.CutPrefix(cfg.RawStore.URL, "file://"); ok {
+		paths = append(paths, dir)
+	}
+	if cfg.RawStore.SpillDir != "" {
+		paths = append(paths, cfg.RawStore.SpillDir)
+	}
+	return paths
 }

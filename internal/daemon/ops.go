@@ -57,6 +57,12 @@ func (d *Daemon) startHTTP(limits opsLimits) error {
 			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
 			return
 		}
+		if why, low := d.disk.Low(); low {
+			// Sources are paused and push sources refuse work: a load
+			// balancer should send pushes to another member meanwhile.
+			http.Error(w, "not ready: disk space low: "+why+"\n", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	admin := ops

@@ -38,13 +38,26 @@ type Outcome struct {
 }
 
 // BusyError is returned by Commit when the inbox takes nothing more for now:
-// the queue holds max_pending_events, or the commit group is saturated.
-// Nothing of the refused commit is stored.
+// the queue holds max_pending_events, the commit group is saturated, or
+// disk space is low (Unavailable). Nothing of the refused commit is stored.
 type BusyError struct {
 	// Reason says which limit was hit.
 	Reason string
 	// RetryAfter is how long the sender should wait before trying again.
 	RetryAfter time.Duration
+	// Unavailable is set when the daemon cannot store anything for now
+	// (disk space low): a webhook answers 503 rather than 429.
+	Unavailable bool
+}
+
+// DiskGuard says when disk space is too low to store pushed events
+// (internal/diskspace.Guard).
+type DiskGuard interface {
+	// Low reports whether new work must wait for space, and why.
+	Low() (reason string, low bool)
+	// Failed takes note of a write's error and reports whether it failed
+	// for lack of space.
+	Failed(err error) bool
 }
 
 func (e *BusyError) Error() string { return "busy: " + e.Reason }
@@ -81,6 +94,9 @@ type InboxOptions struct {
 	RawTimeout time.Duration
 	Logger     *slog.Logger
 	Metrics    *Metrics
+	// Disk, when set, refuses commits while disk space is low (503 with
+	// Retry-After) and is told of commits that failed for lack of space.
+	Disk DiskGuard
 	// OnCommit, when set, is called after each group commit with each
 	// source's share.
 	OnCommit func(source string, s CommitStats)
@@ -166,6 +182,10 @@ const (
 	// commits waiting are taken within milliseconds); a full queue's comes
 	// from drainEstimate.
 	busyRetryAfter = time.Second
+	// diskRetryAfter is the Retry-After while disk space is low: space
+	// comes back when retention frees acknowledged events or an operator
+	// acts, neither of which a sender can hurry.
+	diskRetryAfter = 30 * time.Second
 )
 
 // NewInbox starts an Inbox; Close stops it.
@@ -211,6 +231,12 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 		wait := in.drain.retryAfter(now, n-in.o.MaxPendingEvents+int64(len(events)))
 		return in.refuse(ctx, source, events, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
 	}
+	if in.o.Disk != nil {
+		if why, low := in.o.Disk.Low(); low {
+			in.closeMu.RUnlock()
+			return in.refuse(ctx, source, events, "disk_full", "disk space low: "+why, diskRetryAfter)
+		}
+	}
 	select {
 	case in.reqs <- c:
 		in.closeMu.RUnlock()
@@ -232,7 +258,7 @@ func (in *Inbox) refuse(ctx context.Context, source string, events []Event, reas
 		st, ok, err := in.o.Queue.EventByKey(ctx, source, e.Key)
 		if err != nil || !ok {
 			in.o.Metrics.busy.WithLabelValues(source, reason).Inc()
-			return nil, &BusyError{Reason: msg, RetryAfter: wait}
+			return nil, &BusyError{Reason: msg, RetryAfter: wait, Unavailable: reason == "disk_full"}
 		}
 		outs[i] = Outcome{EventStatus: st}
 	}
@@ -348,6 +374,7 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	cancel()
 	if err != nil {
 		in.o.Metrics.rawErrors.Inc()
+		in.diskFull(err)
 		in.o.Logger.Error("push: raw store write failed; senders are told to retry", "source", source, "err", err)
 		fail(fmt.Errorf("make the raw payload durable: %w", err))
 		return
@@ -356,6 +383,7 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	b.SeqGrace, b.SeqFindings = in.seqGrace(source), &findings
 	frames, err := in.o.Queue.Append(context.Background(), b)
 	if err != nil {
+		in.diskFull(err)
 		in.o.Logger.Error("push: queue commit failed; senders are told to retry", "source", source, "err", err)
 		fail(fmt.Errorf("commit to the queue: %w", err))
 		return
@@ -363,6 +391,14 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	in.reportSeqs(source, findings)
 	in.o.Sender.Submit(frames)
 	in.answer(source, cs, b, frames)
+}
+
+// diskFull tells the disk guard of a failed write, so that the commits
+// after it are refused while the disk is full.
+func (in *Inbox) diskFull(err error) {
+	if in.o.Disk != nil {
+		in.o.Disk.Failed(err)
+	}
 }
 
 // answer sends each commit its outcomes. The new events are those in

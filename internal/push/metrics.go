@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_push_requests_total",
 			Help: "Push requests answered, by source and HTTP status code."}, []string{"source", "code"}),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_push_busy_total",
-			Help: "Push commits refused for now (answered 429), by source and reason: queue_full or saturated."}, []string{"source", "reason"}),
+			Help: "Push commits refused for now, by source and reason: queue_full or saturated (answered 429), disk_full (answered 503)."}, []string{"source", "reason"}),
 		groupSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_push_commit_group_size",
 			Help:    "Push requests made durable together by one group commit (one raw write per source, one queue transaction).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),

@@ -408,10 +408,14 @@ func keyHeaderValue(r *http.Request, name string) (string, error) {
 }
 
 // commitFailed answers a commit that stored nothing: 429 when the inbox is
-// busy, else 503; both with Retry-After.
+// busy, else (disk space low, stopping, a failed write) 503; all with
+// Retry-After.
 func (h *webhook) commitFailed(w http.ResponseWriter, r *http.Request, reqID string, err error) {
 	var busy *BusyError
 	switch {
+	case errors.As(err, &busy) && busy.Unavailable:
+		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
+		h.reject(w, r, reqID, http.StatusServiceUnavailable, "cannot store events now, retry later: "+busy.Reason)
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
 		h.reject(w, r, reqID, http.StatusTooManyRequests, "busy, retry later: "+busy.Reason)

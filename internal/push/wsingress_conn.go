@@ -229,7 +229,11 @@ func (c *wsConn) commit(msg []byte, env envelope) {
 	case err == nil:
 		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 200)
 	case errors.As(err, &busy):
-		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, 429)
+		code := 429
+		if busy.Unavailable {
+			code = 503
+		}
+		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, code)
 	case errors.Is(err, ErrClosed):
 		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: "the daemon is shutting down", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
 	default:

@@ -1,0 +1,229 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/processor"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a new directory for the
+// test and unmounts it at the end (after the daemon, whose cleanup is
+// registered later, has stopped). It needs root, which make test and CI
+// have; it fails rather than skip elsewhere, so the disk-full path is
+// never silently untested.
+func mountTmpfs(t *testing.T, size int64) (dir string, resize func(size int64)) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0750", size)); err != nil {
+		t.Fatalf("mount a %d-byte tmpfs on %s (the disk-full tests need root, as make test runs): %v", size, dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir, func(size int64) {
+		t.Helper()
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+			t.Fatalf("grow the tmpfs to %d bytes: %v", size, err)
+		}
+	}
+}
+
+// readyz returns /readyz's status code and body.
+func readyz(t *testing.T, h *harness) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + h.d.HTTPAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestDiskFull fills the data dir, a small tmpfs holding the queue, its
+// WAL and the raw store, with a demo source while a processor acks, then
+// grows the tmpfs with mount -o remount. Without a watermark the daemon
+// meets real ENOSPC and SQLITE_FULL errors; with one it pauses before. In
+// both the daemon keeps running, pauses its source (ingestor_disk_full,
+// the source's status, /readyz), keeps delivering what is queued, resumes
+// by itself when space returns, and in the end the queue holds the
+// source's events 1..cursor once each and the processor got each of them.
+func TestDiskFull(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		minFree  int64
+		size     int64
+		wantErrs bool // real ENOSPC/SQLITE_FULL errors are expected
+		// stop stops the daemon while the disk is full (it must drain
+		// and stop cleanly) and starts it again once space is back.
+		stop bool
+	}{
+		{name: "no watermark", minFree: 0, size: 24 << 20, wantErrs: true},
+		{name: "watermark", minFree: 12 << 20, size: 32 << 20, wantErrs: false},
+		{name: "stopped while full", minFree: 0, size: 24 << 20, wantErrs: true, stop: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testDiskFull(t, tc.minFree, tc.size, tc.wantErrs, tc.stop) })
+	}
+}
+
+// diskFullSources is the daemon's config for TestDiskFull.
+const diskFullSources = `
+[push]
+addr = "127.0.0.1:0"
+
+[source.fill]
+kind = "demo"
+interval = "5ms"
+jitter = "0%"
+events_per_tick = 100
+event_size = 1000
+
+[source.hooks]
+kind = "webhook"
+`
+
+func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
+	dir, resize := mountTmpfs(t, size)
+	daemonExtra := fmt.Sprintf("min_free_bytes = %d", minFree)
+	h := startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, diskFullSources, Options{})
+	seen := newSeenSet()
+	handler := func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Key)
+		return nil
+	}
+	h.startProcessor(handler)
+	reg := h.d.Registry()
+
+	testsync.WaitFor(t, "the disk to fill and the source to pause", 2*time.Minute, func() bool {
+		return metric(t, reg, "ingestor_disk_full") == 1 && metric(t, reg, "ingestor_source_paused", "source", "fill") == 1
+	})
+	errs := metric(t, reg, "ingestor_disk_full_errors_total")
+	if wantErrs && errs == 0 {
+		t.Error("the disk filled without a single ENOSPC or SQLITE_FULL: the test did not reach a full disk")
+	}
+	if !wantErrs && errs != 0 {
+		t.Errorf("%v writes failed for lack of space although min_free_bytes should have paused the source first", errs)
+	}
+	if code, body := readyz(t, h); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk space low") {
+		t.Errorf("/readyz answered %d %q while the disk is full, want 503 naming the disk", code, body)
+	}
+	if !strings.Contains(h.logs.String(), "disk space low") || !strings.Contains(h.logs.String(), dir) {
+		t.Errorf("no log line says the disk is low and which path:\n%s", h.logs)
+	}
+	for _, st := range getStatus(t, h.d.HTTPAddr()).Sources {
+		if st.Name == "fill" && (st.State != "waiting" || st.Reason != "disk_full" || !strings.Contains(st.Detail, dir)) {
+			t.Errorf("source status %s/%s %q while the disk is full, want waiting/disk_full naming the disk", st.State, st.Reason, st.Detail)
+		}
+	}
+	// A push source answers 503 with Retry-After, never 202.
+	resp, err := http.Post("http://"+h.d.PushAddr()+"/ingest/hooks", "application/json", strings.NewReader(`{"n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusServiceUnavailable || ra < 1 {
+		t.Errorf("a webhook while the disk is full answered %d with Retry-After %q, want 503 and a wait", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// What is queued is still delivered.
+	testsync.WaitFor(t, "the processor to receive every queued event", time.Minute, func() bool {
+		return int64(seen.len()) == queuedEvents(t, filepath.Join(dir, "queue.db"), "fill")
+	})
+	pausedAt := metric(t, reg, "ingestor_source_events_total", "source", "fill")
+	t.Logf("full after %v events (%v failed writes)", pausedAt, errs)
+
+	if stop {
+		// A drain must not wait for raw writes the full disk refuses: the
+		// batches not yet durable are fetched again after the restart.
+		if err := h.stop(); err != nil {
+			t.Fatalf("shutdown while the disk is full: %v", err)
+		}
+		resize(256 << 20)
+		h = startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, diskFullSources, Options{})
+		h.startProcessor(handler)
+		reg, pausedAt = h.d.Registry(), 0
+	} else {
+		resize(256 << 20)
+	}
+	testsync.WaitFor(t, "the source to resume after the tmpfs grew", time.Minute, func() bool {
+		return metric(t, reg, "ingestor_disk_full") == 0 && metric(t, reg, "ingestor_source_events_total", "source", "fill") >= pausedAt+5000
+	})
+	if code, body := readyz(t, h); code != http.StatusOK {
+		t.Errorf("/readyz answered %d %q after space returned", code, body)
+	}
+	if !stop && !strings.Contains(h.logs.String(), "disk space is back") {
+		t.Error("no log line says the disk space is back")
+	}
+	if err := h.stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	checkContiguous(t, filepath.Join(dir, "queue.db"), "fill", seen)
+}
+
+// queuedEvents returns how many events of source the ledger at path
+// holds, read through a read-only connection.
+func queuedEvents(t *testing.T, path, source string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=10000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	var n int64
+	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE source = ?`, source).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkContiguous checks, on a stopped daemon's queue, that source's
+// events are exactly 1..cursor, each once, and that the processor saw
+// each.
+func checkContiguous(t *testing.T, path, source string, seen *seenSet) {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	var cursor string
+	if err := db.QueryRow(`SELECT cursor FROM offsets WHERE source = ?`, source).Scan(&cursor); err != nil {
+		t.Fatal(err)
+	}
+	last, err := strconv.Atoi(cursor)
+	if err != nil {
+		t.Fatalf("cursor %q: %v", cursor, err)
+	}
+	var rows, distinct int
+	if err := db.QueryRow(`SELECT count(*), count(DISTINCT key) FROM events WHERE source = ?`, source).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != last || distinct != last {
+		t.Errorf("the queue holds %d events (%d distinct) of %s, want 1..%d once each", rows, distinct, source, last)
+	}
+	missing := 0
+	for n := 1; n <= last; n++ {
+		if seen.count(fmt.Sprintf("%s-%d", source, n)) == 0 {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of the %d events up to the cursor never reached the processor", missing, last)
+	}
+	t.Logf("%s: %d events, each in the queue once and delivered", source, last)
+}
