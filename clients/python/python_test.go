@@ -68,7 +68,12 @@ func TestPythonExactlyOnceUnderKill(t *testing.T) {
 	p := e.startProcessor()
 	midStream := 0
 	for i := range cycles {
-		time.Sleep(time.Duration(rand.Int64N(int64(300*time.Millisecond))) + 100*time.Millisecond) // a random kill moment
+		// A random kill moment once this processor has connected: on a
+		// busy machine its start alone can outlast a fixed delay.
+		e.waitUntil("the processor to start", 30*time.Second, func() bool {
+			return strings.Count(readFile(t, e.procLog), "processor started") > i
+		})
+		time.Sleep(time.Duration(rand.Int64N(int64(300*time.Millisecond))) + 100*time.Millisecond)
 		if n := sinkCount(t, e.sink); n > 0 && n < total {
 			midStream++
 		}

@@ -8,10 +8,7 @@ import base64
 import json
 import logging
 import sqlite3
-import ssl
 import threading
-import urllib.error
-import urllib.request
 from typing import NamedTuple
 
 from .client import Client, Stats, log
@@ -103,6 +100,7 @@ class EtcdMembers:
         self._token = None
         self._ssl = None
         if any(e.startswith("https://") for e in self.endpoints):
+            import ssl  # here, not at the top: a processor of one daemon never pays for it
             self._ssl = ssl.create_default_context(cafile=ca_file)
             if cert_file is not None:
                 self._ssl.load_cert_chain(cert_file, key_file)
@@ -170,6 +168,8 @@ class EtcdMembers:
         raise EtcdError("; ".join(errs))
 
     def _post(self, endpoint, path, body):
+        import urllib.error  # here, not at the top: urllib.request takes ~40 ms to import
+        import urllib.request
         req = urllib.request.Request(endpoint + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
         if self._token is not None and path != "/v3/auth/authenticate":
