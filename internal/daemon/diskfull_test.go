@@ -3,15 +3,19 @@ package daemon
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
@@ -82,15 +86,20 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
-// diskFullSources is the daemon's config for TestDiskFull.
+// diskFullSources is the daemon's config for TestDiskFull; %[1]s is a
+// device tokens file.
 const diskFullSources = `
 [push]
 addr = "127.0.0.1:0"
 
+[source.devices]
+kind = "ws_ingress"
+tokens_file = %[1]q
+
 [source.fill]
 kind = "demo"
 interval = "5ms"
-jitter = "0%"
+jitter = "0%%"
 events_per_tick = 100
 event_size = 1000
 
@@ -100,8 +109,12 @@ kind = "webhook"
 
 func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 	dir, resize := mountTmpfs(t, size)
-	daemonExtra := fmt.Sprintf("min_free_bytes = %d", minFree)
-	h := startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, diskFullSources, Options{})
+	tokens := filepath.Join(t.TempDir(), "device-tokens")
+	if err := os.WriteFile(tokens, []byte("pump-1 pump-1-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemonExtra, sources := fmt.Sprintf("min_free_bytes = %d", minFree), fmt.Sprintf(diskFullSources, tokens)
+	h := startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, sources, Options{})
 	seen := newSeenSet()
 	handler := func(_ context.Context, ev *processor.Event) error {
 		seen.add(ev.Key)
@@ -140,6 +153,30 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusServiceUnavailable || ra < 1 {
 		t.Errorf("a webhook while the disk is full answered %d with Retry-After %q, want 503 and a wait", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+	// A device is told to retry, after the same wait.
+	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer pump-1-token-0123456789"}}})
+	if err != nil {
+		t.Fatalf("device: dial: %v", err)
+	}
+	msg := `{"schema_version":1,"event_id":"e1","type":"flow","ts":"2026-11-25T09:00:00Z","session_id":"s","device_id":"pump-1","payload":{}}`
+	if err := conn.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatalf("device: send: %v", err)
+	}
+	_, b, err := conn.Read(t.Context())
+	if err != nil {
+		t.Fatalf("device: read the answer: %v", err)
+	}
+	var a struct {
+		Status       string `json:"status"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil || a.Status != "retry" || a.RetryAfterMS < 1000 {
+		t.Errorf("a device envelope while the disk is full was answered %s (%v), want retry with retry_after_ms", b, err)
+	}
+	if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Errorf("device: close: %v", err)
+	}
 	// What is queued is still delivered.
 	testsync.WaitFor(t, "the processor to receive every queued event", time.Minute, func() bool {
 		return int64(seen.len()) == queuedEvents(t, filepath.Join(dir, "queue.db"), "fill")
@@ -154,7 +191,7 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 			t.Fatalf("shutdown while the disk is full: %v", err)
 		}
 		resize(256 << 20)
-		h = startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, diskFullSources, Options{})
+		h = startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, sources, Options{})
 		h.startProcessor(handler)
 		reg, pausedAt = h.d.Registry(), 0
 	} else {
@@ -215,6 +252,10 @@ func checkContiguous(t *testing.T, path, source string, seen *seenSet) {
 	}
 	if rows != last || distinct != last {
 		t.Errorf("the queue holds %d events (%d distinct) of %s, want 1..%d once each", rows, distinct, source, last)
+	}
+	var check string
+	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Errorf("PRAGMA integrity_check: %q, %v", check, err)
 	}
 	missing := 0
 	for n := 1; n <= last; n++ {
