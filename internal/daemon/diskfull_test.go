@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,30 +19,6 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory for the
-// test and unmounts it at the end (after the daemon, whose cleanup is
-// registered later, has stopped). It needs root, which make test and CI
-// have; it fails rather than skip elsewhere, so the disk-full path is
-// never silently untested.
-func mountTmpfs(t *testing.T, size int64) (dir string, resize func(size int64)) {
-	t.Helper()
-	dir = t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0750", size)); err != nil {
-		t.Fatalf("mount a %d-byte tmpfs on %s (the disk-full tests need root, as make test runs): %v", size, dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir, func(size int64) {
-		t.Helper()
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
-			t.Fatalf("grow the tmpfs to %d bytes: %v", size, err)
-		}
-	}
-}
 
 // readyz returns /readyz's status code and body.
 func readyz(t *testing.T, h *harness) (int, string) {
@@ -108,7 +83,8 @@ kind = "webhook"
 `
 
 func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
-	dir, resize := mountTmpfs(t, size)
+	fs := testsync.MountTmpfs(t, size)
+	dir := fs.Dir
 	tokens := filepath.Join(t.TempDir(), "device-tokens")
 	if err := os.WriteFile(tokens, []byte("pump-1 pump-1-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -190,12 +166,12 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 		if err := h.stop(); err != nil {
 			t.Fatalf("shutdown while the disk is full: %v", err)
 		}
-		resize(256 << 20)
+		fs.Resize(256 << 20)
 		h = startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, sources, Options{})
 		h.startProcessor(handler)
 		reg, pausedAt = h.d.Registry(), 0
 	} else {
-		resize(256 << 20)
+		fs.Resize(256 << 20)
 	}
 	testsync.WaitFor(t, "the source to resume after the tmpfs grew", time.Minute, func() bool {
 		return metric(t, reg, "ingestor_disk_full") == 0 && metric(t, reg, "ingestor_source_events_total", "source", "fill") >= pausedAt+5000
