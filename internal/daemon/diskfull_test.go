@@ -3,43 +3,22 @@ package daemon
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory for the
-// test and unmounts it at the end (after the daemon, whose cleanup is
-// registered later, has stopped). It needs root, which make test and CI
-// have; it fails rather than skip elsewhere, so the disk-full path is
-// never silently untested.
-func mountTmpfs(t *testing.T, size int64) (dir string, resize func(size int64)) {
-	t.Helper()
-	dir = t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0750", size)); err != nil {
-		t.Fatalf("mount a %d-byte tmpfs on %s (the disk-full tests need root, as make test runs): %v", size, dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir, func(size int64) {
-		t.Helper()
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
-			t.Fatalf("grow the tmpfs to %d bytes: %v", size, err)
-		}
-	}
-}
 
 // readyz returns /readyz's status code and body.
 func readyz(t *testing.T, h *harness) (int, string) {
@@ -82,15 +61,20 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
-// diskFullSources is the daemon's config for TestDiskFull.
+// diskFullSources is the daemon's config for TestDiskFull; %[1]s is a
+// device tokens file.
 const diskFullSources = `
 [push]
 addr = "127.0.0.1:0"
 
+[source.devices]
+kind = "ws_ingress"
+tokens_file = %[1]q
+
 [source.fill]
 kind = "demo"
 interval = "5ms"
-jitter = "0%"
+jitter = "0%%"
 events_per_tick = 100
 event_size = 1000
 
@@ -99,9 +83,14 @@ kind = "webhook"
 `
 
 func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
-	dir, resize := mountTmpfs(t, size)
-	daemonExtra := fmt.Sprintf("min_free_bytes = %d", minFree)
-	h := startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, diskFullSources, Options{})
+	fs := testsync.MountTmpfs(t, size)
+	dir := fs.Dir
+	tokens := filepath.Join(t.TempDir(), "device-tokens")
+	if err := os.WriteFile(tokens, []byte("pump-1 pump-1-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemonExtra, sources := fmt.Sprintf("min_free_bytes = %d", minFree), fmt.Sprintf(diskFullSources, tokens)
+	h := startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, sources, Options{})
 	seen := newSeenSet()
 	handler := func(_ context.Context, ev *processor.Event) error {
 		seen.add(ev.Key)
@@ -140,6 +129,30 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusServiceUnavailable || ra < 1 {
 		t.Errorf("a webhook while the disk is full answered %d with Retry-After %q, want 503 and a wait", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+	// A device is told to retry, after the same wait.
+	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer pump-1-token-0123456789"}}})
+	if err != nil {
+		t.Fatalf("device: dial: %v", err)
+	}
+	msg := `{"schema_version":1,"event_id":"e1","type":"flow","ts":"2026-11-25T09:00:00Z","session_id":"s","device_id":"pump-1","payload":{}}`
+	if err := conn.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatalf("device: send: %v", err)
+	}
+	_, b, err := conn.Read(t.Context())
+	if err != nil {
+		t.Fatalf("device: read the answer: %v", err)
+	}
+	var a struct {
+		Status       string `json:"status"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil || a.Status != "retry" || a.RetryAfterMS < 1000 {
+		t.Errorf("a device envelope while the disk is full was answered %s (%v), want retry with retry_after_ms", b, err)
+	}
+	if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Errorf("device: close: %v", err)
+	}
 	// What is queued is still delivered.
 	testsync.WaitFor(t, "the processor to receive every queued event", time.Minute, func() bool {
 		return int64(seen.len()) == queuedEvents(t, filepath.Join(dir, "queue.db"), "fill")
@@ -153,12 +166,12 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 		if err := h.stop(); err != nil {
 			t.Fatalf("shutdown while the disk is full: %v", err)
 		}
-		resize(256 << 20)
-		h = startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, diskFullSources, Options{})
+		fs.Resize(256 << 20)
+		h = startDaemonIn(t, dir, daemonExtra, "", `ack_timeout = "1s"`, sources, Options{})
 		h.startProcessor(handler)
 		reg, pausedAt = h.d.Registry(), 0
 	} else {
-		resize(256 << 20)
+		fs.Resize(256 << 20)
 	}
 	testsync.WaitFor(t, "the source to resume after the tmpfs grew", time.Minute, func() bool {
 		return metric(t, reg, "ingestor_disk_full") == 0 && metric(t, reg, "ingestor_source_events_total", "source", "fill") >= pausedAt+5000
@@ -215,6 +228,10 @@ func checkContiguous(t *testing.T, path, source string, seen *seenSet) {
 	}
 	if rows != last || distinct != last {
 		t.Errorf("the queue holds %d events (%d distinct) of %s, want 1..%d once each", rows, distinct, source, last)
+	}
+	var check string
+	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Errorf("PRAGMA integrity_check: %q, %v", check, err)
 	}
 	missing := 0
 	for n := 1; n <= last; n++ {

@@ -73,10 +73,11 @@ type SourceStatus struct {
 	// receiving, idle or stopped (push sources).
 	State string `json:"state"`
 	// Reason says what a waiting source waits for (interval, next_page,
-	// retry_after, rate_limit, queue_full, window, starting), why a failing
-	// one waits (backoff, restart) and why a stopped one is (disabled,
-	// draining). Until is when the wait ends; Detail what the upstream
-	// said.
+	// retry_after, rate_limit, queue_full, disk_full, window, starting,
+	// not_owner), why a failing one waits (backoff, restart) and why a
+	// stopped one is (disabled, draining, elsewhere). Until is when the
+	// wait ends; Detail what the upstream said (or which disk is low, or
+	// the member a source is placed on).
 	Reason string     `json:"reason,omitempty"`
 	Until  *time.Time `json:"until,omitempty"`
 	Detail string     `json:"detail,omitempty"`

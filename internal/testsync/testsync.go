@@ -4,7 +4,8 @@
 // other goroutines, FreePort finds a loopback port to bind, StartProcess
 // runs a server binary that dies with the test, Python3 finds
 // the interpreter with pyzmq for the Python processor tests, and NewPKI
-// makes a CA with server and client certificates for TLS tests.
+// makes a CA with server and client certificates for TLS tests, and
+// MountTmpfs gives a test a small file system to fill.
 package testsync
 
 import (
