@@ -186,6 +186,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: log})
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM or SIGINT while starting: Start has closed what it
+		// opened (the data dir's lock included), so this is a clean stop.
+		log.Info("stopped during start", "err", err)
+		return 0
+	}
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1

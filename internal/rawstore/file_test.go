@@ -195,9 +195,14 @@ func TestFileOpenOnRegularFile(t *testing.T) {
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := rawstore.Open(t.Context(), rawstore.Options{URL: "file://" + p})
+	s, err := rawstore.Open(t.Context(), rawstore.Options{URL: "file://" + p})
 	if err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Fatalf("open on a file: %v", err)
+	}
+	// A nil *fileStore in a non-nil Store made the daemon's cleanup of a
+	// failed start panic (TestForeignDataDirReadOnlyRefusesToStart).
+	if s != nil {
+		t.Fatalf("a failed open returned the store %#v, want nil", s)
 	}
 }
 

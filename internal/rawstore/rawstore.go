@@ -70,11 +70,21 @@ func Open(ctx context.Context, o Options) (Store, error) {
 	if !ok {
 		return nil, fmt.Errorf("raw store %q: want file://DIR or s3://bucket/prefix", o.URL)
 	}
+	// A failed open returns a nil Store, not a nil *fileStore in one:
+	// the caller's cleanup tests it against nil.
 	switch scheme {
 	case "file":
-		return openFile(rest)
+		s, err := openFile(rest)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "s3":
-		return openS3(ctx, o)
+		s, err := openS3(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	default:
 		return nil, fmt.Errorf("raw store %q: unsupported scheme %q (want file or s3)", o.URL, scheme)
 	}
