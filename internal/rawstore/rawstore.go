@@ -21,7 +21,9 @@ type Store interface {
 	// Put stores body under key durably.
 	Put(ctx context.Context, key string, body []byte) error
 	// Get returns the bytes stored under key. The error wraps
-	// fs.ErrNotExist when nothing is stored under key.
+	// fs.ErrNotExist when nothing is stored under key, and is a
+	// *CorruptError when key has Key's form and the bytes do not match
+	// the SHA-256 in it.
 	Get(ctx context.Context, key string) ([]byte, error)
 	// List calls fn with every key that starts with prefix, in lexical
 	// order (for the keys Key makes: fetch order within a source). It stops
