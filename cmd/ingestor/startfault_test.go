@@ -185,31 +185,16 @@ func refusedStart(t *testing.T, bin, cfgPath, data string, uid uint32, want ...s
 	}
 }
 
-// foreignSetup builds the daemon and writes a config whose data dir and
-// raw store are base/data and base/data/raw, all readable by nobody.
+// foreignSetup builds the daemon into base, a dir the nobody user can
+// read, writes base/ingestor.toml (its data dir base/data, raw store
+// base/raw), and leaves in the data dir what an earlier run leaves.
 func foreignSetup(t *testing.T) (bin, cfgPath, data string) {
 	t.Helper()
 	base := sharedDir(t)
 	bin = buildBinary(t, base)
-	data = filepath.Join(base, "data")
-	cfgPath = filepath.Join(base, "ingestor.toml")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-
-[raw_store]
-url = "file://%s"
-
-[publish]
-endpoint = "tcp://%s"
-ack_endpoint = "tcp://%s"
-`, data, testsync.FreePort(t), filepath.Join(data, "raw"), testsync.FreePort(t), testsync.FreePort(t))
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	previousRun(t, data)
-	return bin, cfgPath, data
+	cfgPath, cfg := writeDaemonConfig(t, base, "", "", "")
+	previousRun(t, cfg.Daemon.DataDir)
+	return bin, cfgPath, cfg.Daemon.DataDir
 }
 
 // chownTree gives dir and everything under it to uid.
