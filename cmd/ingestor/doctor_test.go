@@ -249,4 +249,3 @@ func sameFiles(dir, before, after string) bool {
 	}
 	return keep(before) == keep(after)
 }
-
