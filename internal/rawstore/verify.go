@@ -114,6 +114,8 @@ type PageRef struct {
 // empty and ready to use; a PageIndex is not safe for concurrent use.
 type PageIndex struct {
 	segs map[string]*pageList
+	// refs counts the PageRefs held in all segs.
+	refs int
 }
 
 // pageList is what a PageIndex knows of one segment: its first records,
@@ -133,9 +135,11 @@ func (l *pageList) find(off int) (PageRef, bool) {
 }
 
 const (
-	// maxIndexedSegments bounds a PageIndex: past it, it forgets every
-	// segment and starts over.
+	// maxIndexedSegments and maxIndexedPages bound a PageIndex (the
+	// pages to some 40 MiB, for a source whose pages are tiny): past
+	// either, it forgets every segment and starts over.
 	maxIndexedSegments = 256
+	maxIndexedPages    = 1 << 20
 	// maxPageHeader bounds a page record's header line.
 	maxPageHeader = 512
 )
@@ -153,14 +157,11 @@ func (s *fileStore) findPage(ctx context.Context, key string, off int, ix *PageI
 	if err := ctx.Err(); err != nil {
 		return PageRef{}, err
 	}
-	if ix.segs == nil {
-		ix.segs = make(map[string]*pageList)
+	if ix.segs == nil || len(ix.segs) >= maxIndexedSegments || ix.refs >= maxIndexedPages {
+		ix.segs, ix.refs = make(map[string]*pageList), 0
 	}
 	l := ix.segs[key]
 	if l == nil {
-		if len(ix.segs) >= maxIndexedSegments {
-			clear(ix.segs)
-		}
 		l = &pageList{}
 		ix.segs[key] = l
 	}
@@ -211,6 +212,7 @@ func (s *fileStore) findPage(ctx context.Context, key string, off int, ix *PageI
 		}
 		l.refs = append(l.refs, ref)
 		l.end = ref.Off + ref.Len + 1
+		ix.refs++
 	}
 	if ref, ok := l.find(off); ok {
 		return ref, nil
