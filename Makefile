@@ -105,7 +105,8 @@ test: test-deps
 	exit $$status
 
 # bench runs the Go micro-benchmarks of the hot-path encoders, the
-# queue's append-and-ack cost per event, the processor client's CPU per
+# queue's append-and-ack cost per event and its check at start
+# (quick_check of 200,000 events), the processor client's CPU per
 # event on real sockets, then the
 # whole-pipeline bench: throughput with defaults, the drain of a backlog
 # queued while no processor ran, and webhook ingestion (64 keep-alive
@@ -118,6 +119,7 @@ bench: build test-deps
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
+	$(GO) test -run '^$$' -bench 'QuickCheck' -benchtime 5x ./internal/queue/
 	$(GO) test -run '^$$' -bench 'Run$$' -benchmem ./processor/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000

@@ -221,7 +221,7 @@ cursor_param = "since"
 			t.Fatalf("raw object %s is not a page segment", key)
 		}
 		var pages [][2]int
-		err := rawstore.ReadPages(body, func(p rawstore.Page) error {
+		err := rawstore.ReadPages(key, body, func(p rawstore.Page) error {
 			if p.Err != nil {
 				return p.Err
 			}

@@ -4,6 +4,7 @@
 //	ingestor validate -c FILE     check a config file; every problem is listed with file:line
 //	ingestor check-source NAME -c FILE   poll one source once and print what it finds; writes nothing
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
+//	ingestor doctor -c FILE       check the queue database and the raw bytes it references (daemon stopped)
 //	ingestor dlq list|show|replay|drop -c FILE   inspect and act on the dead-letter list
 //	ingestor quarantine list|show|clear -c FILE  inspect the refused webhook deliveries
 //	ingestor reload -c FILE [-dry-run]   validate FILE and have the running daemon reload its config
@@ -37,6 +38,10 @@ const usage = `usage:
   ingestor replay -c FILE -source NAME [-from RFC3339] [-to RFC3339] [-force] [-dry-run] [-include-deadletters]
                                parse stored raw payloads again with the current rules and queue
                                their events (daemon stopped); duplicates are skipped
+  ingestor doctor -c FILE      check the data dir with the daemon stopped: PRAGMA integrity_check
+                               on queue.db, and every raw object and page that pending and
+                               dead-lettered events reference exists and matches its checksum;
+                               exit 0 when sound, 1 on a problem (README: a damaged queue)
   ingestor dlq list|show ID|replay [ID...|-source S -reason R -all]|drop [ID...|filters] [-yes] -c FILE
                                list, inspect, replay or drop dead letters (through the running
                                daemon's ops endpoints, or the queue when it is stopped)
@@ -86,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheckSource(args[1:], stdout, stderr)
 	case "replay":
 		return cmdReplay(args[1:], stdout, stderr)
+	case "doctor":
+		return cmdDoctor(args[1:], stdout, stderr)
 	case "dlq":
 		return cmdDLQ(args[1:], os.Stdin, stdout, stderr)
 	case "quarantine":
@@ -186,6 +193,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: log})
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM or SIGINT while starting: Start has closed what it
+		// opened (the data dir's lock included), so this is a clean stop.
+		log.Info("stopped during start", "err", err)
+		return 0
+	}
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1

@@ -97,6 +97,9 @@ func TestUsageErrors(t *testing.T) {
 	if code := run([]string{"validate"}, &out, &errb); code != 2 {
 		t.Errorf("validate without -c: exit %d, want 2", code)
 	}
+	if code := run([]string{"doctor"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage: ingestor doctor -c FILE") {
+		t.Errorf("doctor without -c: exit %d, want 2 and its usage\n%s", code, errb.String())
+	}
 }
 
 // TestVersionCommand runs `ingestor version`, which the usage lists: it

@@ -144,7 +144,10 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
 	if d.queue, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous,
 		EventsPerFrame: cfg.Publish.EventsPerFrame, DedupeWindow: cfg.Publish.DedupeWindow, Logger: log}); err != nil {
-		return nil, err
+		return nil, damagedQueue(cfg, err)
+	}
+	if err := d.queue.QuickCheck(ctx); err != nil {
+		return nil, damagedQueue(cfg, err)
 	}
 	stats, err := d.queue.Stats(ctx)
 	if err != nil {
@@ -285,6 +288,18 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", cfg.Daemon.AdminToken != "",
 		"push", d.PushAddr())
 	return d, nil
+}
+
+// damagedQueue adds to a *queue.DamagedError what the operator can do.
+func damagedQueue(cfg *config.Config, err error) error {
+	if d := (*queue.DamagedError)(nil); !errors.As(err, &d) {
+		return err
+	}
+	file := cmp.Or(cfg.File, "FILE")
+	return fmt.Errorf("%w: refusing to start on it. Keep a copy of the data dir as it is, run `ingestor doctor -c %s` "+
+		"for a full report, then restore queue.db from a backup, or move queue.db, queue.db-wal and queue.db-shm aside "+
+		"and queue the stored payloads again with `ingestor replay -c %s -source NAME` (README, Operations: a damaged queue)",
+		err, file, file)
 }
 
 // startCurve reads the CURVE key files of pub and starts the ZAP handler

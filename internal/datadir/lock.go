@@ -33,7 +33,13 @@ func (e *InUseError) Error() string {
 // *InUseError when another process holds it. The kernel drops the
 // lock when the process exits, even on kill -9, so a stale LOCK file never
 // blocks a start. unlock releases it.
+//
+// A dir this process may not write in is refused before anything in it is
+// touched, the LOCK file's pid included.
 func Lock(dir string) (unlock func() error, err error) {
+	if err := writable(dir); err != nil {
+		return nil, err
+	}
 	p := filepath.Join(dir, "LOCK")
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -89,3 +95,28 @@ func writePID(f *os.File) error {
 	_, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return err
 }
+
+// writable checks that this process may create and change files in dir,
+// and says whose dir it is when it may not. Other failures of the check
+// are left to Lock's open of the LOCK file to report.
+func writable(dir string) error {
+	err := syscall.Access(dir, wOK|xOK)
+	if !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EPERM) {
+		return nil // a missing dir, say: opening LOCK reports it
+	}
+	owner := ""
+	if fi, serr := os.Stat(dir); serr == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf(", owned by uid %d with mode %o", st.Uid, fi.Mode().Perm())
+		}
+	}
+	return fmt.Errorf("data dir %s is not writable by this process (uid %d%s): %w: "+
+		"run ingestor as the dir's owner, or give the dir to the daemon's user (chown, chmod u+rwx)",
+		dir, os.Geteuid(), owner, err)
+}
+
+// wOK and xOK are access(2)'s W_OK and X_OK.
+const (
+	wOK = 2
+	xOK = 1
+)

@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		nacksRetryable: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_nacks_retryable_total",
 			Help: "Retryable nacks recorded; the event is redelivered with its frame."}),
 		eventsDeadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_events_dead_lettered_total",
-			Help: "Events moved to the dead-letter list: nacked permanently, not acked after max_deliveries, or raw object missing."}),
+			Help: "Events moved to the dead-letter list: nacked permanently, not acked after max_deliveries, or raw object missing or corrupt."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.framesSent, m.framesResent, m.eventsSent, m.sendBlocked, m.ackTimeouts,

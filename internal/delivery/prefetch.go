@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"strconv"
 
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
@@ -20,9 +21,17 @@ const scanPage = 256
 // it bounds the memory the backlog scan uses beyond the in-flight window.
 const prefetchDepth = 4
 
-// maxRawCache bounds the raw objects the prefetcher keeps while it serves
-// one request.
+// maxRawCache bounds the raw objects and pages the prefetcher keeps while
+// it serves one request.
 const maxRawCache = 16
+
+// rawCache is what the prefetcher keeps of the raw store: the objects and
+// pages read (and checked) for the request it serves, and, across
+// requests, where the pages of page segments are.
+type rawCache struct {
+	bodies map[string][]byte
+	pages  rawstore.PageIndex
+}
 
 // scanRequest asks the prefetcher for the pending frames after the id after,
 // one page of them.
@@ -62,20 +71,20 @@ type prefetched struct {
 // own goroutine and never touches the socket: it reads the queue and the
 // raw store and dead-letters what can never be sent.
 func (s *Sender) prefetch(ctx context.Context) {
-	cache := make(map[string][]byte)
+	cache := &rawCache{bodies: make(map[string][]byte)}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case r := <-s.scanReq:
 			s.scan(ctx, r, cache)
-			clear(cache)
+			clear(cache.bodies)
 		}
 	}
 }
 
 // scan answers r, giving up when the loop starts a new epoch.
-func (s *Sender) scan(ctx context.Context, r scanRequest, cache map[string][]byte) {
+func (s *Sender) scan(ctx context.Context, r scanRequest, cache *rawCache) {
 	answer := func(p prefetched) bool {
 		p.epoch = r.epoch
 		select {
@@ -129,10 +138,10 @@ func (s *Sender) isInflight(id int64) bool {
 // prefetchFrame loads pending frame id, which is not in flight, with its
 // payloads. It returns nil when there is nothing to send: the frame is no
 // longer pending, or was dead-lettered here (max_deliveries reached, or
-// every raw object gone). Only the loop sends frames, and only frames this
+// every raw object gone or corrupt). Only the loop sends frames, and only frames this
 // returned for the current epoch, so a frame not in flight when scan looked
 // stays so until the loop gets it.
-func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache map[string][]byte) (*readyFrame, error) {
+func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache *rawCache) (*readyFrame, error) {
 	f, ok, err := s.q.LoadFrame(ctx, id)
 	if err != nil || !ok || len(f.Events) == 0 {
 		return nil, err
@@ -160,8 +169,9 @@ func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache map[string][
 
 // checkJSON returns which of f's payloads are not JSON text (nil if all
 // are). Every source validated its records before they were queued, so
-// this finds only a raw object changed since: those bytes still go out,
-// but as payload_b64, so that the frame stays valid JSON.
+// this finds only a raw object changed since that carries no checksum (a
+// push segment; fillPayloads checks the others): those bytes still go
+// out, but as payload_b64, so that the frame stays valid JSON.
 func (s *Sender) checkJSON(f *queue.Frame) []bool {
 	var notJSON []bool
 	var d jsonscan.Decoder
@@ -182,29 +192,30 @@ func (s *Sender) checkJSON(f *queue.Frame) []bool {
 }
 
 // fillOrDeadLetter reads f's payloads from the raw store. Events whose raw
-// object is gone for good (fs.ErrNotExist) can never be delivered: they are
-// dead-lettered, so that they do not hold the backlog up forever, and f is
-// reloaded without them. ok is false when nothing of f is left to send.
-// Any other error is returned: the frame is retried on the next tick.
-func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame, cache map[string][]byte) (ok bool, err error) {
+// bytes are gone for good (fs.ErrNotExist) or no longer match their
+// checksum (rawstore.ErrCorrupt) can never be delivered: they are
+// dead-lettered, so that they neither hold the backlog up forever nor go
+// out with wrong bytes, and f is reloaded without them. ok is false when
+// nothing of f is left to send. Any other error is returned: the frame is
+// retried on the next tick.
+func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame, cache *rawCache) (ok bool, err error) {
 	for {
 		err := s.fillPayloads(ctx, f, cache)
-		var missing *missingRawError
-		if !errors.As(err, &missing) {
+		var bad *unusableRawError
+		if !errors.As(err, &bad) {
 			return err == nil, err
 		}
 		var seqs []int64
 		for _, e := range f.Events {
-			if e.RawKey == missing.key {
+			if e.RawKey == bad.key && e.RawOff >= bad.lo && e.RawOff < bad.hi {
 				seqs = append(seqs, e.Seq)
 			}
 		}
-		reason := "raw object missing: " + missing.key
-		n, err := s.q.DeadLetterEvents(ctx, f.ID, seqs, reason)
+		n, err := s.q.DeadLetterEvents(ctx, f.ID, seqs, bad.reason)
 		if err != nil {
 			return false, err
 		}
-		s.o.Logger.Warn("events dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", reason)
+		s.o.Logger.Warn("events dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", bad.reason, "err", bad.err)
 		s.o.Metrics.eventsDeadLettered.Add(float64(n))
 		again, pending, err := s.q.LoadFrame(ctx, f.ID)
 		if err != nil {
@@ -217,45 +228,80 @@ func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame, cache map
 	}
 }
 
-// missingRawError reports a raw object that no longer exists.
-type missingRawError struct {
-	key string
-	err error
+// unusableRawError reports raw bytes that can never be sent: the object
+// no longer exists, or its bytes (or one page's, in a page segment) no
+// longer match their checksum. The events of key at offsets in [lo, hi)
+// are those affected.
+type unusableRawError struct {
+	key    string
+	lo, hi int
+	// reason is the dead letters' reason: "raw object missing: KEY" or a
+	// rawstore.CorruptError's Reason.
+	reason string
+	err    error
 }
 
-func (e *missingRawError) Error() string { return fmt.Sprintf("raw object %s: %v", e.key, e.err) }
-func (e *missingRawError) Unwrap() error { return e.err }
+func (e *unusableRawError) Error() string { return fmt.Sprintf("raw object %s: %v", e.key, e.err) }
+func (e *unusableRawError) Unwrap() error { return e.err }
+
+// unusable returns the *unusableRawError for err, the failed read of the
+// offsets [lo, hi) of key, when it is one, or nil.
+func unusable(key string, lo, hi int, err error) *unusableRawError {
+	if errors.Is(err, fs.ErrNotExist) {
+		return &unusableRawError{key: key, lo: 0, hi: math.MaxInt, reason: "raw object missing: " + key, err: err}
+	}
+	var ce *rawstore.CorruptError
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	return &unusableRawError{key: key, lo: lo, hi: hi, reason: ce.Reason(), err: err}
+}
 
 // fillPayloads sets the payloads of f's events from their raw objects,
 // through cache. Events in a page segment (many pages in one large file)
-// are read as the span of f's events in it, not the whole object.
-func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache map[string][]byte) error {
-	spans := s.pageSpans(f)
+// are read as their page, which is checked against its checksum, not as
+// the whole segment; whole objects are checked by the store's Get.
+func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache *rawCache) error {
+	pr, _ := s.raw.(rawstore.PageReader)
 	for i := range f.Events {
 		e := &f.Events[i]
 		cacheKey, base := e.RawKey, 0
-		sp, inSpan := spans[e.RawKey]
-		if inSpan {
-			cacheKey, base = sp.cacheKey, sp.lo
+		var ref rawstore.PageRef
+		inPage := pr != nil && rawstore.IsPageSegment(e.RawKey)
+		if inPage {
+			var err error
+			if ref, err = pr.FindPage(ctx, e.RawKey, e.RawOff, &cache.pages); err != nil {
+				// The segment cannot be read up to this event's page,
+				// nor past it.
+				if bad := unusable(e.RawKey, e.RawOff, math.MaxInt, err); bad != nil {
+					return bad
+				}
+				return fmt.Errorf("raw object %s: %w", e.RawKey, err)
+			}
+			cacheKey, base = e.RawKey+"@"+strconv.Itoa(ref.Off), ref.Off
 		}
-		body, ok := cache[cacheKey]
+		body, ok := cache.bodies[cacheKey]
 		if !ok {
 			var err error
-			if inSpan {
-				body, err = s.raw.(rawstore.RangeGetter).GetRange(ctx, e.RawKey, sp.lo, sp.hi-sp.lo)
+			if inPage {
+				body, err = pr.ReadPage(ctx, e.RawKey, ref)
 			} else {
 				body, err = s.raw.Get(ctx, e.RawKey)
 			}
 			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return &missingRawError{key: e.RawKey, err: err}
+				lo, hi := ref.Off, ref.Off+ref.Len // the page's events
+				if !inPage {
+					lo, hi = 0, math.MaxInt
+				}
+				if bad := unusable(e.RawKey, lo, hi, err); bad != nil {
+					return bad
 				}
 				return fmt.Errorf("raw object %s: %w", e.RawKey, err)
 			}
-			if len(cache) >= maxRawCache {
-				clear(cache)
+			if len(cache.bodies) >= maxRawCache {
+				clear(cache.bodies)
 			}
-			cache[cacheKey] = body
+			cache.bodies[cacheKey] = body
 		}
 		off := e.RawOff - base
 		if off < 0 || off+e.RawLen > len(body) {
@@ -264,38 +310,4 @@ func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache map[str
 		e.Payload = body[off : off+e.RawLen]
 	}
 	return nil
-}
-
-// span is the byte range of a frame's events in one page segment.
-type span struct {
-	lo, hi   int
-	cacheKey string
-}
-
-// pageSpans returns, for each page segment that f's events are in, the
-// span of those events, when the store reads ranges.
-func (s *Sender) pageSpans(f *queue.Frame) map[string]span {
-	if _, ok := s.raw.(rawstore.RangeGetter); !ok {
-		return nil
-	}
-	var spans map[string]span
-	for _, e := range f.Events {
-		if !rawstore.IsPageSegment(e.RawKey) || e.RawOff < 0 || e.RawLen < 0 {
-			continue
-		}
-		if spans == nil {
-			spans = make(map[string]span, 1)
-		}
-		sp, ok := spans[e.RawKey]
-		if !ok {
-			sp = span{lo: e.RawOff, hi: e.RawOff + e.RawLen}
-		}
-		sp.lo, sp.hi = min(sp.lo, e.RawOff), max(sp.hi, e.RawOff+e.RawLen)
-		spans[e.RawKey] = sp
-	}
-	for k, sp := range spans {
-		sp.cacheKey = k + "@" + strconv.Itoa(sp.lo) + "+" + strconv.Itoa(sp.hi-sp.lo)
-		spans[k] = sp
-	}
-	return spans
 }

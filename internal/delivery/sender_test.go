@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -317,19 +318,27 @@ func TestFetchToAckBucketsMeasureTheTargets(t *testing.T) {
 	}
 }
 
-// TestBacklogFromPageSegmentReadsOnlyItsFrames queues three pages of ten
+// TestBacklogFromPageSegmentReadsOnlyItsPages queues three pages of ten
 // events appended to one page segment (as a polled source on the file
-// store does), each page padded so the segment is far larger than a
-// frame's events. The sender reads each backlog frame's span of the
-// segment, never the whole segment, and every payload sent is the bytes
+// store does), between two large pages nothing references. The sender
+// reads each backlog frame's page once (to check it against its
+// checksum), never the whole segment, and every payload sent is the bytes
 // at its raw offset.
-func TestBacklogFromPageSegmentReadsOnlyItsFrames(t *testing.T) {
+func TestBacklogFromPageSegmentReadsOnlyItsPages(t *testing.T) {
 	ctx := t.Context()
 	q, file := openStores(t)
 	app := file.(rawstore.PageAppender)
 	var segKey string
-	var segSize int
+	var segSize, pagesSize int
 	want := map[string]string{}
+	unreferenced := func() {
+		key, off, err := app.AppendPage(ctx, "src", time.Now(), bytes.Repeat([]byte(" "), 1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		segKey, segSize = key, off+1<<20
+	}
+	unreferenced()
 	for p := range 3 {
 		var recs []string
 		for i := range 10 {
@@ -340,7 +349,7 @@ func TestBacklogFromPageSegmentReadsOnlyItsFrames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		segKey, segSize = key, off+len(page)
+		segKey, segSize, pagesSize = key, off+len(page), pagesSize+len(page)
 		b := queue.Batch{Source: "src", RawKey: key, FetchedAt: time.Now()}
 		at := 1
 		for i, r := range recs {
@@ -353,7 +362,8 @@ func TestBacklogFromPageSegmentReadsOnlyItsFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	counted := &countingStore{Store: file, ranges: file.(rawstore.RangeGetter)}
+	unreferenced()
+	counted := &countingStore{Store: file, pages: file.(rawstore.PageReader)}
 	_, pull := startSender(t, q, counted)
 	for range 3 {
 		msg, err := pull.RecvBytes(0)
@@ -375,18 +385,18 @@ func TestBacklogFromPageSegmentReadsOnlyItsFrames(t *testing.T) {
 		t.Errorf("events never sent: %v", want)
 	}
 	gets, read := counted.gets.Load(), counted.read.Load()
-	if gets != 0 || read == 0 || read > 3*300 {
-		t.Errorf("%d whole-object reads and %d bytes read by range for 30 events of ~12 bytes in a %d-byte segment %s; want only the frames' spans read",
-			gets, read, segSize, segKey)
+	if gets != 0 || read != int64(pagesSize) {
+		t.Errorf("%d whole-object reads and %d bytes read by page for 30 events in 3 pages of %d bytes in all, in a %d-byte segment %s; want only each page read once",
+			gets, read, pagesSize, segSize, segKey)
 	}
 }
 
-// countingStore counts the whole-object reads and the bytes read by range.
+// countingStore counts the whole-object reads and the bytes read by page.
 type countingStore struct {
 	rawstore.Store
-	ranges rawstore.RangeGetter
-	gets   atomic.Int64
-	read   atomic.Int64
+	pages rawstore.PageReader
+	gets  atomic.Int64
+	read  atomic.Int64
 }
 
 func (c *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
@@ -394,8 +404,12 @@ func (c *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return c.Store.Get(ctx, key)
 }
 
-func (c *countingStore) GetRange(ctx context.Context, key string, off, n int) ([]byte, error) {
-	b, err := c.ranges.GetRange(ctx, key, off, n)
+func (c *countingStore) FindPage(ctx context.Context, key string, off int, ix *rawstore.PageIndex) (rawstore.PageRef, error) {
+	return c.pages.FindPage(ctx, key, off, ix)
+}
+
+func (c *countingStore) ReadPage(ctx context.Context, key string, ref rawstore.PageRef) ([]byte, error) {
+	b, err := c.pages.ReadPage(ctx, key, ref)
 	c.read.Add(int64(len(b)))
 	return b, err
 }

@@ -88,7 +88,8 @@ type Queue struct {
 }
 
 // Open opens (creating if needed) the queue at o.Path, applies migrations and
-// starts the writer.
+// starts the writer. The error is a *DamagedError when SQLite finds the
+// file damaged.
 func Open(o Options) (*Queue, error) {
 	if o.EventsPerFrame <= 0 {
 		o.EventsPerFrame = 100
@@ -118,11 +119,19 @@ func Open(o Options) (*Queue, error) {
 	wdb.SetMaxOpenConns(1)
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
+	// openErr reports a failure of what follows: a *DamagedError when
+	// SQLite found the file damaged.
+	openErr := func(err error) error {
+		if d := asDamaged(o.Path, err); d != nil {
+			return d
+		}
+		return fmt.Errorf("open queue %s: %w", o.Path, err)
+	}
 	if err := migrate(wdb); err != nil {
-		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
+		return nil, openErr(errors.Join(err, wdb.Close()))
 	}
 	if err := checkPragmas(wdb); err != nil {
-		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close()))
+		return nil, openErr(errors.Join(err, wdb.Close()))
 	}
 	rdb, err := sql.Open("sqlite3", ruri)
 	if err != nil {
@@ -137,7 +146,7 @@ func Open(o Options) (*Queue, error) {
 		done: make(chan struct{}),
 	}
 	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareVerdicts(), q.prepareSettle()); err != nil {
-		return nil, fmt.Errorf("open queue %s: %w", o.Path, errors.Join(err, wdb.Close(), rdb.Close()))
+		return nil, openErr(errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
 	return q, nil

@@ -75,7 +75,8 @@ func (s *fileStore) put(ctx context.Context, key string, body []byte) error {
 	return durable.WriteFile(final, body)
 }
 
-// Get reads the file that holds key.
+// Get reads the file that holds key and checks it against the hash in
+// key, if key has one (Key).
 func (s *fileStore) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
@@ -85,6 +86,9 @@ func (s *fileStore) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
 	}
 	b, err := os.ReadFile(p)
+	if err == nil {
+		err = checkObject(key, b)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raw store %s: get %q: %w", s, key, err)
 	}

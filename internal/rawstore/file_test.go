@@ -107,11 +107,14 @@ func TestFilePutSameKeyOverwrites(t *testing.T) {
 		t.Fatalf("get = %q, %v", got, err)
 	}
 
-	// Put replaces whatever the key held.
-	if err := s.Put(t.Context(), key, []byte("other")); err != nil {
-		t.Fatalf("put other: %v", err)
+	// Put replaces whatever the key held (a key without Key's hash: Get
+	// checks the bytes of one with it against it).
+	for _, b := range []string{"first", "other"} {
+		if err := s.Put(t.Context(), "src/plain.json", []byte(b)); err != nil {
+			t.Fatalf("put %s: %v", b, err)
+		}
 	}
-	if got, err := s.Get(t.Context(), key); err != nil || string(got) != "other" {
+	if got, err := s.Get(t.Context(), "src/plain.json"); err != nil || string(got) != "other" {
 		t.Fatalf("get after overwrite = %q, %v", got, err)
 	}
 }
@@ -195,9 +198,14 @@ func TestFileOpenOnRegularFile(t *testing.T) {
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := rawstore.Open(t.Context(), rawstore.Options{URL: "file://" + p})
+	s, err := rawstore.Open(t.Context(), rawstore.Options{URL: "file://" + p})
 	if err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Fatalf("open on a file: %v", err)
+	}
+	// A nil *fileStore in a non-nil Store made the daemon's cleanup of a
+	// failed start panic (TestForeignDataDirReadOnlyRefusesToStart).
+	if s != nil {
+		t.Fatalf("a failed open returned the store %#v, want nil", s)
 	}
 }
 

@@ -28,19 +28,10 @@ type PageAppender interface {
 	AppendPage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (key string, off int, err error)
 }
 
-// RangeGetter is a Store that reads part of an object, so that a reader
-// of a few events of a large segment does not read all of it.
-type RangeGetter interface {
-	// GetRange returns n bytes of key's object from offset off. The error
-	// wraps fs.ErrNotExist when nothing is stored under key, and
-	// io.ErrUnexpectedEOF when the object ends before off+n.
-	GetRange(ctx context.Context, key string, off, n int) ([]byte, error)
-}
-
 const (
 	// PageSegmentMaxBytes is the size past which a page segment is closed
 	// and the next page starts a new one. A segment is read whole only by
-	// replay and dlq show; delivery reads a frame's span (RangeGetter).
+	// replay and dlq show; delivery reads a frame's pages (PageReader).
 	PageSegmentMaxBytes = 16 << 20
 	// pageSegmentSuffix ends a page segment's key.
 	pageSegmentSuffix = "-pages.seg"
@@ -84,15 +75,9 @@ func (s *fileStore) AppendPage(ctx context.Context, source string, fetchedAt tim
 	return key, off + len(h), nil
 }
 
-// GetRange implements RangeGetter.
-func (s *fileStore) GetRange(ctx context.Context, key string, off, n int) ([]byte, error) {
-	b, err := s.getRange(ctx, key, off, n)
-	if err != nil {
-		return nil, fmt.Errorf("raw store %s: get %q [%d,+%d): %w", s, key, off, n, err)
-	}
-	return b, nil
-}
-
+// getRange returns n bytes of key's object from offset off. The error
+// wraps fs.ErrNotExist when nothing is stored under key, and
+// io.ErrUnexpectedEOF when the object ends before off+n.
 func (s *fileStore) getRange(ctx context.Context, key string, off, n int) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -128,17 +113,18 @@ type Page struct {
 	FetchedAt time.Time
 	// Body is the page's bytes.
 	Body []byte
-	// Err is set when Body does not match the checksum in its header
-	// (the bytes changed on disk since they were written).
+	// Err is a *CorruptError when Body does not match the checksum in its
+	// header (the bytes changed on disk since they were written).
 	Err error
 }
 
-// ReadPages calls fn with each page record of seg, a page segment's bytes,
-// in order, and stops at the first error fn returns. A record cut short at
-// the end of seg (an append a crash or a failed write interrupted, which
-// nothing references) ends the segment. A header that cannot be read is an
-// error: the records after it cannot be found.
-func ReadPages(seg []byte, fn func(Page) error) error {
+// ReadPages calls fn with each page record of seg, the bytes of page
+// segment key, in order, and stops at the first error fn returns. A record
+// cut short at the end of seg (an append a crash or a failed write
+// interrupted, which nothing references) ends the segment. A header that
+// cannot be read is an error wrapping ErrCorrupt: the records after it
+// cannot be found.
+func ReadPages(key string, seg []byte, fn func(Page) error) error {
 	for at := 0; at < len(seg); {
 		nl := bytes.IndexByte(seg[at:], '\n')
 		if nl < 0 {
@@ -147,19 +133,18 @@ func ReadPages(seg []byte, fn func(Page) error) error {
 		line := string(seg[at : at+nl])
 		n, sum, fetched, err := parsePageHeader(line)
 		if err != nil {
-			return fmt.Errorf("page segment: record at offset %d: %w", at, err)
+			return &CorruptError{Key: key, Off: -1, What: "page header unreadable", Detail: fmt.Sprintf("record at offset %d: %v", at, err)}
 		}
 		body := at + nl + 1
 		if body+n+1 > len(seg) {
 			return nil // a body cut short
 		}
 		if seg[body+n] != '\n' {
-			return fmt.Errorf("page segment: record at offset %d: no newline after its %d bytes", at, n)
+			return &CorruptError{Key: key, Off: body, What: "page header unreadable",
+				Detail: fmt.Sprintf("record at offset %d: no newline after its %d bytes", at, n)}
 		}
 		p := Page{Off: body, FetchedAt: time.Unix(0, fetched).UTC(), Body: seg[body : body+n : body+n]}
-		if got := crc32.Checksum(p.Body, crc32c); got != sum {
-			p.Err = fmt.Errorf("page at offset %d: checksum %08x, header says %08x: the bytes changed on disk", body, got, sum)
-		}
+		p.Err = checkPage(key, body, p.Body, sum)
 		if err := fn(p); err != nil {
 			return err
 		}

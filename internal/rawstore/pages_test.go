@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -62,14 +61,24 @@ func TestAppendPageReadsBackEveryPage(t *testing.T) {
 	if got := files(t, dir); len(got) != 2 {
 		t.Fatalf("files %v, want one page segment per source", got)
 	}
-	rg := app.(rawstore.RangeGetter)
+	pr := app.(rawstore.PageReader)
+	var ix rawstore.PageIndex
 	for i, p := range pages {
-		got, err := rg.GetRange(t.Context(), p.key, p.off, len(p.body))
-		if err != nil {
-			t.Fatalf("page %d: %v", i, err)
-		}
-		if !bytes.Equal(got, p.body) {
-			t.Errorf("page %d: range read %q, want %q", i, got, p.body)
+		for _, off := range []int{p.off + len(p.body) - 1, p.off, p.off + len(p.body)/2} {
+			ref, err := pr.FindPage(t.Context(), p.key, off, &ix)
+			if err != nil {
+				t.Fatalf("page %d: find offset %d: %v", i, off, err)
+			}
+			if ref.Off != p.off || ref.Len != len(p.body) || !ref.FetchedAt.Equal(p.at) {
+				t.Fatalf("page %d: offset %d found %+v, want the page at %d, %d bytes, fetched %v", i, off, ref, p.off, len(p.body), p.at)
+			}
+			got, err := pr.ReadPage(t.Context(), p.key, ref)
+			if err != nil {
+				t.Fatalf("page %d: %v", i, err)
+			}
+			if !bytes.Equal(got, p.body) {
+				t.Errorf("page %d: read %q, want %q", i, got, p.body)
+			}
 		}
 	}
 	for _, key := range []string{pages[0].key, pages[1].key} {
@@ -84,7 +93,7 @@ func TestAppendPageReadsBackEveryPage(t *testing.T) {
 			}
 		}
 		var got []rawstore.Page
-		if err := rawstore.ReadPages(seg, func(p rawstore.Page) error { got = append(got, p); return nil }); err != nil {
+		if err := rawstore.ReadPages(key, seg, func(p rawstore.Page) error { got = append(got, p); return nil }); err != nil {
 			t.Fatalf("read pages of %s: %v", key, err)
 		}
 		if len(got) != len(want) {
@@ -161,7 +170,7 @@ func TestReadPagesFindsDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(b []byte) (n int, bad []int, err error) {
-		err = rawstore.ReadPages(b, func(p rawstore.Page) error {
+		err = rawstore.ReadPages(key, b, func(p rawstore.Page) error {
 			n++
 			if p.Err != nil {
 				bad = append(bad, p.Off)
@@ -187,25 +196,96 @@ func TestReadPagesFindsDamage(t *testing.T) {
 	}
 }
 
-// TestGetRange reads parts of an object, past its end, and of a missing
-// one.
-func TestGetRange(t *testing.T) {
+// TestPageReaderFindsDamage flips a byte in the middle page of a page
+// segment and cuts its last page short: FindPage and ReadPage report the
+// damaged pages as *CorruptError (a crc mismatch, a truncation) and still
+// read the page before them; a missing segment is fs.ErrNotExist.
+func TestPageReaderFindsDamage(t *testing.T) {
+	dir := t.TempDir()
+	app := openPageAppender(t, dir)
+	pr := app.(rawstore.PageReader)
+	at := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	var key string
+	var offs []int
+	for i := range 3 {
+		k, off, err := app.AppendPage(t.Context(), "orders", at, []byte(fmt.Sprintf(`[{"id":%d}]`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, offs = k, append(offs, off)
+	}
+	p := filepath.Join(dir, filepath.FromSlash(key))
+	seg, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg[offs[1]+3] ^= 0x20
+	if err := os.WriteFile(p, seg[:offs[2]+4], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ix rawstore.PageIndex
+	read := func(off int) ([]byte, error) {
+		ref, err := pr.FindPage(t.Context(), key, off, &ix)
+		if err != nil {
+			return nil, err
+		}
+		return pr.ReadPage(t.Context(), key, ref)
+	}
+	if got, err := read(offs[0] + 2); err != nil || string(got) != `[{"id":0}]` {
+		t.Errorf("the good page: %q, %v", got, err)
+	}
+	for i, what := range map[int]string{1: "page crc mismatch", 2: "page truncated"} {
+		_, err := read(offs[i] + 1)
+		var ce *rawstore.CorruptError
+		if !errors.As(err, &ce) || !errors.Is(err, rawstore.ErrCorrupt) || ce.What != what || ce.Key != key || ce.Off != offs[i] {
+			t.Errorf("page %d: %v, want a *CorruptError %q at %s@%d", i, err, what, key, offs[i])
+		} else if want := fmt.Sprintf("raw object corrupt: %s: %s@%d", what, key, offs[i]); ce.Reason() != want {
+			t.Errorf("page %d: reason %q, want %q", i, ce.Reason(), want)
+		}
+	}
+	if _, err := pr.FindPage(t.Context(), "orders/2026/11/25/1-pages.seg", 0, &ix); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing segment: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// TestGetFindsCorruptObject stores objects under Key's keys, then flips a
+// bit in one and truncates another: Get reports both as a *CorruptError
+// naming the sha256 mismatch, and still reads a key without a hash.
+func TestGetFindsCorruptObject(t *testing.T) {
 	dir := t.TempDir()
 	s := openFile(t, dir)
-	if err := s.Put(t.Context(), "a/b.json", []byte("0123456789")); err != nil {
-		t.Fatal(err)
+	at := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	body := []byte(`[{"id":1},{"id":2}]`)
+	flipped, cut := rawstore.Key("src", at, body), rawstore.Key("src", at.Add(1), body)
+	for _, key := range []string{flipped, cut, "src/plain.json"} {
+		if err := s.Put(t.Context(), key, body); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Get(t.Context(), key); err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("get %s: %q, %v", key, got, err)
+		}
 	}
-	rg := s.(rawstore.RangeGetter)
-	if got, err := rg.GetRange(t.Context(), "a/b.json", 3, 4); err != nil || string(got) != "3456" {
-		t.Errorf("GetRange(3, 4) = %q, %v; want 3456", got, err)
+	damage := func(key string, f func([]byte) []byte) {
+		p := filepath.Join(dir, filepath.FromSlash(key))
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, f(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := rg.GetRange(t.Context(), "a/b.json", 8, 4); !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Errorf("a range past the end: %v, want io.ErrUnexpectedEOF", err)
+	damage(flipped, func(b []byte) []byte { b[8] ^= 0x01; return b })
+	damage(cut, func(b []byte) []byte { return b[:len(b)-3] })
+	damage("src/plain.json", func(b []byte) []byte { return b[:3] })
+	for _, key := range []string{flipped, cut} {
+		_, err := s.Get(t.Context(), key)
+		var ce *rawstore.CorruptError
+		if !errors.As(err, &ce) || ce.What != "sha256 mismatch" || ce.Reason() != "raw object corrupt: sha256 mismatch: "+key {
+			t.Errorf("get the damaged %s: %v, want a sha256 mismatch", key, err)
+		}
 	}
-	if _, err := rg.GetRange(t.Context(), "a/missing.json", 0, 1); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a missing object: %v, want fs.ErrNotExist", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "a", "b.json")); err != nil {
-		t.Fatal(err)
+	if got, err := s.Get(t.Context(), "src/plain.json"); err != nil || string(got) != `[{"` {
+		t.Errorf("a key without a hash: %q, %v; want its bytes as they are", got, err)
 	}
 }

@@ -21,7 +21,9 @@ type Store interface {
 	// Put stores body under key durably.
 	Put(ctx context.Context, key string, body []byte) error
 	// Get returns the bytes stored under key. The error wraps
-	// fs.ErrNotExist when nothing is stored under key.
+	// fs.ErrNotExist when nothing is stored under key, and is a
+	// *CorruptError when key has Key's form and the bytes do not match
+	// the SHA-256 in it.
 	Get(ctx context.Context, key string) ([]byte, error)
 	// List calls fn with every key that starts with prefix, in lexical
 	// order (for the keys Key makes: fetch order within a source). It stops
@@ -70,11 +72,21 @@ func Open(ctx context.Context, o Options) (Store, error) {
 	if !ok {
 		return nil, fmt.Errorf("raw store %q: want file://DIR or s3://bucket/prefix", o.URL)
 	}
+	// A failed open returns a nil Store, not a nil *fileStore in one:
+	// the caller's cleanup tests it against nil.
 	switch scheme {
 	case "file":
-		return openFile(rest)
+		s, err := openFile(rest)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "s3":
-		return openS3(ctx, o)
+		s, err := openS3(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	default:
 		return nil, fmt.Errorf("raw store %q: unsupported scheme %q (want file or s3)", o.URL, scheme)
 	}

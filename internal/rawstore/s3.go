@@ -106,7 +106,8 @@ func (s *s3Store) Put(ctx context.Context, key string, body []byte) error {
 	return nil
 }
 
-// Get downloads the object stored under key.
+// Get downloads the object stored under key and checks it against the
+// hash in key, if key has one (Key).
 func (s *s3Store) Get(ctx context.Context, key string) ([]byte, error) {
 	b, err := s.get(ctx, key)
 	if err != nil {
@@ -133,6 +134,9 @@ func (s *s3Store) get(ctx context.Context, key string) ([]byte, error) {
 	b, err := io.ReadAll(out.Body)
 	if cerr := out.Body.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		err = checkObject(key, b)
 	}
 	if err != nil {
 		return nil, err

@@ -241,3 +241,21 @@ func TestS3PutCanceled(t *testing.T) {
 		t.Fatalf("put with canceled ctx: %v, want context.Canceled", err)
 	}
 }
+
+// TestS3GetFindsCorruptObject stores bytes under the key of other bytes
+// (a truncated upload): Get reports a sha256 mismatch instead of them.
+func TestS3GetFindsCorruptObject(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	s := openS3(t, srv, "raw")
+	body := []byte(`[{"id":1},{"id":2}]`)
+	key := rawstore.Key("github", time.Date(2024, 3, 5, 10, 0, 0, 0, time.UTC), body)
+	if err := s.Put(t.Context(), key, body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Get(t.Context(), key)
+	var ce *rawstore.CorruptError
+	if !errors.As(err, &ce) || ce.What != "sha256 mismatch" || ce.Key != key {
+		t.Fatalf("get a truncated upload: %v, want a sha256 mismatch of %s", err, key)
+	}
+}

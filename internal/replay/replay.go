@@ -63,8 +63,9 @@ type Object struct {
 	// Forgotten is how many remembered events a forced replay forgot
 	// before queueing them again.
 	Forgotten int64
-	// Malformed is why the payload still does not parse; the object was
-	// skipped. Empty when it parsed.
+	// Malformed is why the payload still does not parse, or why its bytes
+	// cannot be trusted (a rawstore.CorruptError: "raw object corrupt:
+	// ..."); the object was skipped. Empty when it parsed.
 	Malformed string
 }
 
@@ -79,7 +80,7 @@ type Summary struct {
 	Queued, Duplicates int
 	// Forgotten counts the remembered events a forced replay forgot.
 	Forgotten int64
-	// Malformed counts the objects that still do not parse.
+	// Malformed counts the objects that still do not parse or are corrupt.
 	Malformed int
 	// Ignored counts keys under the prefixes that are not raw payload keys
 	// (<unix-nanos>-<hash>.json), which are left alone.
@@ -236,13 +237,14 @@ func fetchTime(key string) (time.Time, bool) {
 
 // segment replays the pages of a page segment fetched in range, each as
 // an object. A page whose bytes no longer match their checksum is counted
-// malformed and skipped.
+// malformed and skipped; so is the rest of the segment after a record
+// header that cannot be read.
 func (r *replayer) segment(ctx context.Context, key string, sum *Summary) error {
 	seg, err := r.raw.Get(ctx, key)
 	if err != nil {
 		return err
 	}
-	err = rawstore.ReadPages(seg, func(p rawstore.Page) error {
+	err = rawstore.ReadPages(key, seg, func(p rawstore.Page) error {
 		if !r.opts.From.IsZero() && p.FetchedAt.Before(r.opts.From) || !r.opts.To.IsZero() && !p.FetchedAt.Before(r.opts.To) {
 			return nil
 		}
@@ -254,15 +256,29 @@ func (r *replayer) segment(ctx context.Context, key string, sum *Summary) error 
 		}
 		return r.payload(ctx, Object{Key: key, Page: true, Off: p.Off, FetchedAt: p.FetchedAt}, p.Body, sum)
 	})
+	if ce := (*rawstore.CorruptError)(nil); errors.As(err, &ce) {
+		at, _ := fetchTime(key)
+		sum.Objects++
+		sum.Malformed++
+		r.report(Object{Key: key, Page: true, Off: max(ce.Off, 0), FetchedAt: at, Malformed: ce.Error()})
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", key, err)
 	}
 	return nil
 }
 
-// object replays one raw object of its own.
+// object replays one raw object of its own. One whose bytes no longer
+// match the SHA-256 in its key is counted malformed and skipped.
 func (r *replayer) object(ctx context.Context, key string, at time.Time, sum *Summary) error {
 	body, err := r.raw.Get(ctx, key)
+	if ce := (*rawstore.CorruptError)(nil); errors.As(err, &ce) {
+		sum.Objects++
+		sum.Malformed++
+		r.report(Object{Key: key, FetchedAt: at, Malformed: ce.Error()})
+		return nil
+	}
 	if err != nil {
 		return err
 	}

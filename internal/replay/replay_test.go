@@ -464,3 +464,62 @@ func TestReplayPageSegments(t *testing.T) {
 		t.Errorf("the rotten page was not reported with a checksum error: %+v", objs)
 	}
 }
+
+// TestReplayReportsAndSkipsCorruptObject flips a bit in the second good
+// payload (its bytes no longer match the SHA-256 in its key) and garbles
+// the first record header of a page segment: replay reports both as
+// corrupt and skips them, and queues everything else, never the rotten
+// bytes.
+func TestReplayReportsAndSkipsCorruptObject(t *testing.T) {
+	f := newFixture(t, "")
+	dir := strings.TrimPrefix(f.cfg.RawStore.URL, "file://")
+	p := filepath.Join(dir, filepath.FromSlash(f.good[1]))
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(b, []byte("ev-4"))
+	b[i+3] ^= 0x0c // ev-4 becomes ev-8: still parses, wrong bytes
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := f.raw.(rawstore.PageAppender)
+	key, off, err := app.AppendPage(t.Context(), "feed", t0.Add(5*time.Minute), []byte(`[{"id":"pg-1","seq":50}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.raw.(rawstore.Appender).Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, filepath.FromSlash(key))
+	if b, err = os.ReadFile(seg); err != nil {
+		t.Fatal(err)
+	}
+	copy(b[off-12:], "XXXX") // inside the header's fetched_at
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	sum, objs := f.run(t, replay.Options{})
+	if want := (replay.Summary{Objects: 6, Records: 9, Queued: 9, Malformed: 3}); sum != want {
+		t.Errorf("replay: %+v, want %+v (the rotten object, the garbled segment and the fixture's malformed one skipped)", sum, want)
+	}
+	reported := map[string]string{}
+	for _, o := range objs {
+		reported[o.Key] = o.Malformed
+	}
+	if m := reported[f.good[1]]; !strings.HasPrefix(m, "raw object corrupt: sha256 mismatch: "+f.good[1]) {
+		t.Errorf("the rotten object reported as %q, want a sha256 mismatch", m)
+	}
+	if m := reported[key]; !strings.HasPrefix(m, "raw object corrupt: page header unreadable: "+key) {
+		t.Errorf("the garbled segment reported as %q, want an unreadable page header", m)
+	}
+	q := f.openQueue(t)
+	events, _ := pending(t, q)
+	closeQueue(t, q)
+	for _, e := range events {
+		if e.RawKey == f.good[1] || e.RawKey == key {
+			t.Errorf("event %s queued from the damaged %s", e.Key, e.RawKey)
+		}
+	}
+}
