@@ -48,10 +48,7 @@ func newClusterRig(t *testing.T, nSources, total int) *clusterRig {
 	r := &clusterRig{t: t, dir: dir, bin: buildBinary(t, dir), etcd: etcdtest.Start(t),
 		up:      testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: 10}),
 		sources: nSources, total: total, appliedDB: filepath.Join(dir, "applied.db"), members: map[string]*clusterMember{}}
-	r.procBin = filepath.Join(dir, "processor")
-	if out, err := exec.Command("go", "build", "-o", r.procBin, "../processor").CombinedOutput(); err != nil {
-		t.Fatalf("go build processor: %v\n%s", err, out)
-	}
+	r.procBin = buildProcessor(t, dir)
 	r.procLogs = &testsync.LockedBuffer{}
 	proc := exec.Command(r.procBin, "-etcd", r.etcd.Endpoint, "-cluster", "failover", "-sqlite", r.appliedDB, "-log-every", "1h")
 	proc.Stderr = r.procLogs

@@ -121,17 +121,25 @@ logfile = ""
 	return f
 }
 
-// PowerCut drops every write LazyFS holds that was not fsynced, then
-// unmounts and mounts it again, as a machine that lost power and booted:
-// files read back what was fsynced before the cut. Stop every process
-// that writes under Dir first (SIGSTOP, then SIGKILL once the cut is
-// done), or its writes between the two would survive.
-func (f *FS) PowerCut() {
+// PowerCut drops every write LazyFS holds that was not fsynced, calls
+// kill, then unmounts LazyFS and mounts it again, as a machine that lost
+// power and booted: files read back what was fsynced before the cut. Stop
+// every process that writes under Dir before the cut (SIGSTOP), or its
+// writes after the drop would survive; kill must end every process that
+// has files open under Dir, or the unmount fails.
+func (f *FS) PowerCut(kill func()) {
 	f.t.Helper()
 	if err := f.command("lazyfs::clear-cache", "finished::clear-cache"); err != nil {
 		f.t.Fatalf("lazyfstest: power cut: %v", err)
 	}
-	f.svc.Restart()
+	kill()
+	f.svc.Stop()
+	if f.mounted() == nil {
+		f.t.Fatalf("lazyfstest: %s is still mounted after LazyFS stopped: does a process still have files open under it?", f.Dir)
+	}
+	if err := f.svc.Start(); err != nil {
+		f.t.Fatalf("%v", err)
+	}
 }
 
 // command writes cmd to LazyFS's fifo and waits for it to report want on

@@ -51,8 +51,8 @@ func TestPowerCutKeepsOnlyWhatWasSynced(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(fs.Dir, "partly")); err != nil || string(got) != "kept lost" {
 		t.Fatalf("before the cut, partly holds %q (%v), want everything written", got, err)
 	}
-	fs.PowerCut()
+	fs.PowerCut(func() {})
 	check("after the power cut")
-	fs.PowerCut()
+	fs.PowerCut(func() {})
 	check("after a second power cut")
 }
