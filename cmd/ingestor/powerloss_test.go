@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,6 +63,8 @@ type queueState struct {
 	events map[string]delivered // by key, with the record's bytes as payload
 	acked  map[string]bool      // keys acked
 	seqs   map[string]int64     // keys' seqs
+	// deadLetters are the raw keys of the malformed pages listed.
+	deadLetters []string
 }
 
 func powerLossCycles(t *testing.T, bin, procBin, synchronous string, cycles, gracefulEvery, total int) {
@@ -80,6 +85,7 @@ timeout = "5s"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
+malformed_retries = 0
 `, up.URL+"/feed")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -102,6 +108,12 @@ cursor_param = "since"
 	everAcked := map[string]bool{}
 	start := time.Now()
 	for i := 0; i < cycles; i++ {
+		// Every third cycle starts with a malformed page, which the
+		// daemon keeps under a content-hashed key and lists as a dead
+		// letter.
+		if i%3 == 0 {
+			up.Script(testupstream.Body(http.StatusOK, fmt.Sprintf("not json, cycle %d", i+1)))
+		}
 		d := startFrom(t, up, cursor, startDaemon)
 		time.Sleep(time.Duration(rand.Int64N(int64(400*time.Millisecond))) + 50*time.Millisecond) // a random moment, not a wait for a condition
 		// Every gracefulEvery-th cycle the daemon stops cleanly before the
@@ -125,6 +137,9 @@ cursor_param = "since"
 		applied := sinkEvents(t, sink)
 		st := readQueue(t, fs.Dir, total)
 		checkRawPayloads(t, filepath.Join(fs.Dir, "raw"), st.events)
+		for _, key := range st.deadLetters {
+			checkHashedObject(t, filepath.Join(fs.Dir, "raw"), key)
+		}
 		for key := range everAcked {
 			if !st.acked[key] {
 				t.Fatalf("cut %d: event %s was acked after an earlier cut and is pending again", i+1, key)
@@ -193,6 +208,11 @@ cursor_param = "since"
 		}
 		if err := c.p.wait(); err != nil {
 			t.Fatalf("graceful stop of the %s: %v", c.name, err)
+		}
+	}
+	if synchronous == "full" {
+		if st := readQueue(t, fs.Dir, total); len(st.deadLetters) == 0 {
+			t.Fatal("no malformed page is listed as a dead letter: the content-hashed raw objects went unchecked")
 		}
 	}
 	applied := sinkEvents(t, sink)
@@ -315,6 +335,21 @@ func readQueue(t *testing.T, root string, total int) queueState {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	dl, err := db.Query(`SELECT raw_key FROM dead_letters WHERE source = 'seq' AND event_key = ''`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = dl.Close() }()
+	for dl.Next() {
+		var key string
+		if err := dl.Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		st.deadLetters = append(st.deadLetters, key)
+	}
+	if err := dl.Err(); err != nil {
+		t.Fatal(err)
+	}
 	// Events without a raw object would have been dropped by the join.
 	var all int
 	if err := db.QueryRow(`SELECT count(*) FROM events WHERE source = 'seq'`).Scan(&all); err != nil {
@@ -325,6 +360,22 @@ func readQueue(t *testing.T, root string, total int) queueState {
 			st.cursor, all, len(st.events))
 	}
 	return st
+}
+
+// checkHashedObject checks that the raw object key under rawDir exists and
+// holds the bytes whose SHA-256 its name carries:
+// .../<unix-nanos>-<first 16 bytes of the SHA-256, hex>.json.
+func checkHashedObject(t *testing.T, rawDir, key string) {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join(rawDir, key))
+	if err != nil {
+		t.Fatalf("raw object %s: %v", key, err)
+	}
+	_, want, ok := strings.Cut(strings.TrimSuffix(filepath.Base(key), ".json"), "-")
+	sum := sha256.Sum256(body)
+	if !ok || hex.EncodeToString(sum[:16]) != want {
+		t.Fatalf("raw object %s holds %d bytes whose SHA-256 is %x, not the one its key names", key, len(body), sum)
+	}
 }
 
 // countTrue returns the number of true values in m.
