@@ -28,25 +28,27 @@ import (
 // upstream and the built exactly-once processor (its database on the real
 // disk), and cuts the power at random moments: the daemon is frozen, every
 // write LazyFS holds that was not fsynced is dropped, the daemon is
-// killed, LazyFS is mounted again and the daemon restarted.
+// killed, LazyFS is mounted again and the daemon restarted. Some cycles
+// stop the daemon cleanly before the cut, and some start with a malformed
+// page, which the daemon dead-letters under a content-hashed key.
 //
 // After every cut, with either synchronous mode: the queue passes
-// PRAGMA integrity_check; the source's cursor never points past an event
-// that is not in the queue, nor the queue hold an event past it; every
-// event's payload is in its page segment where its reference says, each
-// page's checksum holding; no ack that had survived an earlier cut is lost
-// (an event once seen acked is never pending again); and the restarted
-// daemon's first request asks from the cursor that survived. At the end every
-// upstream record is in the processor's table exactly once.
+// PRAGMA integrity_check; its events are exactly the records up to the
+// source's cursor; every event's payload is in its page segment where its
+// reference says, each page's checksum holding, and every dead letter's
+// object holds the bytes whose SHA-256 its key names; no ack that survived
+// an earlier cut is undone; a cut after a clean stop changes nothing; and
+// the restarted daemon's first request asks from the cursor that survived.
+// At the end every upstream record is in the processor's table exactly
+// once.
 //
-// With synchronous = "full", every event the processor applied before the
-// cut (the daemon sends an event only after its commit) is still in the
-// queue: nothing fsynced-and-promised is lost, and only lost acks can
-// deliver an event again. With synchronous = "normal", the commits since
-// the queue's last WAL checkpoint may be lost: those events are fetched
-// again from the older cursor and delivered again (the processor
-// recognises them), and the test checks that the loss happened at least
-// once, so the window it documents is real.
+// With synchronous = "full", every event the processor applied before a
+// cut (the daemon sends an event only after its commit) is still queued,
+// under the seq it was applied with: only lost acks deliver an event
+// again. With synchronous = "normal", the commits since the queue's last
+// checkpoint are lost; their events are fetched again from the older
+// cursor and delivered again, and the test fails unless that happened, so
+// the window README documents is real.
 func TestPowerLossKeepsWhatWasPromised(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the daemon and cuts the power under it repeatedly")
@@ -67,6 +69,9 @@ type queueState struct {
 	deadLetters []string
 }
 
+// powerLossCycles runs cycles power cuts of the daemon with synchronous,
+// every gracefulEvery-th after a clean stop, while the upstream serves
+// total records; see TestPowerLossKeepsWhatWasPromised.
 func powerLossCycles(t *testing.T, bin, procBin, synchronous string, cycles, gracefulEvery, total int) {
 	fs := lazyfstest.Mount(t)
 	dir := t.TempDir()
@@ -275,9 +280,9 @@ func freeze(t *testing.T, d *proc) {
 	})
 }
 
-// readQueue opens the queue under dataDir read-only, checks its integrity
-// and that the source's events are exactly the records up to its cursor,
-// and returns them.
+// readQueue opens the queue in root's data dir read-only, checks its
+// integrity and that the source's events are exactly the records (of
+// total) up to its cursor, and returns what it holds.
 func readQueue(t *testing.T, root string, total int) queueState {
 	t.Helper()
 	db, err := sql.Open("sqlite3", "file:"+filepath.Join(root, "data", "queue.db")+"?mode=ro")
