@@ -168,11 +168,12 @@ func (f *FS) command(cmd, want string) error {
 	return nil
 }
 
-// launch starts LazyFS in the foreground on f.Dir, over f.root. Its
-// working directory is f.dir, so a core dump (LazyFS aborts as it exits
-// after an unmount) lands there, not in the test's package.
+// launch starts LazyFS in the foreground on f.Dir, over f.root, through
+// prlimit with core dumps off: LazyFS aborts as it exits after an unmount
+// (its fault thread is never joined), and where core dumps are on each
+// remount would write one the size of its cache.
 func (f *FS) launch() (*testsync.Process, error) {
-	cmd := exec.Command(f.bin, f.Dir, "--config-path", f.config, "-o", "modules=subdir", "-o", "subdir="+f.root, "-f")
+	cmd := exec.Command("prlimit", "--core=0", "--", f.bin, f.Dir, "--config-path", f.config, "-o", "modules=subdir", "-o", "subdir="+f.root, "-f")
 	cmd.Dir = f.dir
 	return testsync.StartProcess(cmd)
 }
