@@ -36,10 +36,7 @@ func TestChaosExactlyOnce(t *testing.T) {
 	poison := regexp.MustCompile(`^ev-(7|777|2222)$`)
 	dir := t.TempDir()
 	ingestor := buildBinary(t, dir)
-	proc := filepath.Join(dir, "processor")
-	if out, err := exec.Command("go", "build", "-o", proc, "../processor").CombinedOutput(); err != nil {
-		t.Fatalf("go build processor: %v\n%s", err, out)
-	}
+	proc := buildProcessor(t, dir)
 	feed := testupstream.New(t, total, 20)
 	httpAddr, pub, ack := testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
 	cfgPath := filepath.Join(dir, "ingestor.toml")
@@ -127,10 +124,10 @@ cursor_param = "since"
 	waitForLog(t, &procLogs, fmt.Sprintf(`(?s)(msg="processor started".*){%d}`, started+1))
 	want := total - 3
 	deadline := time.Now().Add(3 * time.Minute)
-	for sinkCount(t, sink) < want || pendingEvents(t, httpAddr) != 0 {
+	for len(sinkEvents(t, sink)) < want || pendingEvents(t, httpAddr) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("sink holds %d of %d events, queue pending %v\nprocessor:\n%s\ndaemon:\n%s",
-				sinkCount(t, sink), want, pendingEvents(t, httpAddr), tail(procLogs.String()), tail(daemonLogs.String()))
+				len(sinkEvents(t, sink)), want, pendingEvents(t, httpAddr), tail(procLogs.String()), tail(daemonLogs.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -214,22 +211,6 @@ cursor_param = "since"
 			t.Errorf("poison event %s is not in the dead-letter list with a reason (dead letters: %v)", id, dead)
 		}
 	}
-}
-
-func sinkCount(t *testing.T, path string) int {
-	if _, err := os.Stat(path); err != nil {
-		return 0
-	}
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
-	if err != nil {
-		return 0
-	}
-	defer func() { _ = db.Close() }()
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM events`).Scan(&n); err != nil {
-		return 0
-	}
-	return n
 }
 
 // waitForLog waits until the logs match pattern.

@@ -46,10 +46,7 @@ type clusterMember struct {
 
 func newClusterRig(t *testing.T, nSources, total int) *clusterRig {
 	return newClusterRigWith(t, nSources, total, func(r *clusterRig) *exec.Cmd {
-		r.procBin = filepath.Join(r.dir, "processor")
-		if out, err := exec.Command("go", "build", "-o", r.procBin, "../processor").CombinedOutput(); err != nil {
-			t.Fatalf("go build processor: %v\n%s", err, out)
-		}
+		r.procBin = buildProcessor(t, r.dir)
 		return exec.Command(r.procBin, "-etcd", r.etcd.Endpoint, "-cluster", "failover", "-sqlite", r.appliedDB, "-log-every", "1h")
 	})
 }

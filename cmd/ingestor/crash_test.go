@@ -37,6 +37,16 @@ func buildBinary(t *testing.T, dir string) string {
 	return bin
 }
 
+// buildProcessor builds the example processor command into dir.
+func buildProcessor(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "processor")
+	if out, err := exec.Command("go", "build", "-o", bin, "../processor").CombinedOutput(); err != nil {
+		t.Fatalf("go build processor: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // daemonTOML returns the [daemon], [raw_store] and [publish] sections of
 // a built daemon under test: its data dir and raw store under dir, JSON
 // logs, a 10s shutdown grace, and the given addresses. daemonExtra and
@@ -193,53 +203,12 @@ cursor_param = "since"
 
 	mu.Lock()
 	defer mu.Unlock()
-	raws := map[string][]byte{}
 	for n := 1; n <= total; n++ {
-		id := testupstream.ID(n)
-		d, ok := seen[id]
-		if !ok {
-			t.Fatalf("event %s was never delivered", id)
-		}
-		body, ok := raws[d.rawKey]
-		if !ok {
-			var err error
-			body, err = os.ReadFile(filepath.Join(dir, "raw", d.rawKey))
-			if err != nil {
-				t.Fatalf("raw payload of %s missing: %v", id, err)
-			}
-			raws[d.rawKey] = body
-		}
-		if d.off+d.len > len(body) || string(body[d.off:d.off+d.len]) != d.payload {
-			t.Fatalf("raw object %s at [%d,+%d) does not hold the payload delivered for %s", d.rawKey, d.off, d.len, id)
+		if _, ok := seen[testupstream.ID(n)]; !ok {
+			t.Fatalf("event %s was never delivered", testupstream.ID(n))
 		}
 	}
-	// The file raw store appends pages to segments: every segment the
-	// kills left reads back page by page, each page's checksum holds, and
-	// every event lies inside one page of its segment.
-	for key, body := range raws {
-		if !rawstore.IsPageSegment(key) {
-			t.Fatalf("raw object %s is not a page segment", key)
-		}
-		var pages [][2]int
-		err := rawstore.ReadPages(key, body, func(p rawstore.Page) error {
-			if p.Err != nil {
-				return p.Err
-			}
-			pages = append(pages, [2]int{p.Off, p.Off + len(p.Body)})
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("page segment %s: %v", key, err)
-		}
-		for id, d := range seen {
-			if d.rawKey != key {
-				continue
-			}
-			if !slices.ContainsFunc(pages, func(p [2]int) bool { return p[0] <= d.off && d.off+d.len <= p[1] }) {
-				t.Fatalf("event %s at [%d,+%d) of %s is in no page of it (pages %v)", id, d.off, d.len, key, pages)
-			}
-		}
-	}
+	checkRawPayloads(t, filepath.Join(dir, "raw"), seen)
 
 	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "data", "queue.db")+"?mode=ro")
 	if err != nil {
@@ -260,6 +229,53 @@ cursor_param = "since"
 	if cursor != fmt.Sprint(total) || queued != total || pending != 0 {
 		t.Fatalf("queue after the run: cursor %q (want %d), %d events queued once each (want %d), %d frames pending (want 0)",
 			cursor, total, queued, total, pending)
+	}
+}
+
+// checkRawPayloads checks that each event's payload is in the file raw
+// store under rawDir where its reference says, and that every page segment
+// referenced reads back page by page (the segments kills and power cuts
+// left), each page's checksum holding and each event inside one page.
+func checkRawPayloads(t *testing.T, rawDir string, events map[string]delivered) {
+	t.Helper()
+	raws := map[string][]byte{}
+	for id, d := range events {
+		body, ok := raws[d.rawKey]
+		if !ok {
+			var err error
+			body, err = os.ReadFile(filepath.Join(rawDir, d.rawKey))
+			if err != nil {
+				t.Fatalf("raw payload of %s missing: %v", id, err)
+			}
+			raws[d.rawKey] = body
+		}
+		if d.off < 0 || d.off+d.len > len(body) || string(body[d.off:d.off+d.len]) != d.payload {
+			t.Fatalf("raw object %s at [%d,+%d) does not hold the payload of %s", d.rawKey, d.off, d.len, id)
+		}
+	}
+	for key, body := range raws {
+		if !rawstore.IsPageSegment(key) {
+			t.Fatalf("raw object %s is not a page segment", key)
+		}
+		var pages [][2]int
+		err := rawstore.ReadPages(key, body, func(p rawstore.Page) error {
+			if p.Err != nil {
+				return p.Err
+			}
+			pages = append(pages, [2]int{p.Off, p.Off + len(p.Body)})
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("page segment %s: %v", key, err)
+		}
+		for id, d := range events {
+			if d.rawKey != key {
+				continue
+			}
+			if !slices.ContainsFunc(pages, func(p [2]int) bool { return p[0] <= d.off && d.off+d.len <= p[1] }) {
+				t.Fatalf("event %s at [%d,+%d) of %s is in no page of it (pages %v)", id, d.off, d.len, key, pages)
+			}
+		}
 	}
 }
 
