@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,6 +153,28 @@ func Open(o Options) (*Queue, error) {
 	return q, nil
 }
 
+// normalFrameIDGap is how many frame ids a queue run with synchronous =
+// normal skips at each open: more than could ever be committed between
+// two fsyncs of its WAL.
+const normalFrameIDGap = 1 << 32
+
+// skipFrameIDs moves the frame counter on by normalFrameIDGap, durably.
+// With synchronous = normal a power cut takes the commits since the WAL
+// was last fsynced, their frame ids with them, while a processor may
+// still hold acks of those frames in its socket: a frame given one of
+// those ids again would be cleared, unread, by such a stale whole-frame
+// ack. The jump is committed with synchronous = FULL, so it survives the
+// next cut. Ids stay below 2^63 for two billion opens.
+func (q *Queue) skipFrameIDs() error {
+	q.nextFrame += normalFrameIDGap
+	for _, stmt := range []string{`PRAGMA synchronous = FULL`, `UPDATE meta SET value = ` + strconv.FormatInt(q.nextFrame-1, 10) + ` WHERE key = 'frame_high'`, `PRAGMA synchronous = NORMAL`} {
+		if _, err := q.wdb.Exec(stmt); err != nil {
+			return fmt.Errorf("skip frame ids after a synchronous = normal start: %w", err)
+		}
+	}
+	return nil
+}
+
 // checkPragmas asserts what the DSN asked for: a database opened by an
 // older binary or copied from elsewhere must still run in WAL mode.
 func checkPragmas(db *sql.DB) error {
@@ -182,6 +205,11 @@ func (q *Queue) load() error {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
 	q.nextFrame = max(maxFrame.Int64, maxEventFrame.Int64, high) + 1
+	if q.opts.Synchronous == "normal" {
+		if err := q.skipFrameIDs(); err != nil {
+			return err
+		}
+	}
 	var n, f sql.NullInt64
 	if err := q.wdb.QueryRow(`SELECT sum(n), count(*) FROM frames`).Scan(&n, &f); err != nil {
 		return fmt.Errorf("load pending count: %w", err)

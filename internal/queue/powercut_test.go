@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/lazyfstest"
+)
+
+// childQueueEnv names the queue file TestQueueWriterChild writes to; the
+// test runs only as the child of TestNormalModeNeverReusesFrameIDs.
+const childQueueEnv = "INGESTOR_QUEUE_CHILD_DB"
+
+// TestQueueWriterChild, run as a child process, opens the queue in
+// $INGESTOR_QUEUE_CHILD_DB with synchronous = normal, commits five
+// batches, prints their frame ids and "ready", and waits to be killed.
+func TestQueueWriterChild(t *testing.T) {
+	path := os.Getenv(childQueueEnv)
+	if path == "" {
+		return // not the child: nothing to do
+	}
+	q, err := Open(Options{Path: path, Synchronous: "normal", EventsPerFrame: 2})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	for i := range 5 {
+		frames, err := q.Append(context.Background(), powerCutBatch(fmt.Sprintf("before-%d", i)))
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		for _, f := range frames {
+			fmt.Println(f.ID)
+		}
+	}
+	fmt.Println("ready")
+	select {} // killed by the parent
+}
+
+func powerCutBatch(key string) Batch {
+	return Batch{Source: "s", FetchedAt: time.Now(), RawKey: "s/" + key,
+		Events: []NewEvent{{Key: key + "-a", RawLen: 1}, {Key: key + "-b", RawLen: 1}}}
+}
+
+// TestNormalModeNeverReusesFrameIDs: with synchronous = normal a power
+// cut takes the commits since the WAL's last fsync, frame ids included,
+// while a processor may still hold acks of those frames in its socket. A
+// frame committed after the restart must not get one of those ids, or
+// such a stale whole-frame ack would clear it unread. A child process
+// commits frames on LazyFS; the power is cut; the queue reopened here
+// commits a frame whose id must be new.
+func TestNormalModeNeverReusesFrameIDs(t *testing.T) {
+	fs := lazyfstest.Mount(t)
+	path := filepath.Join(fs.Dir, "queue.db")
+	child := exec.Command(os.Args[0], "-test.run=^TestQueueWriterChild$", "-test.count=1")
+	child.Env = append(os.Environ(), childQueueEnv+"="+path)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if child.ProcessState == nil {
+			_ = child.Process.Kill()
+			_ = child.Wait() // killed: its status is the signal
+		}
+	})
+	before := map[int64]bool{}
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		line := lines.Text()
+		if line == "ready" {
+			break
+		}
+		id, err := strconv.ParseInt(line, 10, 64)
+		if err != nil {
+			t.Fatalf("child: %s", line)
+		}
+		before[id] = true
+	}
+	if len(before) != 5 {
+		t.Fatalf("the child committed %d frames, want 5 (%v)", len(before), lines.Err())
+	}
+	// The child is idle (its commits returned): nothing writes during the
+	// drop, and the kill leaves no file open.
+	fs.PowerCut(func() {
+		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = child.Wait() // killed: its status is the signal
+	})
+
+	q, err := Open(Options{Path: path, Synchronous: "normal", EventsPerFrame: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := q.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	pending := q.PendingFrames()
+	frames, err := q.Append(t.Context(), powerCutBatch("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reused []string
+	for _, f := range frames {
+		if before[f.ID] {
+			reused = append(reused, strconv.FormatInt(f.ID, 10))
+		}
+	}
+	if len(reused) > 0 {
+		t.Errorf("frame id %s, given before the power cut, was given again after it (%d of the 5 frames survived the cut)",
+			strings.Join(reused, ", "), pending)
+	}
+	t.Logf("%d of 5 frames survived the cut; the next frame id is %d", pending, frames[0].ID)
+}
