@@ -28,6 +28,11 @@ import (
 // few bytes were freed, and fail again at once.
 const ResumeAfterFull = 64 << 20
 
+// UnsizedRetry is how long work waits after a write failed for lack of
+// space when a watched file system reports no size (so free space cannot
+// show that room came back) before it tries again.
+const UnsizedRetry = 30 * time.Second
+
 // DefaultInterval is how often Run reads the free space.
 const DefaultInterval = time.Second
 
@@ -77,6 +82,9 @@ type Guard struct {
 	// max(MinFree, ResumeAfterFull) free.
 	full    bool
 	fullErr string
+	fullAt  time.Time
+	// unsized are the paths whose file system reports no size, logged once.
+	unsized map[string]bool
 
 	freeBytes *prometheus.GaugeVec
 	low       prometheus.Gauge
@@ -107,7 +115,7 @@ func New(o Options) (*Guard, error) {
 		o.statfs = statfsFree
 	}
 	o.Paths = slices.Compact(slices.Sorted(slices.Values(o.Paths)))
-	g := &Guard{o: o,
+	g := &Guard{o: o, unsized: map[string]bool{},
 		freeBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_disk_free_bytes",
 			Help: "Free bytes of the file system of each directory the daemon writes to (data dir, file raw store)."}, []string{"path"}),
 		low: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_disk_full",
@@ -167,7 +175,7 @@ func (g *Guard) Failed(err error) bool {
 	}
 	g.failures.Inc()
 	g.mu.Lock()
-	g.full, g.fullErr = true, err.Error()
+	g.full, g.fullErr, g.fullAt = true, err.Error(), time.Now()
 	g.mu.Unlock()
 	g.Check()
 	return true
@@ -185,15 +193,30 @@ func (g *Guard) Check() {
 func (g *Guard) check() {
 	next := &State{Free: make(map[string]int64, len(g.o.Paths)), at: time.Now()}
 	resume := max(g.o.MinFree, ResumeAfterFull)
-	allRoom := true
+	allRoom, unsized := true, false
 	for _, p := range g.o.Paths {
 		free, err := g.o.statfs(p)
 		if err != nil {
 			// Keep the last reading: a failed statfs says nothing about space.
-			if prev := g.state.Load(); prev != nil {
-				free = prev.Free[p]
-			}
 			g.o.Logger.Warn("reading free disk space failed", "path", p, "err", err)
+			last, ok := int64(0), false
+			if prev := g.state.Load(); prev != nil {
+				last, ok = prev.Free[p]
+			}
+			if !ok {
+				continue // never read: nothing to judge by
+			}
+			free = last
+		}
+		if free == unknownFree {
+			// The file system reports no size (some FUSE file systems):
+			// only failed writes can tell that it is full.
+			unsized = true
+			if !g.unsized[p] {
+				g.unsized[p] = true
+				g.o.Logger.Warn("the file system reports no size: daemon.min_free_bytes cannot be checked there; only a write that fails for lack of space pauses the sources", "path", p)
+			}
+			continue
 		}
 		next.Free[p] = free
 		g.freeBytes.WithLabelValues(p).Set(float64(free))
@@ -204,7 +227,9 @@ func (g *Guard) check() {
 			next.Low, next.Reason = true, fmt.Sprintf("%s has %d bytes free, below daemon.min_free_bytes %d", p, free, g.o.MinFree)
 		}
 	}
-	if g.full && allRoom {
+	// A file system without a size cannot show that space came back: work
+	// tries again UnsizedRetry after the failure.
+	if g.full && allRoom && (!unsized || next.at.Sub(g.fullAt) >= UnsizedRetry) {
 		g.full = false
 	}
 	if g.full && !next.Low {
@@ -222,14 +247,22 @@ func (g *Guard) check() {
 	}
 }
 
+// unknownFree is what statfs reads for a file system that reports no size
+// (zero blocks in all, as some FUSE file systems do).
+const unknownFree = -1
+
 // statfsFree returns the bytes an unprivileged writer may still use on
 // the file system of path, or of its nearest existing parent while path
-// does not exist yet (a spill dir is made on first use).
+// does not exist yet (a spill dir is made on first use); unknownFree when
+// the file system reports no size.
 func statfsFree(path string) (int64, error) {
 	var st syscall.Statfs_t
 	for p := filepath.Clean(path); ; {
 		err := syscall.Statfs(p, &st)
 		if err == nil {
+			if st.Blocks == 0 {
+				return unknownFree, nil
+			}
 			return int64(st.Bavail) * int64(st.Bsize), nil //nolint:gosec // block counts fit in int64
 		}
 		parent := filepath.Dir(p)

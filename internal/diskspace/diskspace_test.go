@@ -190,3 +190,38 @@ func TestGuardWatchesAPathNotMadeYet(t *testing.T) {
 		t.Errorf("free bytes of a path not made yet: %d", free)
 	}
 }
+
+// TestGuardOnAFileSystemWithoutSize: a file system that reports no size
+// (LazyFS, some FUSE file systems: zero blocks) is not judged by the
+// watermark, which it would always fail; a write that fails there for
+// lack of space pauses work for UnsizedRetry, then it tries again.
+func TestGuardOnAFileSystemWithoutSize(t *testing.T) {
+	disks := &fakeDisks{free: map[string]int64{"/fuse": unknownFree, "/data": 1 << 30}}
+	logs := &testsync.LockedBuffer{}
+	g, err := New(Options{Paths: []string{"/fuse", "/data"}, MinFree: 256 << 20, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), statfs: disks.statfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why, low := g.Low(); low {
+		t.Fatalf("low on a file system without a size: %s", why)
+	}
+	g.Check()
+	if n := strings.Count(logs.String(), "reports no size"); n != 1 {
+		t.Errorf("the file system without a size was logged %d times, want once:\n%s", n, logs)
+	}
+	if !g.Failed(syscall.ENOSPC) {
+		t.Fatal("ENOSPC not seen as full")
+	}
+	g.Check()
+	if _, low := g.Low(); !low {
+		t.Fatal("resumed at once after ENOSPC on a file system that cannot show space came back")
+	}
+	g.mu.Lock()
+	g.fullAt = g.fullAt.Add(-UnsizedRetry)
+	g.mu.Unlock()
+	g.Check()
+	if why, low := g.Low(); low {
+		t.Fatalf("still low UnsizedRetry after the failure: %s", why)
+	}
+}
