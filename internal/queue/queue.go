@@ -19,7 +19,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +73,8 @@ type Queue struct {
 	// dead-lettered) since the queue was opened.
 	settledEvents atomic.Int64
 	duplicates    atomic.Int64
+	// walSyncs counts the writer's fsyncs of the WAL (synchronous = normal).
+	walSyncs atomic.Int64
 
 	// writer-goroutine state
 	nextFrame int64
@@ -151,6 +155,32 @@ func Open(o Options) (*Queue, error) {
 	}
 	go q.writer()
 	return q, nil
+}
+
+// normalSyncInterval is how often, with synchronous = normal, the writer
+// fsyncs the WAL when something was committed since the last time: a
+// power cut takes at most the commits of about that long.
+const normalSyncInterval = time.Second
+
+// syncWAL fsyncs the queue's WAL file, making every commit so far durable
+// (fsync flushes the file's data, whichever descriptor wrote it; a commit
+// cut short after the last one is discarded by SQLite's recovery as
+// usual). It reports whether it succeeded; a failure is logged and tried
+// again at the next tick.
+func (q *Queue) syncWAL() bool {
+	f, err := os.Open(q.opts.Path + "-wal")
+	if errors.Is(err, fs.ErrNotExist) {
+		return true // no WAL: everything is in the database file
+	}
+	if err == nil {
+		err = errors.Join(f.Sync(), f.Close())
+	}
+	if err != nil {
+		q.opts.Logger.Warn("fsync of the queue's WAL failed; retrying", "path", q.opts.Path+"-wal", "err", err)
+		return false
+	}
+	q.walSyncs.Add(1)
+	return true
 }
 
 // normalFrameIDGap is how many frame ids a queue run with synchronous =
@@ -379,7 +409,32 @@ func (q *Queue) writer() {
 	defer q.callRoomWaiters()
 	group := make([]*request, 0, maxGroup)
 	errs := make([]error, 0, maxGroup)
-	for r := range q.reqs {
+	// With synchronous = normal SQLite fsyncs the WAL only at a checkpoint,
+	// which may be hours apart on a quiet daemon: the writer fsyncs it
+	// itself every normalSyncInterval after a commit, which bounds what a
+	// power cut can take.
+	var syncTick <-chan time.Time
+	if q.opts.Synchronous == "normal" {
+		t := time.NewTicker(normalSyncInterval)
+		defer t.Stop()
+		syncTick = t.C
+	}
+	unsynced := false
+	for {
+		var r *request
+		select {
+		case next, ok := <-q.reqs:
+			if !ok {
+				return
+			}
+			r = next
+		case <-syncTick:
+			if unsynced {
+				unsynced = !q.syncWAL()
+			}
+			continue
+		}
+		unsynced = true
 		group = append(group[:0], r)
 	fill:
 		for len(group) < maxGroup {
