@@ -103,9 +103,10 @@ type InboxOptions struct {
 }
 
 // Inbox makes pushed events durable with group commit: every commit waiting
-// when the worker takes work shares one raw write per source (an append to
-// the source's segment where the store is a rawstore.Appender, else one
-// object: one write and one fsync either way) and one queue transaction, and each Commit returns only once
+// when the worker takes work shares one raw write per source (a page
+// appended to the source's page segment where the store is a
+// rawstore.PageAppender, else one object: one write and one fsync either
+// way) and one queue transaction, and each Commit returns only once
 // both are durable. One worker commits the groups, one after another:
 // while it commits one, the next gathers every request that arrives
 // meanwhile. On a busy machine the cost is in the per-group work (a raw
@@ -361,9 +362,11 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), in.o.RawTimeout)
 	var err error
-	if app, ok := in.o.Raw.(rawstore.Appender); ok {
+	if app, ok := in.o.Raw.(rawstore.PageAppender); ok {
+		// One page record per group: its header's CRC-32C lets a resend
+		// and ingestor doctor find bytes that changed on disk.
 		var base int
-		b.RawKey, base, err = app.Append(ctx, source, fetchedAt, raw)
+		b.RawKey, base, err = app.AppendPage(ctx, source, fetchedAt, raw)
 		for i := range b.Events {
 			b.Events[i].RawOff += base
 		}

@@ -24,7 +24,9 @@ type PageAppender interface {
 	// AppendPage writes body as one page record at the end of source's
 	// open page segment and returns once it is durable, with the
 	// segment's key and the offset of body in it (past the record's
-	// header). Like Append's, a page segment only grows.
+	// header). A page segment only grows: a Get done after the queue commit
+	// that references a page holds it, and bytes returned by an earlier Get
+	// stay valid.
 	AppendPage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (key string, off int, err error)
 }
 

@@ -134,16 +134,8 @@ func TestPageSegmentsRoll(t *testing.T) {
 	if !strings.HasPrefix(key, "orders/2026/11/26/") {
 		t.Errorf("a page of the next day went to %s, want a new segment under orders/2026/11/26/", key)
 	}
-	// A push segment of the same source is a separate file.
-	pushKey, _, err := app.(rawstore.Appender).Append(t.Context(), "orders", at, []byte("{}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rawstore.IsPageSegment(pushKey) {
-		t.Errorf("push append went to page segment %s", pushKey)
-	}
-	if got := files(t, dir); len(got) != 4 {
-		t.Errorf("files %v, want 3 page segments and a push segment", got)
+	if got := files(t, dir); len(got) != 3 {
+		t.Errorf("files %v, want 3 page segments", got)
 	}
 }
 

@@ -14,42 +14,18 @@ import (
 )
 
 // Appender is a Store that appends payloads to an open segment object of
-// their source instead of creating one object per payload. Creating a file
-// is the dear part of a small durable write (on this project's machines a
-// file created, fsynced, renamed and its directory fsynced costs about
-// 1 ms of CPU; appending to an open file and fsyncing it, 0.2 ms), so the
-// push inbox, which makes a small group of requests durable at a time,
-// appends when the store can.
+// their source (PageAppender's page segments) instead of creating one
+// object per payload. Creating a file is the dear part of a small durable
+// write (on this project's machines a file created, fsynced, renamed and
+// its directory fsynced costs about 1 ms of CPU; appending to an open file
+// and fsyncing it, 0.2 ms), so polled pages and the push inbox's groups
+// are appended when the store can. Segments written by older versions for
+// push sources (<source>/<yyyy>/<mm>/<dd>/<unix-nanos>-segment.jsonl,
+// bodies one after the other without headers) are still read with Get.
 type Appender interface {
 	Store
-	// Append writes body at the end of source's open segment and returns
-	// once it is durable, with the segment's key and body's offset in
-	// it. A payload appended is read back with Get(key) and its offset.
-	// A segment only grows: a Get done after the queue commit that
-	// references a payload holds it, and bytes returned by an earlier
-	// Get stay valid.
-	Append(ctx context.Context, source string, at time.Time, body []byte) (key string, off int, err error)
 	// Close closes the open segments.
 	Close() error
-}
-
-const (
-	// SegmentMaxBytes is the size past which a segment is closed and the
-	// next payload starts a new one: small enough that reading a whole
-	// segment back (redelivery, dlq show) stays cheap, large enough that a
-	// file is created only every hundred groups or so.
-	SegmentMaxBytes = 1 << 20
-	// segmentSuffix ends a segment's key; SegmentKey documents the form.
-	segmentSuffix = "-segment.jsonl"
-)
-
-// SegmentKey returns the key of a segment of source opened at at:
-// <source>/<yyyy>/<mm>/<dd>/<unix-nanos>-segment.jsonl, in the same
-// directories and order as Key's. A segment holds payloads one after the
-// other, each followed by a newline; unlike Key's, its name carries no
-// content hash, since it grows after it is named.
-func SegmentKey(source string, at time.Time) string {
-	return segmentKey(source, at, segmentSuffix)
 }
 
 func segmentKey(source string, at time.Time, suffix string) string {
@@ -75,32 +51,19 @@ type segments struct {
 	closed bool
 }
 
-// segmentKind is what a segment holds: the push inbox's bodies or polled
-// pages (pages.go). Each kind has its own open segment per source, its own
-// key suffix and its own size.
+// segmentKind is what a segment holds, with its key suffix and size: page
+// records (pages.go), today the only kind written.
 type segmentKind struct {
 	suffix   string
 	maxBytes int
 }
 
-var (
-	pushSegments = segmentKind{suffix: segmentSuffix, maxBytes: SegmentMaxBytes}
-	pageSegments = segmentKind{suffix: pageSegmentSuffix, maxBytes: PageSegmentMaxBytes}
-)
+var pageSegments = segmentKind{suffix: pageSegmentSuffix, maxBytes: PageSegmentMaxBytes}
 
 // segmentID names an open segment.
 type segmentID struct {
 	kind   segmentKind
 	source string
-}
-
-// Append implements Appender.
-func (s *fileStore) Append(ctx context.Context, source string, at time.Time, body []byte) (string, int, error) {
-	key, off, err := s.append(ctx, pushSegments, source, at, body)
-	if err != nil {
-		return "", 0, fmt.Errorf("raw store %s: append to a segment of %q: %w", s, source, err)
-	}
-	return key, off, nil
 }
 
 // append writes parts one after the other at the end of the open segment
