@@ -188,15 +188,23 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 	checkContiguous(t, filepath.Join(dir, "queue.db"), "fill", seen)
 }
 
-// queuedEvents returns how many events of source the ledger at path
-// holds, read through a read-only connection.
-func queuedEvents(t *testing.T, path, source string) int64 {
+// openQueueReadOnly opens the queue database at path read-only, alongside
+// a running daemon's writer; the caller closes it.
+func openQueueReadOnly(t *testing.T, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=10000")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = db.Close() }()
+	return db
+}
+
+// queuedEvents returns how many events of source the ledger at path
+// holds, read through a read-only connection.
+func queuedEvents(t *testing.T, path, source string) int64 {
+	t.Helper()
+	db := openQueueReadOnly(t, path)
+	defer func() { _ = db.Close() }() // read-only: nothing to flush
 	var n int64
 	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE source = ?`, source).Scan(&n); err != nil {
 		t.Fatal(err)
@@ -209,11 +217,8 @@ func queuedEvents(t *testing.T, path, source string) int64 {
 // each.
 func checkContiguous(t *testing.T, path, source string, seen *seenSet) {
 	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
+	db := openQueueReadOnly(t, path)
+	defer func() { _ = db.Close() }() // read-only: nothing to flush
 	var cursor string
 	if err := db.QueryRow(`SELECT cursor FROM offsets WHERE source = ?`, source).Scan(&cursor); err != nil {
 		t.Fatal(err)

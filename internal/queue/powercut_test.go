@@ -75,15 +75,7 @@ func TestNormalModeNeverReusesFrameIDs(t *testing.T) {
 	path := filepath.Join(fs.Dir, "queue.db")
 	before := cutAfterChildCommits(t, fs, path, false)
 
-	q, err := Open(Options{Path: path, Synchronous: "normal", EventsPerFrame: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := q.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	q := openAfterCut(t, path)
 	pending := q.PendingFrames()
 	frames, err := q.Append(t.Context(), powerCutBatch("after"))
 	if err != nil {
@@ -110,15 +102,7 @@ func TestNormalModeLosesAtMostTheLastSecond(t *testing.T) {
 	fs := lazyfstest.Mount(t)
 	path := filepath.Join(fs.Dir, "queue.db")
 	cutAfterChildCommits(t, fs, path, true)
-	q, err := Open(Options{Path: path, Synchronous: "normal", EventsPerFrame: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := q.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	q := openAfterCut(t, path)
 	if n := q.PendingFrames(); n != 5 {
 		t.Errorf("%d of the 5 frames committed before the WAL's fsync survived the power cut", n)
 	}
@@ -172,4 +156,20 @@ func cutAfterChildCommits(t *testing.T, fs *lazyfstest.FS, path string, sync boo
 		_ = child.Wait() // killed: its status is the signal
 	})
 	return before
+}
+
+// openAfterCut opens the queue at path with synchronous = normal, as the
+// daemon does after the power came back, until the test ends.
+func openAfterCut(t *testing.T, path string) *Queue {
+	t.Helper()
+	q, err := Open(Options{Path: path, Synchronous: "normal", EventsPerFrame: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := q.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return q
 }
