@@ -52,6 +52,9 @@ type deadLetterPayload struct {
 	source string
 	cursor string // the cursor the payload was fetched with
 	err    *sources.MalformedError
+	// abandon closes when the source drains: a write failing by then is
+	// not retried (errRawAbandoned), and the payload is not kept.
+	abandon <-chan struct{}
 }
 
 // deadLettered is PersistRaw's reply to deadLetterPayload: the payload is

@@ -327,7 +327,13 @@ func sleep(ctx context.Context, abandon <-chan struct{}, d time.Duration) bool {
 func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
 	w := rawWrite{source: m.source, key: "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body),
 		body: m.err.Body, deadLetter: m.err.Reason, cursor: m.cursor}
-	if err := p.put(ctx, nil, &w); err != nil {
+	if err := p.put(ctx, m.abandon, &w); err != nil {
+		if errors.Is(err, errRawAbandoned) {
+			// Its cursor never moved past it: the next start fetches the
+			// page again and keeps it then.
+			p.deps.Logger.Warn("malformed payload not kept: the raw store was failing when its source stopped", "source", m.source)
+			return
+		}
 		p.deps.Logger.Error("keep malformed payload", "source", m.source, "err", err)
 		return
 	}

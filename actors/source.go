@@ -313,7 +313,7 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		// outage of the raw store stops the polls instead of piling up
 		// malformed bodies in memory.
 		a.inflight++
-		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, cursor: m.cursor, err: bad})
+		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, cursor: m.cursor, err: bad, abandon: a.abandon})
 		a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), "")
 		return
 	}

@@ -249,3 +249,38 @@ func checkContiguous(t *testing.T, path, source string, seen *seenSet) {
 	}
 	t.Logf("%s: %d events, each in the queue once and delivered", source, last)
 }
+
+// TestDiskFullStopWithAMalformedPayloadPending: a source whose every
+// fetch is malformed keeps each payload under deadletter/ in the raw
+// store; with the disk full that write fails and is retried. SIGTERM must
+// still drain at once: the payload is not kept, and the next start
+// fetches the same page again (the cursor never moved past it).
+func TestDiskFullStopWithAMalformedPayloadPending(t *testing.T) {
+	fs := testsync.MountTmpfs(t, 16<<20)
+	h := startDaemonIn(t, fs.Dir, "min_free_bytes = 0", "", "", `
+[source.bad]
+kind = "demo"
+interval = "5ms"
+malformed_every = 1
+malformed_retries = 0
+events_per_tick = 100
+event_size = 1000
+`, Options{})
+	filler, err := os.Create(filepath.Join(fs.Dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil { // fill the disk
+		_, err = filler.Write(make([]byte, 1<<20))
+	}
+	if err := filler.Close(); err != nil {
+		t.Logf("close the filler: %v", err) // a full disk may refuse the last flush
+	}
+	reg := h.d.Registry()
+	testsync.WaitFor(t, "a dead-letter write to fail for lack of space", time.Minute, func() bool {
+		return metric(t, reg, "ingestor_disk_full_errors_total") > 0
+	})
+	if err := h.stop(); err != nil {
+		t.Fatalf("shutdown with a malformed payload waiting for the full disk: %v", err)
+	}
+}
