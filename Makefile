@@ -13,10 +13,10 @@ TOOLS             := $(CURDIR)/.tools
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
 # LazyFS (the power-loss test's file system) is built from the source
-# vendored in third_party/lazyfs at this upstream commit.
+# vendored in internal/lazyfstest/lazyfs at this upstream commit.
 LAZYFS_COMMIT     := a47a5baea559020f29902662de77764b0cbd62ce
 LAZYFS            := $(TOOLS)/lazyfs-$(LAZYFS_COMMIT)/lazyfs
-LAZYFS_SRC        := third_party/lazyfs
+LAZYFS_SRC        := internal/lazyfstest/lazyfs
 # PYTHON3 runs the Python processor of PROTOCOL.md and the Python client in
 # clients/python in the tests. Debian's
 # python3-zmq installs for the system interpreter, which may not be the

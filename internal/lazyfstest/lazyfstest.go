@@ -5,7 +5,7 @@
 // removing files pass through to the backing directory at once; only file
 // contents (and the size they give a file) wait for fsync.
 //
-// `make test` builds LazyFS from the source vendored in third_party/lazyfs
+// `make test` builds LazyFS from the source vendored in internal/lazyfstest/lazyfs
 // into the project's .tools directory and points $LAZYFS at it; by hand,
 // `make test-deps`. It needs /dev/fuse and the right to mount (root, or
 // fusermount3). Without the binary, Mount fails the test: a power-loss test
@@ -27,7 +27,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
-// Commit is the LazyFS commit vendored in third_party/lazyfs; the
+// Commit is the LazyFS commit vendored in internal/lazyfstest/lazyfs; the
 // Makefile's LAZYFS_COMMIT builds the same one.
 const Commit = "a47a5baea559020f29902662de77764b0cbd62ce"
 
