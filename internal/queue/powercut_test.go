@@ -50,8 +50,13 @@ func TestQueueWriterChild(t *testing.T) {
 		}
 	}
 	if os.Getenv(childSyncEnv) != "" {
+		deadline := time.Now().Add(30 * normalSyncInterval)
 		for synced := q.walSyncs.Load(); q.walSyncs.Load() == synced; {
-			time.Sleep(10 * time.Millisecond) // the next tick of the writer's fsync, within normalSyncInterval
+			if time.Now().After(deadline) {
+				fmt.Println("error: the writer did not fsync the WAL within", 30*normalSyncInterval)
+				os.Exit(1)
+			}
+			time.Sleep(10 * time.Millisecond) // the poll step: the fsync comes within normalSyncInterval
 		}
 	}
 	fmt.Println("ready")
