@@ -12,11 +12,6 @@ BIN      := bin
 TOOLS             := $(CURDIR)/.tools
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
-# LazyFS (the power-loss test's file system) is built from the source
-# vendored in internal/lazyfstest/lazyfs at this upstream commit.
-LAZYFS_COMMIT     := a47a5baea559020f29902662de77764b0cbd62ce
-LAZYFS            := $(TOOLS)/lazyfs-$(LAZYFS_COMMIT)/lazyfs
-LAZYFS_SRC        := internal/lazyfstest/lazyfs
 # PYTHON3 runs the Python processor of PROTOCOL.md and the Python client in
 # clients/python in the tests. Debian's
 # python3-zmq installs for the system interpreter, which may not be the
@@ -44,10 +39,9 @@ deps:
 # test (headless), etcd (Debian's etcd-server, for the cluster tests; its
 # service, where systemd starts it, listens on 127.0.0.1:2379, which the
 # tests leave alone: each starts its own etcd on free ports), the
-# versitygw S3 server, and LazyFS for the power-loss test: FUSE 3 and the
-# libraries it builds against from Debian (fuse3, libfuse3-dev,
-# libspdlog-dev, libtoml11-dev, g++), then one g++ call on the vendored
-# source into $(LAZYFS), skipped when that commit is already built.
+# versitygw S3 server, and Debian's fuse3 for the power-loss tests (their
+# file system, internal/powercut, is ours, on go-fuse; fuse3 gives it
+# fusermount3).
 test-deps: deps
 	@if ! $(PYTHON3) -c 'import zmq' >/dev/null 2>&1; then \
 		echo "make test-deps: installing python3 python3-zmq" >&2; \
@@ -77,21 +71,11 @@ test-deps: deps
 		echo "make test-deps: installing versitygw $(VERSITYGW_VERSION) into $(dir $(VERSITYGW))" >&2; \
 		GOBIN=$(dir $(VERSITYGW)) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
 	fi
-	@if [ ! -x $(LAZYFS) ] && { ! command -v fusermount3 >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1 || \
-		! pkg-config --exists fuse3 spdlog || [ ! -f /usr/include/toml.hpp ]; }; then \
-		echo "make test-deps: installing fuse3 libfuse3-dev libspdlog-dev libtoml11-dev g++ (LazyFS)" >&2; \
+	@if ! command -v fusermount3 >/dev/null 2>&1; then \
+		echo "make test-deps: installing fuse3 (the power-loss tests' file system)" >&2; \
 		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && \
-		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3 libfuse3-dev libspdlog-dev libtoml11-dev g++; \
-	fi
-	@if [ ! -x $(LAZYFS) ]; then \
-		echo "make test-deps: building LazyFS $(LAZYFS_COMMIT) into $(dir $(LAZYFS))" >&2; \
-		mkdir -p $(dir $(LAZYFS)) && \
-		g++ -std=c++17 -O2 -w $$(pkg-config --cflags spdlog fuse3) -I$(LAZYFS_SRC)/lazyfs/include -I$(LAZYFS_SRC)/libs/libpcache/include \
-			$(LAZYFS_SRC)/lazyfs/src/*.cpp $(LAZYFS_SRC)/lazyfs/include/lazyfs/fusepp/Fuse.cpp \
-			$$(find $(LAZYFS_SRC)/libs/libpcache/src -name '*.cpp' | sort) \
-			-o $(LAZYFS).tmp $$(pkg-config --libs spdlog fuse3) && \
-		mv $(LAZYFS).tmp $(LAZYFS); \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3; \
 	fi
 
 build: deps
@@ -119,7 +103,7 @@ run: build
 test: test-deps
 	@mkdir -p $(BIN)
 	@echo "go test -race -count=1 -v ./... (full output in $(BIN)/test.log)"
-	@VERSITYGW=$(VERSITYGW) LAZYFS=$(LAZYFS) PYTHON3=$(PYTHON3) INGESTOR_SCREENSHOT_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
+	@VERSITYGW=$(VERSITYGW) PYTHON3=$(PYTHON3) INGESTOR_SCREENSHOT_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(BIN)/test.log 2>&1; \
 	status=$$?; \
 	if [ $$status -ne 0 ]; then cat $(BIN)/test.log; fi; \
 	grep -E '^(ok|FAIL|\?) ' $(BIN)/test.log; \

@@ -27,6 +27,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/diskspace"
+	"github.com/ingestorhq/ingestor/internal/durable"
 	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
@@ -124,7 +125,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	d.reload = newReloader(d.reg)
 	d.clusterMetrics = newClusterMetrics(d.reg)
 
-	if err := os.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
+	if err := durable.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	if d.unlock, err = datadir.Lock(cfg.Daemon.DataDir); err != nil {

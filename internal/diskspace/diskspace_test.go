@@ -192,7 +192,7 @@ func TestGuardWatchesAPathNotMadeYet(t *testing.T) {
 }
 
 // TestGuardOnAFileSystemWithoutSize: a file system that reports no size
-// (LazyFS, some FUSE file systems: zero blocks) is not judged by the
+// (some FUSE file systems: zero blocks) is not judged by the
 // watermark, which it would always fail; a write that fails there for
 // lack of space pauses work for UnsizedRetry, then it tries again.
 func TestGuardOnAFileSystemWithoutSize(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 // named as IsTemp recognises.
 func WriteFile(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	if err := MkdirAll(dir); err != nil {
+	if err := MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*"+tempSuffix)
@@ -59,9 +59,12 @@ func writeSync(f *os.File, data []byte) error {
 	return f.Close()
 }
 
-// MkdirAll creates dir and any missing parents, fsyncing the parent of
-// every directory it creates so that the new entries survive a crash.
-func MkdirAll(dir string) error {
+// MkdirAll creates dir and any missing parents with perm (before the
+// umask), fsyncing the parent of every directory it creates so that the
+// new entries survive a power cut: os.MkdirAll makes them only in the
+// page cache, and a cut can take a new directory with everything
+// fsynced inside it.
+func MkdirAll(dir string, perm fs.FileMode) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
 		if !fi.IsDir() {
@@ -74,13 +77,13 @@ func MkdirAll(dir string) error {
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := MkdirAll(parent); err != nil {
+		if err := MkdirAll(parent, perm); err != nil {
 			return err
 		}
 	}
 	// A concurrent writer may create dir first; syncing the parent anyway
 	// keeps this call from returning before the entry is durable.
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return syncDir(parent)

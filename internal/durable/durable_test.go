@@ -63,7 +63,7 @@ func TestMkdirAllOverAFile(t *testing.T) {
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := durable.MkdirAll(filepath.Join(p, "sub"))
+	err := durable.MkdirAll(filepath.Join(p, "sub"), 0o755)
 	if err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Fatalf("MkdirAll under a file: %v, want a not-a-directory error", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the outbox database
 
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/durable"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
 
@@ -102,7 +102,7 @@ type row struct {
 // clock did while the device was off.
 func openOutbox(ctx context.Context, path string, maxBytes int64, log *slog.Logger) (*outbox, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("outbox %s: create directory: %w", path, err)
 	}
 	unlock, err := datadir.Lock(dir)

@@ -3,6 +3,7 @@ package queue
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,19 +14,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/internal/lazyfstest"
+	"github.com/ingestorhq/ingestor/internal/powercut"
 )
 
 // childQueueEnv names the queue file TestQueueWriterChild writes to; the
 // test runs only as the child of the power-cut tests. childSyncEnv makes
-// it wait for the writer's next fsync of the WAL before "ready".
+// it wait for the writer's next fsync of the WAL before "ready";
+// childFullEnv opens the queue with synchronous = full.
 const (
 	childQueueEnv = "INGESTOR_QUEUE_CHILD_DB"
 	childSyncEnv  = "INGESTOR_QUEUE_CHILD_SYNC"
+	childFullEnv  = "INGESTOR_QUEUE_CHILD_FULL"
 )
 
 // TestQueueWriterChild, run as a child process, opens the queue in
-// $INGESTOR_QUEUE_CHILD_DB with synchronous = normal, commits five
+// $INGESTOR_QUEUE_CHILD_DB with synchronous = normal (full if
+// $INGESTOR_QUEUE_CHILD_FULL is set), commits five
 // batches, prints their frame ids, waits for an fsync of the WAL after
 // them if $INGESTOR_QUEUE_CHILD_SYNC is set, prints "ready", and waits to
 // be killed.
@@ -34,7 +38,11 @@ func TestQueueWriterChild(t *testing.T) {
 	if path == "" {
 		return // not the child: nothing to do
 	}
-	q, err := Open(Options{Path: path, Synchronous: "normal", EventsPerFrame: 2})
+	sync := "normal"
+	if os.Getenv(childFullEnv) != "" {
+		sync = "full"
+	}
+	q, err := Open(Options{Path: path, Synchronous: sync, EventsPerFrame: 2})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -73,12 +81,12 @@ func powerCutBatch(key string) Batch {
 // while a processor may still hold acks of those frames in its socket. A
 // frame committed after the restart must not get one of those ids, or
 // such a stale whole-frame ack would clear it unread. A child process
-// commits frames on LazyFS; the power is cut; the queue reopened here
+// commits frames on the power-cut file system; the power is cut; the queue reopened here
 // commits a frame whose id must be new.
 func TestNormalModeNeverReusesFrameIDs(t *testing.T) {
-	fs := lazyfstest.Mount(t)
+	fs := powercut.NewDisk(t)
 	path := filepath.Join(fs.Dir, "queue.db")
-	before := cutAfterChildCommits(t, fs, path, false)
+	before := cutAfterChildCommits(t, fs, path)
 
 	q := openAfterCut(t, path)
 	pending := q.PendingFrames()
@@ -104,25 +112,52 @@ func TestNormalModeNeverReusesFrameIDs(t *testing.T) {
 // that old survive a power cut (SQLite alone syncs only at a checkpoint,
 // and every one was lost).
 func TestNormalModeLosesAtMostTheLastSecond(t *testing.T) {
-	fs := lazyfstest.Mount(t)
+	fs := powercut.NewDisk(t)
 	path := filepath.Join(fs.Dir, "queue.db")
-	cutAfterChildCommits(t, fs, path, true)
+	cutAfterChildCommits(t, fs, path, childSyncEnv+"=1")
 	q := openAfterCut(t, path)
 	if n := q.PendingFrames(); n != 5 {
 		t.Errorf("%d of the 5 frames committed before the WAL's fsync survived the power cut", n)
 	}
 }
 
+// TestFirstCommitsSurviveAPowerCut: with synchronous = full a commit is
+// durable when Append returns, the first ones of a new queue too, whose
+// file and directory entry SQLite had just created. A child process
+// creates the queue in a new directory, commits five frames and is
+// frozen; after the power cut all five are there.
+func TestFirstCommitsSurviveAPowerCut(t *testing.T) {
+	fs := powercut.NewDisk(t)
+	path := filepath.Join(fs.Dir, "data", "queue.db")
+	if err := os.Mkdir(filepath.Dir(path), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncDir(fs.Dir); err != nil {
+		t.Fatal(err)
+	}
+	cutAfterChildCommits(t, fs, path, childFullEnv+"=1")
+	q := openAfterCut(t, path)
+	if n := q.PendingFrames(); n != 5 {
+		t.Errorf("%d of the 5 frames committed with synchronous = full survived the power cut", n)
+	}
+}
+
+// syncDir fsyncs the directory dir.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
 // cutAfterChildCommits runs TestQueueWriterChild on the queue at path in
-// fs (waiting for its fsync when sync is set), cuts the power once it is
-// ready, and returns the ids of the frames it committed.
-func cutAfterChildCommits(t *testing.T, fs *lazyfstest.FS, path string, sync bool) map[int64]bool {
+// fs with the extra environment env, cuts the power once it is ready,
+// and returns the ids of the frames it committed.
+func cutAfterChildCommits(t *testing.T, fs *powercut.Disk, path string, env ...string) map[int64]bool {
 	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^TestQueueWriterChild$", "-test.count=1")
-	child.Env = append(os.Environ(), childQueueEnv+"="+path)
-	if sync {
-		child.Env = append(child.Env, childSyncEnv+"=1")
-	}
+	child.Env = append(append(os.Environ(), childQueueEnv+"="+path), env...)
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func openFile(dir string) (*fileStore, error) {
 		return nil, fmt.Errorf("raw store file://%s: %w", dir, err)
 	}
 	s := &fileStore{dir: abs}
-	if err := durable.MkdirAll(abs); err != nil {
+	if err := durable.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("raw store %s: create directory: %w", s, err)
 	}
 	return s, nil

@@ -138,7 +138,7 @@ func (s *fileStore) openSegment(seg *segment, kind segmentKind, source string, a
 			return err
 		}
 		dir := filepath.Dir(p)
-		if err := durable.MkdirAll(dir); err != nil {
+		if err := durable.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)

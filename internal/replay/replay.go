@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/durable"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/sources"
@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (sum Summary, err e
 // lock creates the data dir if needed and takes its lock, turning "in use"
 // into what the operator has to do.
 func lock(dir string) (func() error, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := durable.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("replay: data dir: %w", err)
 	}
 	unlock, err := datadir.Lock(dir)
