@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_source_malformed_total",
 			Help: "Malformed payloads, whether fetched again or dead-lettered."}, src),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_last_success_timestamp_seconds",
-			Help: "Unix time of the last fetch whose batch was committed."}, src),
+			Help: "Unix time of the last successful fetch: one that found nothing new, or whose batch was committed (for a push source, the last committed request)."}, src),
 		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ingestor_source_interval_seconds",
 			Help: "The configured time between fetches of a polled source (push sources have none)."}, src),
 		ages: &sourceAges{states: make(map[string]*sourceState)},
@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // is stuck, which is when an SRE looks at them.
 type sourceState struct {
 	newestRecord atomic.Int64 // unix nanos of the newest record time committed
-	lastSuccess  atomic.Int64 // unix nanos of the last committed fetch
+	lastSuccess  atomic.Int64 // unix nanos of the last successful fetch (nothing new, or committed)
 	missingIDs   atomic.Pointer[func() int64]
 	status       sourceStatus // for the status page (status.go)
 }
@@ -98,7 +98,7 @@ var (
 	lagDesc = prometheus.NewDesc("ingestor_source_lag_seconds",
 		"Age of the newest record time committed for the source (now minus that time).", []string{"source"}, nil)
 	sinceSuccessDesc = prometheus.NewDesc("ingestor_source_seconds_since_last_success",
-		"Time since the source last committed a fetched batch.", []string{"source"}, nil)
+		"Time since the source's last successful fetch: one that found nothing new, or whose batch was committed (for a push source, the last committed request).", []string{"source"}, nil)
 	missingIDDesc = prometheus.NewDesc("ingestor_source_records_missing_id_total",
 		"Records without the configured id field, keyed by their content hash instead.", []string{"source"}, nil)
 )

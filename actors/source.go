@@ -360,6 +360,11 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 	}
 	a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "ok").Inc()
 	b := m.batch
+	if b == nil || (len(b.Records) == 0 && b.Cursor == "") {
+		// Nothing new (304, an empty page, a quiet stream): the poll
+		// succeeded, and a quiet source is a healthy one.
+		a.succeeded(time.Now())
+	}
 	if b != nil && (len(b.Records) > 0 || b.Cursor != "") {
 		a.deps.Metrics.bytes.WithLabelValues(a.cfg.Name).Add(float64(len(b.Body)))
 		if b.Cursor != "" {
@@ -480,10 +485,17 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 		}
 		st.status.committed(now, len(p.batch.Records), m.newEvents, len(p.batch.Body))
 	}
-	st.lastSuccess.Store(now.UnixNano())
-	a.deps.Metrics.lastSuccess.WithLabelValues(a.cfg.Name).Set(float64(now.UnixNano()) / 1e9)
+	a.succeeded(now)
 	a.commitNext(ctx)
 	a.slotFreed(ctx)
+}
+
+// succeeded records a successful poll at now: one that found nothing new,
+// or whose batch committed (a batch with records succeeds only once it is
+// durable).
+func (a *SourceActor) succeeded(now time.Time) {
+	a.deps.Metrics.ages.state(a.cfg.Name).lastSuccess.Store(now.UnixNano())
+	a.deps.Metrics.lastSuccess.WithLabelValues(a.cfg.Name).Set(float64(now.UnixNano()) / 1e9)
 }
 
 // slotFreed follows the release of a window slot: a committed batch or a

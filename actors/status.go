@@ -92,8 +92,9 @@ type SourceStatus struct {
 	LastError   string
 	LastErrorAt time.Time
 	Failures    int
-	// LastPoll is when the last fetch began; LastSuccess when a fetched
-	// batch (or a push group) last committed; NewestRecord the newest
+	// LastPoll is when the last fetch began; LastSuccess when a fetch last
+	// succeeded (found nothing new, or its batch committed) or a push group
+	// last committed; NewestRecord the newest
 	// record time committed; LastRequest when a push source last got a
 	// request, answered or refused.
 	LastPoll, LastSuccess, NewestRecord, LastRequest time.Time

@@ -89,6 +89,12 @@ func TestPythonExactlyOnceUnderKill(t *testing.T) {
 		t.Fatalf("only %d of %d kills landed while events were being applied: the test did not test", midStream, cycles)
 	}
 	e.waitDone(total)
+	// The last processor may not have installed its SIGTERM handler yet
+	// when the events were all applied (by its predecessors): a SIGTERM
+	// then kills it ("signal: terminated") instead of stopping it.
+	e.waitUntil("the last processor to start", 30*time.Second, func() bool {
+		return strings.Count(readFile(t, e.procLog), "processor started") > cycles
+	})
 	e.stop(p, "processor")
 	e.stop(d, "daemon")
 	e.checkSink(total, nil)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/earlysignal"
 )
 
 const usage = `usage:
@@ -74,6 +75,12 @@ const usage = `usage:
 `
 
 func main() {
+	// ingestor run stops cleanly on a SIGTERM however early it comes
+	// (cmdRun takes the one caught during start-up); every other command
+	// gets Go's default action back.
+	if len(os.Args) < 2 || os.Args[1] != "run" {
+		earlysignal.Release()
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -163,6 +170,20 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdRun(args []string, stderr io.Writer) int {
+	// The signals first: a SIGTERM while the config loads, or while the
+	// process initialised (earlysignal caught it), is a clean stop.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// SIGHUP reloads the config file (Go's default would end the process
+	// without draining).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	select {
+	case <-earlysignal.Take():
+		return 0 // stopped before anything started
+	default:
+	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("c", "", "config file (default: the embedded example config)")
@@ -173,6 +194,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 	if err != nil {
 		printConfigError(stderr, err)
 		return 1
+	}
+	if ctx.Err() != nil {
+		return 0 // stopped while the config loaded: nothing started
 	}
 	log := daemon.NewLogger(cfg.Daemon)
 	stopProfile, err := startCPUProfile()
@@ -185,13 +209,6 @@ func cmdRun(args []string, stderr io.Writer) int {
 			log.Error("cpu profile", "err", err)
 		}
 	}()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP reloads the config file (Go's default would end the process
-	// without draining).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: log})
 	if err != nil && ctx.Err() != nil {
 		// SIGTERM or SIGINT while starting: Start has closed what it

@@ -81,9 +81,11 @@ type SourceStatus struct {
 	Reason string     `json:"reason,omitempty"`
 	Until  *time.Time `json:"until,omitempty"`
 	Detail string     `json:"detail,omitempty"`
-	// Late is set for an enabled polled source whose last committed fetch
+	// Late is set for an enabled polled source whose last successful
+	// fetch (one that found nothing new counts: a quiet source is healthy)
 	// is older than 3 intervals (at least 5 minutes), as the
-	// IngestorSourceStale alert says.
+	// IngestorSourceStale alert says: its polls are failing or not
+	// happening.
 	Late bool `json:"late"`
 	// LastError is the last failed fetch's error, kept after a recovery;
 	// Failures is the current streak of failures.
@@ -120,13 +122,13 @@ type SourceStatus struct {
 // maxNotableDevices caps the devices listed in a source's Devices.
 const maxNotableDevices = 20
 
-// staleAfter is the least time without a committed fetch that makes a
+// staleAfter is the least time without a successful fetch that makes a
 // polled source late.
 const staleAfter = 5 * time.Minute
 
-// late reports whether a polled source that last committed a fetch at
+// late reports whether a polled source whose last fetch succeeded at
 // lastSuccess is late at now: as IngestorSourceStale says, after 3
-// intervals and at least staleAfter. A source that never committed one is
+// intervals and at least staleAfter. A source that never had one is
 // judged from since, when it started.
 func late(interval time.Duration, lastSuccess, since, now time.Time) bool {
 	if lastSuccess.IsZero() {

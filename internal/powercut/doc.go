@@ -24,7 +24,10 @@
 //     whose directory was not fsynced comes back, with the data it had at
 //     its last fsync; a rename whose directory was not fsynced is undone.
 //     A new directory's own entries need its own fsync, and the new
-//     directory its parent's.
+//     directory its parent's. This is where the FS is stricter than
+//     ext4, XFS or btrfs, whose fsync of a new file in practice also
+//     commits its entry: POSIX does not promise that, so a program that
+//     counts on it is caught here rather than on the next file system.
 //   - A rename across two directories is atomic, as in a journaling file
 //     system: when either directory is fsynced, the rename becomes
 //     durable in both (and so does every earlier rename across
@@ -65,7 +68,11 @@
 //
 // Mounting copies every file under the backing directory into the shadow
 // once (the cost of a mount grows with the data), and each fsync copies
-// the ranges written since the last. The FS is for tests: one process
+// the ranges written since the last. What the FS holds lasts one mount
+// (in the tests, one power-cut cycle): a record per inode it saw, a
+// shadow file per regular file (those of files unlinked since are kept
+// until the unmount, as their directory may not have been fsynced), and
+// the renames across directories not yet durable. The FS is for tests: one process
 // serves it, and it needs /dev/fuse and fusermount3 (Debian's fuse3) or
 // root.
 package powercut
