@@ -399,7 +399,7 @@ func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) (h
 // in all when the page holds fewer.
 func printDLQTable(w io.Writer, list []queue.DLQEntry, total int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSOURCE\tSEQ/KEY\tREASON\tDELIVERIES\tCREATED")
+	fmt.Fprintln(tw, "ID\tSOURCE\tSEQ/KEY\tREASON\tDELIVERIES\tCOUNT\tCREATED\tLAST SEEN")
 	for _, e := range list {
 		what := "payload " + e.RawKey
 		if e.Kind == "event" {
@@ -409,7 +409,8 @@ func printDLQTable(w io.Writer, list []queue.DLQEntry, total int) {
 		if len(reason) > 60 {
 			reason = reason[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.Source, what, reason, e.Deliveries, e.CreatedAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.Source, what, reason, e.Deliveries, e.Count,
+			e.CreatedAt.Format(time.RFC3339), e.LastSeen.Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		fmt.Fprintf(w, "write table: %v\n", err)
@@ -426,7 +427,8 @@ func printDLQEntry(w io.Writer, e queue.DLQEntry) {
 	if e.Kind == "event" {
 		fmt.Fprintf(w, "key:         %s\nseq:         %d\nframe:       %d\nraw range:   [%d,+%d)\n", e.Key, e.Seq, e.Frame, e.RawOff, e.RawLen)
 	}
-	fmt.Fprintf(w, "deliveries:  %d\ncreated:     %s\n", e.Deliveries, e.CreatedAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "deliveries:  %d\ncount:       %d\ncreated:     %s\nlast seen:   %s\n", e.Deliveries, e.Count,
+		e.CreatedAt.Format(time.RFC3339Nano), e.LastSeen.Format(time.RFC3339Nano))
 	if !e.ReplayedAt.IsZero() {
 		fmt.Fprintf(w, "replayed:    %s\n", e.ReplayedAt.Format(time.RFC3339Nano))
 	}

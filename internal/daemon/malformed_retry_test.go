@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +109,36 @@ malformed_every = 2
 	testsync.WaitFor(t, "each dead-lettered", 10*time.Second, func() bool { return len(allDeadLetters(t, h)) >= 2 })
 	if c := strings.Count(h.logs.String(), "malformed payload; fetching the page again"); c != 0 {
 		t.Errorf("a demo payload was fetched again %d time(s); it cannot be", c)
+	}
+}
+
+// TestPersistentlyMalformedUpstreamIsOneDeadLetter: an upstream that
+// serves the same bad page at every poll (malformed_retries = 0) makes one
+// dead letter whose count follows the polls, not one entry a poll (13
+// identical entries in 70 s before); the malformed counter still counts
+// every one.
+func TestPersistentlyMalformedUpstreamIsOneDeadLetter(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"not": "an array"`) //nolint:errcheck // the client's problem
+	}))
+	t.Cleanup(up.Close)
+	h := startDaemon(t, "", "", fmt.Sprintf(`
+[source.bad]
+kind = "http_poll"
+poll_url = %q
+interval = "20ms"
+id_field = "id"
+malformed_retries = 0
+`, up.URL))
+	testsync.WaitFor(t, "five malformed pages", 30*time.Second, func() bool {
+		return metric(t, h.d.Registry(), "ingestor_source_malformed_total", "source", "bad") >= 5
+	})
+	testsync.WaitFor(t, "the dead letter counting them", 10*time.Second, func() bool {
+		dl := allDeadLetters(t, h)
+		return len(dl) == 1 && dl[0].Count >= 5
+	})
+	if dl := allDeadLetters(t, h); len(dl) != 1 || dl[0].Source != "bad" || !dl[0].LastSeen.After(dl[0].CreatedAt) {
+		t.Fatalf("dead letters %+v, want one of source bad seen again since created", dl)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
 )
@@ -29,8 +30,14 @@ type bodyEvent struct {
 }
 
 // decode validates body and finds its events. batch reports a JSON array.
-// An error says what is wrong, in words for the sender.
+// An error says what is wrong, in words for the sender. JSON text is UTF-8
+// (RFC 8259): a body with other bytes, inside a string too, is refused, as
+// ws_ingress refuses such an envelope, so every event that reaches
+// processors is valid UTF-8 JSON.
 func (r *bodyRules) decode(body []byte) (events []bodyEvent, batch bool, err error) {
+	if !utf8.Valid(body) {
+		return nil, false, fmt.Errorf("invalid JSON: the body is not valid UTF-8 (byte %d)", invalidUTF8At(body))
+	}
 	var d jsonscan.Decoder
 	d.Reset(body)
 	switch d.Peek() {
@@ -100,4 +107,17 @@ func (r *bodyRules) event(body []byte, off, n int) (bodyEvent, error) {
 		}
 	}
 	return e, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not part
+// of a valid UTF-8 sequence, or len(b).
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // firstMembers returns the first raw value of each top-level key of the
@@ -59,7 +60,7 @@ func scalarOf(raw json.RawMessage) string {
 func checkBody(t *testing.T, body []byte) {
 	rules := bodyRules{idField: "id", timeField: "at", required: []string{"type"}}
 	events, batch, err := rules.decode(body)
-	valid := json.Valid(body)
+	valid := json.Valid(body) && utf8.Valid(body) // encoding/json lets invalid UTF-8 in strings pass
 	if !valid {
 		if err == nil {
 			t.Fatalf("%q: encoding/json says invalid, decode found %d events", body, len(events))

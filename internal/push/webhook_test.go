@@ -176,6 +176,10 @@ func TestWebhookAnswers(t *testing.T) {
 	expect(t, post(`"e2"`), http.StatusBadRequest, "the body is a JSON string, want an object")
 	expect(t, post(``), http.StatusBadRequest, "empty body")
 	expect(t, post(`[]`), http.StatusBadRequest, "the array holds no events")
+	// JSON is UTF-8: bytes that are not, even inside a string, are refused
+	// (they used to be stored and sent on as they came).
+	expect(t, post("{\"id\":\"e2\",\"type\":\"\xff\xfe\"}"), http.StatusBadRequest, "not valid UTF-8 (byte 19)")
+	expect(t, post("{\"id\":\"e2\",\"type\":\"\xc0\xaf\"}"), http.StatusBadRequest, "not valid UTF-8 (byte 19)")
 	expect(t, post(`{"id":"e2","type":"x","pad":"`+strings.Repeat("a", 100)+`"}`), http.StatusRequestEntityTooLarge, "max_body_bytes (100 bytes)")
 	expect(t, post(`{}`, "Content-Type", "text/plain"), http.StatusUnsupportedMediaType, "Content-Type")
 	expect(t, post(`{"id":"e3","type":"x"}`, "Content-Type", "application/cloudevents+json; charset=utf-8"), http.StatusAccepted, `"e3"`)

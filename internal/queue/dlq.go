@@ -30,7 +30,12 @@ type DeadLetter struct {
 	RawOff, RawLen int
 	// Deliveries is how many times the event's frame had been delivered.
 	Deliveries int
-	CreatedAt  time.Time
+	// Count is how many times the payload (the same bytes from the same
+	// source) failed while the entry was active, 1 for an event; LastSeen
+	// is the last time, equal to CreatedAt for one.
+	Count     int
+	LastSeen  time.Time
+	CreatedAt time.Time
 	// ReplayedAt is when the entry was replayed, or zero.
 	ReplayedAt time.Time
 	// ResolvedAt is when a later fetch of the payload's request succeeded,
@@ -103,7 +108,7 @@ func (f DLQFilter) where(p string) (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
-const dlCols = `d.id, d.source, d.reason, d.raw_key, d.frame_id, d.seq, d.event_key, d.deliveries, d.created_at, d.replayed_at, d.resolved_at, d.history,
+const dlCols = `d.id, d.source, d.reason, d.raw_key, d.frame_id, d.seq, d.event_key, d.deliveries, d.count, d.last_seen, d.created_at, d.replayed_at, d.resolved_at, d.history,
 	coalesce(e.raw_off, 0), coalesce(e.raw_len, 0)`
 
 // dlFrom joins the event still held for an active event dead letter.
@@ -113,13 +118,17 @@ type scanner interface{ Scan(...any) error }
 
 func scanDeadLetter(s scanner, withHistory bool) (DeadLetter, error) {
 	var d DeadLetter
-	var at, replayed, resolved int64
+	var at, lastSeen, replayed, resolved int64
 	var history string
-	if err := s.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &d.Seq, &d.Key, &d.Deliveries, &at, &replayed, &resolved, &history,
+	if err := s.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &d.Seq, &d.Key, &d.Deliveries, &d.Count, &lastSeen, &at, &replayed, &resolved, &history,
 		&d.RawOff, &d.RawLen); err != nil {
 		return d, err
 	}
 	d.CreatedAt = time.Unix(0, at).UTC()
+	d.LastSeen = d.CreatedAt
+	if lastSeen != 0 {
+		d.LastSeen = time.Unix(0, lastSeen).UTC()
+	}
 	if replayed != 0 {
 		d.ReplayedAt = time.Unix(0, replayed).UTC()
 	}

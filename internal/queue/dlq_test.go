@@ -168,3 +168,52 @@ func TestResolveDeadLetters(t *testing.T) {
 		t.Errorf("drop a: %d, %v; want the one active entry", n, err)
 	}
 }
+
+// TestSamePayloadDeadLetteredOnce: the same bytes from the same source
+// (the content hash their raw keys end with), dead-lettered again while
+// their entry is active, count on it (count, last seen, the latest reason
+// and request) instead of adding one; other bytes, another source, and
+// the same bytes once their entry was resolved each make an entry.
+func TestSamePayloadDeadLetteredOnce(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
+	ctx := t.Context()
+	const same = "0123456789abcdef0123456789abcdef"
+	for i, d := range []struct{ source, raw, cursor, reason string }{
+		{"a", "deadletter/a/2026/11/27/1000-" + same + ".json", "c1", "truncated"},
+		{"a", "deadletter/a/2026/11/27/2000-" + same + ".json", "c1", "truncated"},
+		{"a", "deadletter/a/2026/11/27/3000-" + same + ".json", "c2", "not JSON"},
+		{"a", "deadletter/a/2026/11/27/4000-ffffffffffffffffffffffffffffffff.json", "c2", "not JSON"},
+		{"b", "deadletter/b/2026/11/27/5000-" + same + ".json", "c1", "truncated"},
+	} {
+		if i > 0 {
+			time.Sleep(time.Millisecond) // distinct times, for last_seen to move
+		}
+		if err := q.DeadLetter(ctx, d.source, d.reason, d.raw, d.cursor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := q.ListDeadLetters(ctx, DLQFilter{IncludeReplayed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 3 {
+		t.Fatalf("%d entries, want 3 (the same bytes of a once, other bytes of a, b): %+v", len(all), all)
+	}
+	first := all[0]
+	if first.Count != 3 || first.Reason != "not JSON" || !first.LastSeen.After(first.CreatedAt) || first.RawKey != "deadletter/a/2026/11/27/1000-"+same+".json" {
+		t.Errorf("the repeated payload's entry: %+v; want count 3, the latest reason, last seen after created, the first raw key", first)
+	}
+	if all[1].Count != 1 || !all[1].LastSeen.Equal(all[1].CreatedAt) || all[2].Count != 1 || all[2].Source != "b" {
+		t.Errorf("the single entries: %+v, %+v; want count 1 each, last seen = created", all[1], all[2])
+	}
+	// The entry took the latest request: a good fetch of c2 resolves it.
+	if n, err := q.ResolveDeadLetters(ctx, "a", "c2"); err != nil || n != 2 {
+		t.Fatalf("resolve a/c2: %d, %v; want both entries of a", n, err)
+	}
+	if err := q.DeadLetter(ctx, "a", "truncated", "deadletter/a/2026/11/27/6000-"+same+".json", "c3"); err != nil {
+		t.Fatal(err)
+	}
+	if active, err := q.DeadLetters(ctx, 10); err != nil || len(active) != 2 || active[1].Count != 1 || active[1].Source != "a" {
+		t.Errorf("after the resolve, the same bytes again: active %+v, %v; want a new entry beside b's", active, err)
+	}
+}

@@ -13,15 +13,19 @@ type DLQEntry struct {
 	ID     int64  `json:"id"`
 	Source string `json:"source"`
 	// Kind is "event" or "payload" (a malformed upstream response).
-	Kind       string         `json:"kind"`
-	Reason     string         `json:"reason"`
-	RawKey     string         `json:"raw_key"`
-	Frame      int64          `json:"frame,omitempty"`
-	Seq        int64          `json:"seq,omitempty"`
-	Key        string         `json:"key,omitempty"`
-	RawOff     int            `json:"raw_off,omitempty"`
-	RawLen     int            `json:"raw_len,omitempty"`
-	Deliveries int            `json:"deliveries"`
+	Kind       string `json:"kind"`
+	Reason     string `json:"reason"`
+	RawKey     string `json:"raw_key"`
+	Frame      int64  `json:"frame,omitempty"`
+	Seq        int64  `json:"seq,omitempty"`
+	Key        string `json:"key,omitempty"`
+	RawOff     int    `json:"raw_off,omitempty"`
+	RawLen     int    `json:"raw_len,omitempty"`
+	Deliveries int    `json:"deliveries"`
+	// Count is how many times the payload failed while the entry was
+	// active (1 for an event); LastSeen the last time.
+	Count      int            `json:"count"`
+	LastSeen   time.Time      `json:"last_seen"`
 	CreatedAt  time.Time      `json:"created_at"`
 	ReplayedAt time.Time      `json:"replayed_at,omitzero"`
 	ResolvedAt time.Time      `json:"resolved_at,omitzero"`
@@ -39,7 +43,7 @@ func entryOf(d DeadLetter) DLQEntry {
 		kind = "payload"
 	}
 	return DLQEntry{ID: d.ID, Source: d.Source, Kind: kind, Reason: d.Reason, RawKey: d.RawKey, Frame: d.Frame, Seq: d.Seq,
-		Key: d.Key, RawOff: d.RawOff, RawLen: d.RawLen, Deliveries: d.Deliveries, CreatedAt: d.CreatedAt,
+		Key: d.Key, RawOff: d.RawOff, RawLen: d.RawLen, Deliveries: d.Deliveries, Count: d.Count, LastSeen: d.LastSeen, CreatedAt: d.CreatedAt,
 		ReplayedAt: d.ReplayedAt, ResolvedAt: d.ResolvedAt, History: d.History}
 }
 

@@ -144,6 +144,20 @@ CREATE TABLE event_verdicts (
 	received_at INTEGER NOT NULL     -- unix nanoseconds
 );
 `,
+	// v8: a payload that fails again counts on its active entry instead
+	// of adding one (DeadLetter). An event has one active entry by
+	// construction: its key is unique in events, and a dead event is never
+	// delivered again until its entry is replayed.
+	`
+-- digest is a payload dead letter's content hash (the hex SHA-256 prefix
+-- its raw key ends with); '' for an event and for entries from before v8.
+ALTER TABLE dead_letters ADD COLUMN digest    TEXT    NOT NULL DEFAULT '';
+-- count is how many times the entry's payload failed (1 for an event);
+-- last_seen (unix nanoseconds) the last time, 0 for the first only.
+ALTER TABLE dead_letters ADD COLUMN count     INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE dead_letters ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX dead_letters_digest ON dead_letters(source, digest) WHERE event_key = '' AND digest != '' AND resolved_at = 0 AND replayed_at = 0;
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.
