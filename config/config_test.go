@@ -78,7 +78,7 @@ func TestGoodFiles(t *testing.T) {
 				File: filepath.Join(testdata, "minimal.good.toml"),
 				Daemon: Daemon{DataDir: "./data", HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 					LogFormat: "text", ShutdownGrace: 30 * time.Second, MinFreeBytes: DefaultMinFreeBytes},
-				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1", MaxAttempts: 10, SpillDir: "./data/raw-spill"},
+				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1", MaxAttempts: 10, SpillDir: "./data/raw-spill", Retention: DefaultRawRetention},
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
@@ -100,7 +100,7 @@ func TestGoodFiles(t *testing.T) {
 		}},
 		"full_s3.good.toml": {check: func(t *testing.T, cfg *Config) {
 			wantRaw := RawStore{URL: "s3://ingest-raw/prod/payloads", Endpoint: "http://127.0.0.1:9000",
-				Region: "eu-west-1", PathStyle: true, MaxAttempts: 3, SpillDir: "/var/spool/ingestor/raw"}
+				Region: "eu-west-1", PathStyle: true, MaxAttempts: 3, SpillDir: "/var/spool/ingestor/raw", Retention: 0}
 			if cfg.RawStore != wantRaw {
 				t.Errorf("raw store = %+v, want %+v", cfg.RawStore, wantRaw)
 			}
@@ -130,9 +130,9 @@ func TestGoodFiles(t *testing.T) {
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
-			if orders.Line != 39 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+			if orders.Line != 40 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
 				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
-				t.Errorf("orders-eu = %+v, want line 39 and [defaults] 5s 0%% 3s 8", orders)
+				t.Errorf("orders-eu = %+v, want line 40 and [defaults] 5s 0%% 3s 8", orders)
 			}
 			synth := source(t, cfg, "synthetic")
 			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
@@ -492,8 +492,9 @@ func TestBadFiles(t *testing.T) {
 		"bad_retention.bad.toml": {want: []string{
 			`bad_retention.bad.toml:3: raw_store.max_attempts: must be between 1 and 1000000, not 0`,
 			`bad_retention.bad.toml:4: raw_store.spill_dir: must not be empty`,
-			`bad_retention.bad.toml:7: publish.dedupe_window: must be a duration such as "500ms", "30s" or "1m30s", not "a week"`,
-			`bad_retention.bad.toml:8: publish.prune_interval: must be positive, not "0s"`,
+			`bad_retention.bad.toml:5: raw_store.retention: must be "0" (keep every raw payload) or a duration of at least 1m0s such as "24h" or "168h", not "30s"`,
+			`bad_retention.bad.toml:8: publish.dedupe_window: must be a duration such as "500ms", "30s" or "1m30s", not "a week"`,
+			`bad_retention.bad.toml:9: publish.prune_interval: must be positive, not "0s"`,
 		}},
 		"bad_raw_store_url.bad.toml": {want: []string{
 			`bad_raw_store_url.bad.toml:2: raw_store.url: must be file://DIR or s3://bucket[/prefix], not "/var/lib/ingestor/raw"`,

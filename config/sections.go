@@ -85,12 +85,13 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 
 // rawStoreTOML is [raw_store] as written in the file.
 type rawStoreTOML struct {
-	URL         string `toml:"url"`
-	Endpoint    string `toml:"endpoint"`
-	Region      string `toml:"region"`
-	PathStyle   bool   `toml:"path_style"`
-	MaxAttempts int    `toml:"max_attempts"`
-	SpillDir    string `toml:"spill_dir"`
+	URL         string   `toml:"url"`
+	Endpoint    string   `toml:"endpoint"`
+	Region      string   `toml:"region"`
+	PathStyle   bool     `toml:"path_style"`
+	MaxAttempts int      `toml:"max_attempts"`
+	SpillDir    string   `toml:"spill_dir"`
+	Retention   duration `toml:"retention"`
 }
 
 func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
@@ -99,6 +100,7 @@ func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawSto
 		Region:      "us-east-1",
 		MaxAttempts: 10,
 		SpillDir:    strings.TrimSuffix(dataDir, "/") + "/raw-spill",
+		Retention:   "24h",
 	}
 	d.section(top, "raw_store", &t)
 	p := []string{"raw_store"}
@@ -124,7 +126,26 @@ func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawSto
 		PathStyle:   t.PathStyle,
 		MaxAttempts: t.MaxAttempts,
 		SpillDir:    t.SpillDir,
+		Retention:   d.retention(child(p, "retention"), t.Retention),
 	}
+}
+
+// retention parses [raw_store] retention: "0" keeps every raw payload,
+// otherwise a duration of at least MinRawRetention.
+func (d *decoder) retention(path []string, v duration) time.Duration {
+	if d.covered(path) {
+		return DefaultRawRetention
+	}
+	if strings.TrimSpace(string(v)) == "0" {
+		return 0
+	}
+	dur, err := time.ParseDuration(string(v))
+	if err != nil || dur < MinRawRetention {
+		d.errAt(path, `must be "0" (keep every raw payload) or a duration of at least %v such as "24h" or "168h", not %s`,
+			MinRawRetention, d.show(path, string(v)))
+		return DefaultRawRetention
+	}
+	return dur
 }
 
 // s3Bucket matches an S3 bucket name.

@@ -78,7 +78,22 @@ type RawStore struct {
 	// SpillDir holds batches the raw store could not take yet, until it
 	// can. Default <data_dir>/raw-spill.
 	SpillDir string
+	// Retention is how long a raw object (a page segment, a whole
+	// payload) is kept after its last write once nothing in the queue
+	// needs it: no pending event and no dead letter points to it. 0 keeps
+	// everything (for users who replay from raw). Default
+	// DefaultRawRetention; at least MinRawRetention.
+	Retention time.Duration
 }
+
+// DefaultRawRetention is [raw_store] retention's default: a day of raw
+// payloads to replay or inspect, 24 times the default dedupe window.
+const DefaultRawRetention = 24 * time.Hour
+
+// MinRawRetention is the least [raw_store] retention: a batch is committed
+// (or given up and fetched again) within seconds of its raw write, and an
+// object younger than this is never pruned whatever else holds.
+const MinRawRetention = time.Minute
 
 // Publish configures the write-ahead queue and ZeroMQ delivery ([publish]).
 type Publish struct {

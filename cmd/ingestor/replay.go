@@ -63,6 +63,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(stdout, "replaying source %q from %s, fetched %s\n", o.Source, cfg.RawStore.URL, describeRange(o.From, o.To))
+	fmt.Fprintln(stdout, replayableRange(cfg.RawStore.Retention, o.From, time.Now()))
 	sum, err := replay.Run(ctx, cfg, o)
 	if err == nil || sum.Objects > 0 {
 		printSummary(stdout, sum, o)
@@ -133,4 +134,20 @@ func printSummary(w io.Writer, s replay.Summary, o replay.Options) {
 	case s.Queued > 0:
 		fmt.Fprintf(w, "%d events are queued: start the daemon to deliver them\n", s.Queued)
 	}
+}
+
+// replayableRange says which payloads the raw store still holds under
+// retention, and warns when from asks for older ones.
+func replayableRange(retention time.Duration, from, now time.Time) string {
+	if retention == 0 {
+		return "raw_store.retention is 0: every payload ever fetched is kept and can be replayed"
+	}
+	since := now.Add(-retention)
+	msg := fmt.Sprintf("raw_store.retention is %v: payloads last written before %s were deleted unless a pending event or a dead letter kept them; those after can be replayed",
+		retention, since.UTC().Format(time.RFC3339))
+	if !from.IsZero() && from.Before(since) {
+		msg += fmt.Sprintf("\nwarning: -from %s is older than that: what was fetched before %s is likely gone",
+			from.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339))
+	}
+	return msg
 }

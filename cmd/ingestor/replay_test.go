@@ -128,3 +128,19 @@ func TestReplayCommand(t *testing.T) {
 		t.Errorf("unknown source: exit %d\n%s", code, errb.String())
 	}
 }
+
+// TestReplayableRange: replay says how far back the raw store reaches
+// under raw_store.retention, and warns when -from asks for more.
+func TestReplayableRange(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	if got := replayableRange(0, time.Time{}, now); !strings.Contains(got, "every payload ever fetched is kept") {
+		t.Errorf("retention 0: %q", got)
+	}
+	got := replayableRange(24*time.Hour, now.Add(-time.Hour), now)
+	if !strings.Contains(got, "before 2026-11-26T12:00:00Z were deleted") || strings.Contains(got, "warning") {
+		t.Errorf("24h, -from an hour ago: %q", got)
+	}
+	if got := replayableRange(24*time.Hour, now.Add(-48*time.Hour), now); !strings.Contains(got, "warning: -from 2026-11-25T12:00:00Z is older") {
+		t.Errorf("24h, -from two days ago: %q", got)
+	}
+}

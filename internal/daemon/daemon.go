@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/durable"
 	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawretention"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -263,7 +265,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}
 	pruneCtx, stopPrune := context.WithCancel(context.Background())
 	d.stopPrune, d.pruneDone = stopPrune, make(chan struct{})
-	go d.prune(pruneCtx)
+	go d.prune(pruneCtx, d.rawPruner())
 	if cfg.Daemon.WatchConfig {
 		if cfg.File == "" {
 			log.Warn("daemon.watch_config is set, but the daemon runs on the embedded example config: there is no file to watch")
@@ -381,6 +383,22 @@ func (d *Daemon) registerQueueMetrics() {
 	)
 }
 
+// rawPruner returns the raw store's retention, nil when [raw_store]
+// retention is 0 (keep everything).
+func (d *Daemon) rawPruner() *rawretention.Pruner {
+	r := d.cfg.RawStore.Retention
+	if r == 0 {
+		return nil
+	}
+	st, ok := d.raw.(rawretention.Store)
+	if !ok {
+		d.log.Warn("raw_store.retention is set, but this raw store cannot list or delete: nothing is pruned", "store", d.raw.String())
+		return nil
+	}
+	return rawretention.New(rawretention.Options{Store: st, Queue: d.queue, Retention: r, MinAge: config.MinRawRetention,
+		Logger: d.log, Registerer: d.reg})
+}
+
 // pruneBatch is how many remembered events one prune transaction deletes
 // at most; small enough that appends queued behind it wait only briefly.
 const pruneBatch = 1000
@@ -388,9 +406,18 @@ const pruneBatch = 1000
 // prune deletes remembered, acked events past the dedupe window every
 // prune_interval, in batches of pruneBatch while a batch comes back full,
 // yielding between batches so that the queue's writer takes the appends
-// waiting behind each one.
-func (d *Daemon) prune(ctx context.Context) {
-	defer close(d.pruneDone)
+// waiting behind each one. Beside it, raw (when not nil) deletes the raw
+// payloads past [raw_store] retention that the queue does not need.
+// pruneDone closes once both have stopped.
+func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
+	var running sync.WaitGroup
+	defer func() {
+		running.Wait()
+		close(d.pruneDone)
+	}()
+	if raw != nil {
+		running.Go(func() { raw.Run(ctx) })
+	}
 	t := time.NewTicker(d.cfg.Publish.PruneInterval)
 	defer t.Stop()
 	for {
