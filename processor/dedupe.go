@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	// The dedupe store and the exactly-once path use SQLite.
 	_ "github.com/mattn/go-sqlite3"
@@ -35,6 +34,7 @@ type dedupeStore struct {
 	path  string
 	db    *sql.DB
 	cache *keyCache
+	clock *keyClock
 }
 
 // openDedupe opens (creating if needed) the dedupe database at path.
@@ -50,7 +50,11 @@ func openDedupe(ctx context.Context, path string, cacheSize int) (*dedupeStore, 
 	if _, err := db.ExecContext(ctx, processedSchema); err != nil {
 		return nil, errors.Join(fmt.Errorf("processor: dedupe database %s: create table processed: %w", path, err), db.Close())
 	}
-	return &dedupeStore{path: path, db: db, cache: newKeyCache(cacheSize)}, nil
+	clock, err := openClock(ctx, db)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("processor: dedupe database %s: %w", path, err), db.Close())
+	}
+	return &dedupeStore{path: path, db: db, cache: newKeyCache(cacheSize), clock: clock}, nil
 }
 
 // seen reports whether (source, key) was processed.
@@ -84,7 +88,7 @@ func (d *dedupeStore) record(ctx context.Context, evs []*Event) (err error) {
 			}
 		}
 	}()
-	now := time.Now().UnixNano()
+	now := d.clock.now()
 	for _, ev := range evs {
 		if _, err := tx.ExecContext(ctx, recordProcessed, ev.Source, ev.Key, now); err != nil {
 			return fmt.Errorf("processor: dedupe database %s: record %s/%s: %w", d.path, ev.Source, ev.Key, err)

@@ -62,6 +62,14 @@ type Options struct {
 	// DedupeCacheSize is how many processed keys are kept in memory in
 	// front of the processed table, by DedupeDB and RunTx. Default 100000.
 	DedupeCacheSize int
+	// DedupeRetention is how long a key stays in the processed table (of
+	// DedupeDB or RunTx) after it was processed, counted in the time a
+	// Client ran on the database, never in downtime: a key applied just
+	// before a crash can come again whenever the processor is back
+	// (PROTOCOL.md, "How long to remember a key"). Older keys are deleted
+	// in the background, a thousand at a time. Default
+	// DefaultDedupeRetention; negative keeps every key.
+	DedupeRetention time.Duration
 	// CurveServerKey is the daemon's CURVE public key in Z85 (40
 	// characters): the public half of its publish.curve_secret_key_file.
 	// Set it and CurveSecretKey to connect to a daemon that uses CURVE;
@@ -129,6 +137,8 @@ type Stats struct {
 	Redeliveries int64
 	// AcksDropped counts ack messages dropped on purpose (Options.DropAcks).
 	AcksDropped int64
+	// Forgotten counts processed keys deleted past Options.DedupeRetention.
+	Forgotten int64
 }
 
 // Client receives events from a daemon and acknowledges them. Its methods
@@ -141,7 +151,7 @@ type Client struct {
 	running atomic.Bool
 
 	frames, events, acked, failed, permanent, duplicates atomic.Int64
-	malformed, redeliveries, acksDropped                 atomic.Int64
+	malformed, redeliveries, acksDropped, forgotten      atomic.Int64
 }
 
 // New checks o, applies its defaults and returns a Client. It does not
@@ -194,6 +204,9 @@ func New(o Options) (*Client, error) {
 	if o.DedupeCacheSize == 0 {
 		o.DedupeCacheSize = DefaultDedupeCacheSize
 	}
+	if o.DedupeRetention == 0 {
+		o.DedupeRetention = DefaultDedupeRetention
+	}
 	return &Client{opts: o, log: o.Logger, curve: curve}, nil
 }
 
@@ -219,6 +232,7 @@ func (c *Client) Stats() Stats {
 		Malformed:    c.malformed.Load(),
 		Redeliveries: c.redeliveries.Load(),
 		AcksDropped:  c.acksDropped.Load(),
+		Forgotten:    c.forgotten.Load(),
 	}
 }
 
@@ -253,6 +267,7 @@ func (c *Client) Run(ctx context.Context, h Handler) (err error) {
 				err = errors.Join(err, fmt.Errorf("processor: close dedupe database %s: %w", c.opts.DedupeDB, cerr))
 			}
 		}()
+		defer c.startForgetter(dd.db, dd.clock)()
 	}
 	return c.serve(ctx, func(ctx context.Context, f *frame) frameResult {
 		return c.handleFrame(ctx, f, h, dd)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
@@ -57,14 +56,19 @@ func (c *Client) RunTx(ctx context.Context, db *sql.DB, h TxHandler) error {
 	if _, err := db.ExecContext(context.WithoutCancel(ctx), processedSchema); err != nil {
 		return fmt.Errorf("processor: create table processed: %w", err)
 	}
+	clock, err := openClock(context.WithoutCancel(ctx), db)
+	if err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
+	defer c.startForgetter(db, clock)()
 	cache := newKeyCache(c.opts.DedupeCacheSize)
 	return c.serve(ctx, func(ctx context.Context, f *frame) frameResult {
-		return c.txFrame(ctx, f, db, h, cache)
+		return c.txFrame(ctx, f, db, h, cache, clock)
 	})
 }
 
 // txFrame applies f's events in one transaction of db.
-func (c *Client) txFrame(ctx context.Context, f *frame, db *sql.DB, h TxHandler, cache *keyCache) frameResult {
+func (c *Client) txFrame(ctx context.Context, f *frame, db *sql.DB, h TxHandler, cache *keyCache, clock *keyClock) frameResult {
 	done := make([]bool, len(f.events))
 	var todo []int
 	for i := range f.events {
@@ -80,7 +84,7 @@ func (c *Client) txFrame(ctx context.Context, f *frame, db *sql.DB, h TxHandler,
 	if len(todo) == 0 || ctx.Err() != nil {
 		return result(f, done, nil)
 	}
-	nacks, fresh := c.applyTx(ctx, f, db, h, todo, done)
+	nacks, fresh := c.applyTx(ctx, f, db, h, todo, done, clock)
 	for _, i := range fresh {
 		done[i] = true
 		cache.add(f.events[i].Source, f.events[i].Key)
@@ -91,7 +95,7 @@ func (c *Client) txFrame(ctx context.Context, f *frame, db *sql.DB, h TxHandler,
 // applyTx runs the events todo of f in one transaction, marking duplicates
 // found in processed in done. It returns the nacks and the events
 // committed now.
-func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler, todo []int, done []bool) (nacks []wire.Nack, fresh []int) {
+func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler, todo []int, done []bool, clock *keyClock) (nacks []wire.Nack, fresh []int) {
 	// The transaction outlives a stop: what was applied still commits.
 	bg := context.WithoutCancel(ctx)
 	failAll := func(err error) {
@@ -131,7 +135,7 @@ func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler,
 		}
 		herr := c.callTx(ctx, h, tx, ev)
 		if herr == nil {
-			if _, err := tx.ExecContext(bg, insertProcessed, ev.Source, ev.Key, time.Now().UnixNano()); err != nil {
+			if _, err := tx.ExecContext(bg, insertProcessed, ev.Source, ev.Key, clock.now()); err != nil {
 				herr = fmt.Errorf("record processed key: %w", err)
 			}
 		}

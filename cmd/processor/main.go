@@ -112,6 +112,7 @@ type config struct {
 	record    string
 	countOut  string
 	dropAcks  float64
+	retention time.Duration
 	// failKeys and failRetryableKeys match the keys to fail; nil matches
 	// none.
 	failKeys, failRetryableKeys *regexp.Regexp
@@ -132,6 +133,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
 	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
+	fs.DurationVar(&c.retention, "retention", processor.DefaultDedupeRetention,
+		"with -sqlite: forget a processed key this long after it was applied, counted in running time (negative: never)")
 	fs.StringVar(&c.record, "record", "", "append \"SOURCE KEY DELIVERY\" (percent-encoded) to this file for every event received")
 	fs.StringVar(&c.countOut, "count-out", "", "on exit, write the events received and their distinct keys as JSON to this file")
 	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
@@ -192,7 +195,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	log := slog.New(h)
 	o := processor.Options{
 		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
-		Workers: cfg.workers, DropAcks: cfg.dropAcks,
+		Workers: cfg.workers, DropAcks: cfg.dropAcks, DedupeRetention: cfg.retention,
 	}
 	if cfg.curveServerKey != "" {
 		if o.CurveServerKey, err = processor.ReadCurveKey(cfg.curveServerKey); err != nil {

@@ -29,11 +29,13 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text", workers: 1, cluster: "ingestor"}); c != want {
+	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text", workers: 1, cluster: "ingestor",
+		retention: processor.DefaultDedupeRetention}); c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
-	c, err = parseFlags([]string{"-fail-keys", "^bad", "-sqlite", "x.db", "-workers", "3", "-drop-acks", "0.5"}, io.Discard)
-	if err != nil || c.failKeys.String() != "^bad" || c.failRetryableKeys != nil || c.sqlite != "x.db" || c.workers != 3 || c.dropAcks != 0.5 {
+	c, err = parseFlags([]string{"-fail-keys", "^bad", "-sqlite", "x.db", "-workers", "3", "-drop-acks", "0.5", "-retention", "48h"}, io.Discard)
+	if err != nil || c.failKeys.String() != "^bad" || c.failRetryableKeys != nil || c.sqlite != "x.db" || c.workers != 3 || c.dropAcks != 0.5 ||
+		c.retention != 48*time.Hour {
 		t.Errorf("parseFlags = %+v, %v", c, err)
 	}
 	_, err = parseFlags([]string{"-curve-server-key", "daemon.pub", "-log-every", "0s", "-log-format", "xml", "-workers", "0", "-drop-acks", "2", "-fail-retryable-keys", "(", "extra"}, io.Discard)

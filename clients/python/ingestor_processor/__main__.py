@@ -32,7 +32,8 @@ import signal
 import sqlite3
 import sys
 
-from . import Client, Cluster, EtcdMembers, Member, Permanent, StaticMembers, read_curve_key, read_curve_secret
+from . import (DEFAULT_DEDUPE_RETENTION, Client, Cluster, EtcdMembers, Member, Permanent, StaticMembers, read_curve_key,
+               read_curve_secret)
 
 EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     source TEXT NOT NULL,
@@ -48,6 +49,9 @@ def main(argv=None):
     p.add_argument("--connect", default="tcp://127.0.0.1:5557", help="the daemon's publish.endpoint")
     p.add_argument("--ack", default="tcp://127.0.0.1:5558", help="the daemon's publish.ack_endpoint")
     p.add_argument("--sqlite", required=True, help="the SQLite database to write events into")
+    p.add_argument("--retention", type=float, default=DEFAULT_DEDUPE_RETENTION, metavar="SECONDS",
+                   help="forget a processed key this long after it was applied, counted in running time "
+                        "(default a week; negative: never)")
     p.add_argument("--fail-keys", help="fail events whose key matches this regular expression permanently")
     p.add_argument("--curve-server-key", help="file of the daemon's CURVE public key")
     p.add_argument("--curve-secret-key", help="file of this processor's CURVE secret key")
@@ -71,9 +75,10 @@ def main(argv=None):
         server, secret = read_curve_key(args.curve_server_key), read_curve_secret(args.curve_secret_key)
     members = cluster_members(p, args)
     if members is None:
-        client = Client(args.connect, args.ack, curve_server_key=server, curve_secret_key=secret)
+        client = Client(args.connect, args.ack, curve_server_key=server, curve_secret_key=secret,
+                        dedupe_retention=args.retention)
     else:
-        client = Cluster(members, curve_server_key=server, curve_secret_key=secret)
+        client = Cluster(members, curve_server_key=server, curve_secret_key=secret, dedupe_retention=args.retention)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: client.stop())
 

@@ -18,6 +18,9 @@ log = logging.getLogger("ingestor_processor")
 DEFAULT_RECEIVE_HWM = 1000
 DEFAULT_ACK_FLUSH_INTERVAL = 0.020  # seconds
 DEFAULT_DEDUPE_CACHE_SIZE = 100_000
+# DEFAULT_DEDUPE_RETENTION is how long a processed key is remembered, in
+# seconds of the processor's running time: a week, as the Go client.
+DEFAULT_DEDUPE_RETENTION = 7 * 24 * 3600.0
 
 # _POLL_INTERVAL bounds how long run goes without noticing stop(), in ms.
 _POLL_INTERVAL = 100
@@ -36,6 +39,75 @@ _INSERT_PROCESSED = "INSERT INTO processed (source, key, processed_at) VALUES (?
 # _RECORD_PROCESSED tolerates a pair another processor recorded first.
 _RECORD_PROCESSED = "INSERT OR IGNORE INTO processed (source, key, processed_at) VALUES (?, ?, ?)"
 
+# The retention of processed keys counts the processor's running time, not
+# the wall clock (PROTOCOL.md, "How long to remember a key"): processed_at
+# holds the processor's clock, which starts at the wall time when the
+# database is first used and advances only while a client runs;
+# processed_clock keeps it across restarts. The Go client uses the same
+# tables, so either can follow the other on one database.
+_CLOCK_SCHEMA = """CREATE TABLE IF NOT EXISTS processed_clock (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    now INTEGER NOT NULL
+)"""
+_CLOCK_INDEX = "CREATE INDEX IF NOT EXISTS processed_by_time ON processed(processed_at)"
+_SELECT_CLOCK = "SELECT now FROM processed_clock WHERE id = 1"
+_STORE_CLOCK = ("INSERT INTO processed_clock (id, now) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET now = max(now, excluded.now)")
+_FORGET_BATCH = ("DELETE FROM processed WHERE (source, key) IN "
+                 "(SELECT source, key FROM processed WHERE processed_at < ? ORDER BY processed_at LIMIT ?)")
+_FORGET_LIMIT = 1000
+
+
+class _Forgetter:
+    """The processor's clock of a processed table, and the deletion of the
+    keys older than the retention: at most once an interval, between
+    frames, a thousand keys per statement, each its own transaction. A
+    negative retention keeps every key (the clock is still kept)."""
+
+    def __init__(self, conn, retention, stats):
+        conn.execute(_CLOCK_SCHEMA)
+        conn.execute(_CLOCK_INDEX)
+        row = conn.execute(_SELECT_CLOCK).fetchone()
+        if row is None:
+            self._base = time.time_ns()
+            conn.execute(_STORE_CLOCK, (self._base,))
+        else:
+            self._base = row[0]
+        self._started = time.monotonic_ns()
+        self._conn = conn
+        self._retention = retention
+        self._stats = stats
+        self._interval = 60.0 if retention < 0 else min(max(retention / 10, 1.0), 60.0)
+        self._due = 0.0  # the first pass comes with the first frame
+
+    def now(self):
+        """The clock, in nanoseconds."""
+        return self._base + time.monotonic_ns() - self._started
+
+    def maybe(self):
+        """Makes a pass when one is due. Call it outside a transaction."""
+        if time.monotonic() < self._due:
+            return
+        self._due = time.monotonic() + self._interval
+        self.run()
+
+    def run(self):
+        """Saves the clock, then deletes the keys past the retention."""
+        now = self.now()
+        self._conn.execute(_STORE_CLOCK, (now,))
+        if self._retention < 0:
+            return
+        bound = now - int(self._retention * 1e9)
+        while True:
+            n = self._conn.execute(_FORGET_BATCH, (bound, _FORGET_LIMIT)).rowcount
+            self._stats.forgotten += n
+            if n < _FORGET_LIMIT:
+                return
+
+    def save(self):
+        """Saves the clock (at stop)."""
+        self._conn.execute(_STORE_CLOCK, (self.now(),))
+
 
 class Permanent(Exception):
     """Raised by a handler for an event that retrying cannot help (it is
@@ -48,7 +120,8 @@ class Permanent(Exception):
 class Stats:
     """A client's counters since it was made."""
 
-    __slots__ = ("frames", "events", "acked", "failed", "permanent", "duplicates", "malformed", "redeliveries")
+    __slots__ = ("frames", "events", "acked", "failed", "permanent", "duplicates", "malformed", "redeliveries",
+                 "forgotten")
 
     def __init__(self):
         for name in self.__slots__:
@@ -194,6 +267,7 @@ class Client:
     def __init__(self, endpoint="tcp://127.0.0.1:5557", ack_endpoint="tcp://127.0.0.1:5558", *,
                  receive_hwm=DEFAULT_RECEIVE_HWM, ack_flush_interval=DEFAULT_ACK_FLUSH_INTERVAL,
                  dedupe_db=None, dedupe_cache_size=DEFAULT_DEDUPE_CACHE_SIZE,
+                 dedupe_retention=DEFAULT_DEDUPE_RETENTION,
                  curve_server_key=None, curve_secret_key=None, logger=None):
         errs = []
         if not endpoint:
@@ -227,6 +301,7 @@ class Client:
         self.ack_flush_interval = ack_flush_interval
         self.dedupe_db = dedupe_db
         self.dedupe_cache_size = dedupe_cache_size
+        self.dedupe_retention = dedupe_retention
         self.log = logger or log
         self.stats = Stats()
         self._stop = threading.Event()
@@ -251,17 +326,21 @@ class Client:
         logged and counted in stats.malformed, never acknowledged."""
         if handler is None:
             raise ValueError("ingestor_processor: handler is required")
-        dd = None
+        dd = forget = None
         if self.dedupe_db is not None:
             dd = sqlite3.connect(self.dedupe_db, isolation_level=None, timeout=10.0)
             dd.execute("PRAGMA journal_mode=WAL")
             dd.execute(PROCESSED_SCHEMA)
+            forget = _Forgetter(dd, self.dedupe_retention, self.stats)
         cache = _KeyCache(self.dedupe_cache_size)
         try:
-            self._serve(lambda f: self._plain_frame(f, handler, dd, cache))
+            self._serve(lambda f: self._plain_frame(f, handler, dd, cache, forget))
         finally:
             if dd is not None:
-                dd.close()
+                try:
+                    forget.save()
+                finally:
+                    dd.close()
 
     def run_tx(self, db, handler):
         """Is run with exactly-once effects in a SQLite database: db is its
@@ -285,8 +364,12 @@ class Client:
             if conn.isolation_level is not None:
                 raise ValueError("ingestor_processor: run_tx needs a connection with isolation_level=None")
             conn.execute(PROCESSED_SCHEMA)
+            forget = _Forgetter(conn, self.dedupe_retention, self.stats)
             cache = _KeyCache(self.dedupe_cache_size)
-            self._serve(lambda f: self._tx_frame(f, conn, handler, cache))
+            try:
+                self._serve(lambda f: self._tx_frame(f, conn, handler, cache, forget))
+            finally:
+                forget.save()
         finally:
             if own:
                 conn.close()
@@ -417,7 +500,9 @@ class Client:
                              "redelivered: %r", ev.source, ev.key, frame.id, frame.delivery, e)
         return (ev.source, ev.key, _reason(e), permanent)
 
-    def _plain_frame(self, frame, handler, dd, cache):
+    def _plain_frame(self, frame, handler, dd, cache, forget):
+        if forget is not None:
+            self._forget(forget)
         done = [False] * len(frame.events)
         nacks, fresh = [], []
         for i, ev in enumerate(frame.events):
@@ -444,14 +529,15 @@ class Client:
         if dd is not None and fresh:
             # The effects happened: ack them even when the record fails.
             try:
-                _with_tx(dd, lambda: dd.executemany(_RECORD_PROCESSED, [(ev.source, ev.key, time.time_ns()) for ev in fresh]))
+                _with_tx(dd, lambda: dd.executemany(_RECORD_PROCESSED, [(ev.source, ev.key, forget.now()) for ev in fresh]))
                 for ev in fresh:
                     cache.add(ev.source, ev.key)
             except sqlite3.Error as e:
                 self.log.warning("processed keys of frame %d not recorded; a redelivery will repeat them: %s", frame.id, e)
         return frame_result(frame, done, nacks)
 
-    def _tx_frame(self, frame, conn, handler, cache):
+    def _tx_frame(self, frame, conn, handler, cache, forget):
+        self._forget(forget)
         done = [False] * len(frame.events)
         todo = []
         for i, ev in enumerate(frame.events):
@@ -463,13 +549,20 @@ class Client:
                 todo.append(i)
         if not todo or self._stop.is_set():
             return frame_result(frame, done, [])
-        nacks, fresh = self._apply_tx(frame, conn, handler, todo, done)
+        nacks, fresh = self._apply_tx(frame, conn, handler, todo, done, forget)
         for i in fresh:
             done[i] = True
             cache.add(frame.events[i].source, frame.events[i].key)
         return frame_result(frame, done, nacks)
 
-    def _apply_tx(self, frame, conn, handler, todo, done):
+    def _forget(self, forget):
+        """Runs a due retention pass; a failure is logged, never fatal."""
+        try:
+            forget.maybe()
+        except sqlite3.Error as e:
+            self.log.warning("forget processed keys past the retention: %s", e)
+
+    def _apply_tx(self, frame, conn, handler, todo, done, forget):
         """Runs the events todo of frame in one transaction, marking those
         found in processed in done. Returns the nacks and the indexes of the
         events committed now."""
@@ -510,7 +603,7 @@ class Client:
                     continue
                 try:
                     handler(conn, ev)
-                    conn.execute(_INSERT_PROCESSED, (ev.source, ev.key, time.time_ns()))
+                    conn.execute(_INSERT_PROCESSED, (ev.source, ev.key, forget.now()))
                     conn.execute("RELEASE event")
                     fresh.append(i)
                     continue

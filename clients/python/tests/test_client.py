@@ -6,6 +6,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+import time
 import unittest
 
 import zmq
@@ -226,6 +227,76 @@ class RunTxTest(unittest.TestCase):
         self.assertEqual(c2.stats.duplicates, 2)
         self.assertEqual(calls, ["a", "bad", "poison", "b", "bad"])
         self.assertEqual(self.rows(), [("a",), ("b",)])
+
+    def processed(self):
+        conn = sqlite3.connect(self.path)
+        try:
+            return [k for (k,) in conn.execute("SELECT key FROM processed ORDER BY key")]
+        finally:
+            conn.close()
+
+    def test_retention_forgets_keys(self):
+        """Keys older than dedupe_retention (of running time) are deleted
+        between frames, and the effects stay: the table stays bounded."""
+        def handle(conn, ev):
+            conn.execute("INSERT INTO events VALUES (?, ?, ?)", (ev.source, ev.key, ev.seq))
+
+        d = FakeDaemon(self)
+        c = quiet_client(d, dedupe_retention=0.2)
+        start(self, c, handle, tx_db=self.path)
+        d.send(frame(fid="1", events=[event("a"), event("b")]))
+        self.assertEqual(d.ack()["frames"], [1])
+        deadline = time.monotonic() + 30
+        n = 1
+        while "a" in self.processed() or "b" in self.processed():
+            self.assertLess(time.monotonic(), deadline, "a and b were never forgotten")
+            n += 1  # a frame boundary, where a due pass runs
+            d.send(frame(fid=str(n), events=[event(f"k{n}")]))
+            self.assertEqual(d.ack()["frames"], [n])
+            time.sleep(0.05)  # the poll step of a wait for a condition
+        self.assertGreaterEqual(c.stats.forgotten, 2)
+        self.assertEqual(self.rows()[:2], [("a",), ("b",)])
+
+    def test_retention_counts_running_time_not_downtime(self):
+        """A key applied before a stop whose ack was lost comes again once
+        a processor is back, however long that took: an hour of downtime
+        (the stored clock and the key moved an hour back, as the wall clock
+        would have moved past them) must not age it past a 30-minute
+        retention. On the wall clock it would be forgotten at once."""
+        calls = []
+
+        def handle(conn, ev):
+            calls.append(ev.key)
+            conn.execute("INSERT INTO events VALUES (?, ?, ?)", (ev.source, ev.key, ev.seq))
+
+        d = FakeDaemon(self)
+        c = quiet_client(d)
+        stop = start(self, c, handle, tx_db=self.path)
+        d.send(frame(fid="1", events=[event("a")]))
+        self.assertEqual(d.ack()["frames"], [1])
+        stop()
+        conn = sqlite3.connect(self.path)
+        hour = 3600 * 10**9
+        conn.execute("UPDATE processed SET processed_at = processed_at - ?", (hour,))
+        conn.execute("UPDATE processed_clock SET now = now - ?", (hour,))
+        conn.commit()
+        stored = conn.execute("SELECT now FROM processed_clock").fetchone()[0]
+        conn.close()
+
+        d2 = FakeDaemon(self)
+        c2 = quiet_client(d2, dedupe_retention=1800)
+        stop2 = start(self, c2, handle, tx_db=self.path)
+        d2.send(frame(fid="1", events=[event("a")]))  # the redelivery
+        self.assertEqual(d2.ack()["frames"], [1])
+        stop2()
+        self.assertEqual(calls, ["a"])
+        self.assertEqual(c2.stats.duplicates, 1)
+        self.assertEqual(c2.stats.forgotten, 0)
+        self.assertEqual(self.processed(), ["a"])
+        conn = sqlite3.connect(self.path)
+        now = conn.execute("SELECT now FROM processed_clock").fetchone()[0]
+        conn.close()
+        self.assertLess(now - stored, 60 * 10**9, "the clock jumped over the stop: it counts downtime")
 
     def test_connection_must_leave_transactions_to_the_client(self):
         conn = sqlite3.connect(self.path)
