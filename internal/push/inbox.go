@@ -211,8 +211,10 @@ func NewInbox(o InboxOptions) *Inbox {
 
 // Commit stores body (raw) and its events (ledger rows) durably and returns
 // one Outcome per event, in order. It returns a *BusyError when the inbox
-// is full (unless every event is stored already: then their status) and
-// ErrClosed once closed; then nothing is stored. Once a commit
+// is full and ErrClosed once closed; then nothing is stored and nothing is
+// read: a refusal costs no ledger read, so that refusing under overload
+// never takes a connection the group commit needs (a sender retrying an
+// event stored already is told its status once it is let in). Once a commit
 // is accepted, Commit waits for its outcome even if ctx ends, so that the
 // caller knows what happened. events must locate bytes inside body.
 func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events []Event) ([]Outcome, error) {
@@ -230,12 +232,12 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 	if n := in.o.Queue.PendingEvents(); n >= in.o.MaxPendingEvents {
 		in.closeMu.RUnlock()
 		wait := in.drain.retryAfter(now, n-in.o.MaxPendingEvents+int64(len(events)))
-		return in.refuse(ctx, source, events, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
+		return in.refuse(source, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
 	}
 	if in.o.Disk != nil {
 		if why, low := in.o.Disk.Low(); low {
 			in.closeMu.RUnlock()
-			return in.refuse(ctx, source, events, "disk_full", "disk space low: "+why, diskRetryAfter)
+			return in.refuse(source, "disk_full", "disk space low: "+why, diskRetryAfter)
 		}
 	}
 	select {
@@ -243,27 +245,17 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 		in.closeMu.RUnlock()
 	default:
 		in.closeMu.RUnlock()
-		return in.refuse(ctx, source, events, "saturated", "the group commit is saturated", busyRetryAfter)
+		return in.refuse(source, "saturated", "the group commit is saturated", busyRetryAfter)
 	}
 	r := <-c.done
 	return r.outcomes, r.err
 }
 
 // refuse answers a commit the inbox cannot take now with a BusyError,
-// unless every one of its events is stored already (a sender retrying
-// after a lost answer): those are answered with their status, as a commit
-// would have, since a sender told to retry would only come back for it.
-func (in *Inbox) refuse(ctx context.Context, source string, events []Event, reason, msg string, wait time.Duration) ([]Outcome, error) {
-	outs := make([]Outcome, len(events))
-	for i, e := range events {
-		st, ok, err := in.o.Queue.EventByKey(ctx, source, e.Key)
-		if err != nil || !ok {
-			in.o.Metrics.busy.WithLabelValues(source, reason).Inc()
-			return nil, &BusyError{Reason: msg, RetryAfter: wait, Unavailable: reason == "disk_full"}
-		}
-		outs[i] = Outcome{EventStatus: st}
-	}
-	return outs, nil
+// counted; it reads and writes nothing.
+func (in *Inbox) refuse(source, reason, msg string, wait time.Duration) ([]Outcome, error) {
+	in.o.Metrics.busy.WithLabelValues(source, reason).Inc()
+	return nil, &BusyError{Reason: msg, RetryAfter: wait, Unavailable: reason == "disk_full"}
 }
 
 // Close refuses new commits, finishes those already accepted and returns
@@ -396,6 +388,27 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	in.answer(source, cs, b, frames)
 }
 
+// duplicates reads the statuses of b's events that are not among added
+// (the new ones, in batch order): one query for the group, whatever the
+// number of duplicates, so that answering never queues a read per
+// duplicate on the ledger's small read pool.
+func (in *Inbox) duplicates(source string, b queue.Batch, added []queue.Event) (map[string]queue.EventStatus, error) {
+	var keys []string
+	next := 0
+	for i := range b.Events {
+		e := &b.Events[i]
+		if next < len(added) && added[next].RawOff == e.RawOff && added[next].Key == e.Key {
+			next++
+			continue
+		}
+		keys = append(keys, e.Key)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return in.o.Queue.EventsByKeys(context.Background(), source, keys)
+}
+
 // diskFull tells the disk guard of a failed write, so that the commits
 // after it are refused while the disk is full.
 func (in *Inbox) diskFull(err error) {
@@ -406,12 +419,13 @@ func (in *Inbox) diskFull(err error) {
 
 // answer sends each commit its outcomes. The new events are those in
 // frames, in batch order; every other event of b was a duplicate, whose
-// status is read from the ledger.
+// status is read from the ledger, all of the group's in one read.
 func (in *Inbox) answer(source string, cs []*commit, b queue.Batch, frames []queue.Frame) {
 	var added []queue.Event
 	for _, f := range frames {
 		added = append(added, f.Events...)
 	}
+	dups, derr := in.duplicates(source, b, added)
 	stats := CommitStats{Bytes: 0}
 	i, next := 0, 0
 	for _, c := range cs {
@@ -433,13 +447,14 @@ func (in *Inbox) answer(source string, cs []*commit, b queue.Batch, frames []que
 				continue
 			}
 			stats.Duplicates++
-			st, ok, lerr := in.o.Queue.EventByKey(context.Background(), source, e.Key)
-			if lerr == nil && !ok {
+			st, ok := dups[e.Key]
+			switch {
+			case derr != nil:
+				err = fmt.Errorf("read the status of a duplicate: %w", derr)
+				continue
+			case !ok:
 				// Only a prune racing this very commit could forget it.
-				lerr = fmt.Errorf("event %q was a duplicate but the ledger no longer knows it", e.Key)
-			}
-			if lerr != nil {
-				err = fmt.Errorf("read the status of a duplicate: %w", lerr)
+				err = fmt.Errorf("read the status of a duplicate: event %q was a duplicate but the ledger no longer knows it", e.Key)
 				continue
 			}
 			outs[j] = Outcome{EventStatus: st}

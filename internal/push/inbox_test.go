@@ -44,7 +44,7 @@ func openInbox(t *testing.T, maxPending int64) (*Inbox, *queue.Queue, rawstore.S
 
 // openInboxIn is openInbox in dir: the queue is dir/queue.db, the raw
 // store dir/raw.
-func openInboxIn(t *testing.T, dir string, maxPending int64) (*Inbox, *queue.Queue, rawstore.Store, *frameLog) {
+func openInboxIn(t *testing.T, dir string, maxPending int64, tune ...func(*InboxOptions)) (*Inbox, *queue.Queue, rawstore.Store, *frameLog) {
 	t.Helper()
 	q, err := queue.Open(queue.Options{Path: filepath.Join(dir, "queue.db")})
 	if err != nil {
@@ -55,7 +55,11 @@ func openInboxIn(t *testing.T, dir string, maxPending int64) (*Inbox, *queue.Que
 		t.Fatal(err)
 	}
 	log := &frameLog{}
-	in := NewInbox(InboxOptions{Queue: q, Raw: raw, Sender: log, MaxPendingEvents: maxPending})
+	o := InboxOptions{Queue: q, Raw: raw, Sender: log, MaxPendingEvents: maxPending}
+	for _, f := range tune {
+		f(&o)
+	}
+	in := NewInbox(o)
 	t.Cleanup(func() {
 		in.Close()
 		if err := q.Close(); err != nil {

@@ -53,8 +53,19 @@ func startWS(t *testing.T, tune func(*sources.WSIngressSpec)) *wsRig {
 // startWSPending is startWS with publish.max_pending_events maxPending.
 func startWSPending(t *testing.T, maxPending int64, tune func(*sources.WSIngressSpec)) *wsRig {
 	t.Helper()
+	return startWSInbox(t, maxPending, nil, tune)
+}
+
+// startWSInbox is startWSPending with the inbox's options changed by
+// inboxTune (nil: none).
+func startWSInbox(t *testing.T, maxPending int64, inboxTune func(*InboxOptions), tune func(*sources.WSIngressSpec)) *wsRig {
+	t.Helper()
 	dir := t.TempDir()
-	in, q, _, frames := openInboxIn(t, dir, maxPending)
+	var tunes []func(*InboxOptions)
+	if inboxTune != nil {
+		tunes = append(tunes, inboxTune)
+	}
+	in, q, _, frames := openInboxIn(t, dir, maxPending, tunes...)
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("# device tokens\ndev-a "+tokenA+"\n\ndev-b "+tokenB+"\n"), 0o600); err != nil {
 		t.Fatal(err)

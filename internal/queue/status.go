@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -66,19 +67,54 @@ func (q *Queue) EventByKey(ctx context.Context, source, key string) (st EventSta
 	return q.eventStatus(ctx, statusQuery+`WHERE e.source = ? AND e.key = ?`, source, key)
 }
 
+// EventsByKeys returns the statuses of the events of source with the
+// idempotency keys keys, by key, in one query (a key the ledger does not
+// know is left out): the push inbox answers a group's duplicates with it,
+// one read however many duplicates the group holds.
+func (q *Queue) EventsByKeys(ctx context.Context, source string, keys []string) (map[string]EventStatus, error) {
+	list, err := json.Marshal(keys)
+	if err != nil {
+		return nil, fmt.Errorf("read event statuses: %w", err)
+	}
+	rows, err := q.rdb.QueryContext(ctx, statusQuery+`WHERE e.source = ? AND e.key IN (SELECT value FROM json_each(?))`, source, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("read event statuses: %w", err)
+	}
+	out := make(map[string]EventStatus, len(keys))
+	for rows.Next() {
+		st, err := scanStatus(rows)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("read event statuses: %w", err), rows.Close())
+		}
+		out[st.Key] = st
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("read event statuses: %w", err)
+	}
+	return out, nil
+}
+
 func (q *Queue) eventStatus(ctx context.Context, query string, args ...any) (EventStatus, bool, error) {
-	var st EventStatus
-	var acked, dead bool
-	var lastSeen, created int64
-	var deliveries int
-	var v verdictRow
-	err := q.rdb.QueryRowContext(ctx, query, args...).Scan(&st.Seq, &st.Source, &st.Key, &acked, &dead,
-		&st.Received, &lastSeen, &st.LastError, &created, &deliveries, &v.scheme, &v.secret, &v.signedAt, &v.receivedAt)
+	st, err := scanStatus(q.rdb.QueryRowContext(ctx, query, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, false, nil
 	}
 	if err != nil {
 		return st, false, fmt.Errorf("read event status: %w", err)
+	}
+	return st, true, nil
+}
+
+// scanStatus reads one row of statusQuery.
+func scanStatus(s scanner) (EventStatus, error) {
+	var st EventStatus
+	var acked, dead bool
+	var lastSeen, created int64
+	var deliveries int
+	var v verdictRow
+	if err := s.Scan(&st.Seq, &st.Source, &st.Key, &acked, &dead,
+		&st.Received, &lastSeen, &st.LastError, &created, &deliveries, &v.scheme, &v.secret, &v.signedAt, &v.receivedAt); err != nil {
+		return st, err
 	}
 	st.CreatedAt = time.Unix(0, created)
 	st.Verdict = v.verdict()
@@ -96,5 +132,5 @@ func (q *Queue) eventStatus(ctx context.Context, query string, args ...any) (Eve
 	default:
 		st.Status = StatusQueued
 	}
-	return st, true, nil
+	return st, nil
 }
