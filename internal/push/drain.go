@@ -108,3 +108,56 @@ func (d *drainEstimate) retryAfter(now time.Time, excess int64) time.Duration {
 	wait := time.Duration(math.Ceil((float64(max(excess, 1)) + lately) / rate * float64(time.Second)))
 	return min(max(wait, minRetryAfter), maxRetryAfter)
 }
+
+// backlogEstimate turns the group commit's backlog into the Retry-After
+// of a sender refused because the commit is saturated: the time for the
+// commits waiting at the rate the group commit takes commits while it
+// works,
+//
+//	wait = commits waiting / commits per second
+//
+// rounded up to whole seconds and bounded to [minRetryAfter,
+// maxBusyRetryAfter]. The rate is a moving average of each group's size
+// over its duration, so idle time does not lower it: a burst after a
+// quiet hour is told how long the burst takes, not an hour's average.
+// Unlike a full queue's wait, the refusals are not added: the backlog of
+// a saturated commit clears within seconds, and counting every refused
+// request of a burst as work ahead over-spread senders here (a test's
+// devices idled for 30 s with the commit idle).
+type backlogEstimate struct {
+	mu sync.Mutex
+	// rate is commits per second of group-commit work; 0 until measured.
+	rate float64
+}
+
+// maxBusyRetryAfter bounds the Retry-After of a saturated commit: the
+// backlog is gone within seconds, so a longer wait would only idle
+// senders.
+const maxBusyRetryAfter = 10 * time.Second
+
+// observe records a group of commits that took d.
+func (b *backlogEstimate) observe(commits int, d time.Duration) {
+	if commits <= 0 || d <= 0 {
+		return
+	}
+	r := float64(commits) / d.Seconds()
+	b.mu.Lock()
+	if b.rate == 0 {
+		b.rate = r
+	} else {
+		b.rate = 0.8*b.rate + 0.2*r
+	}
+	b.mu.Unlock()
+}
+
+// retryAfter returns the wait of a refusal with waiting commits ahead.
+func (b *backlogEstimate) retryAfter(waiting int) time.Duration {
+	b.mu.Lock()
+	rate := b.rate
+	b.mu.Unlock()
+	if rate <= 0 {
+		return minRetryAfter // not measured yet
+	}
+	wait := time.Duration(math.Ceil(float64(waiting)/rate) * float64(time.Second))
+	return min(max(wait, minRetryAfter), maxBusyRetryAfter)
+}

@@ -77,3 +77,32 @@ func TestDrainEstimateUnmeasured(t *testing.T) {
 		t.Errorf("retryAfter = %v, want %v", got, minRetryAfter)
 	}
 }
+
+// TestBacklogEstimate: a saturated commit's Retry-After grows with the
+// commits waiting, at the group commit's working rate (idle time does not
+// lower it), within 1 s to 10 s.
+func TestBacklogEstimate(t *testing.T) {
+	var b backlogEstimate
+	if got := b.retryAfter(4096); got != time.Second {
+		t.Errorf("before any group: %v, want 1s", got)
+	}
+	b.observe(1000, 500*time.Millisecond) // 2,000 commits/s while working
+	for _, c := range []struct {
+		waiting int
+		want    time.Duration
+	}{
+		{0, time.Second},
+		{4096, 3 * time.Second},  // 4096 / 2000 = 2.05 s, rounded up
+		{16000, 8 * time.Second}, // 16000 / 2000
+		{1_000_000, 10 * time.Second},
+	} {
+		if got := b.retryAfter(c.waiting); got != c.want {
+			t.Errorf("%d waiting: %v, want %v", c.waiting, got, c.want)
+		}
+	}
+	// A slower group lowers the rate by a fifth of the difference.
+	b.observe(100, time.Second)                          // 0.8*2000 + 0.2*100 = 1620/s
+	if got := b.retryAfter(3240); got != 2*time.Second { // 3240 / 1620 = 2 s
+		t.Errorf("after a slow group: %v, want 2s", got)
+	}
+}

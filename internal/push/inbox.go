@@ -120,8 +120,10 @@ type Inbox struct {
 	closeMu sync.RWMutex
 	closed  bool
 	wg      sync.WaitGroup
-	// drain estimates the Retry-After of a full queue.
-	drain drainEstimate
+	// drain estimates the Retry-After of a full queue, backlog that of a
+	// saturated group commit.
+	drain   drainEstimate
+	backlog backlogEstimate
 	// graces holds each source's seq_gap_grace (SetSeqGrace).
 	gracesMu sync.Mutex
 	graces   map[string]time.Duration
@@ -179,9 +181,9 @@ const (
 	// maxGroupCommits and maxGroupBytes cap one group.
 	maxGroupCommits = 1024
 	maxGroupBytes   = 16 << 20
-	// busyRetryAfter is the Retry-After of a saturated group commit (the
-	// commits waiting are taken within milliseconds); a full queue's comes
-	// from drainEstimate.
+	// busyRetryAfter is the Retry-After of a device's envelope the daemon
+	// could not store or refused while stopping; a saturated commit's
+	// comes from backlogEstimate, a full queue's from drainEstimate.
 	busyRetryAfter = time.Second
 	// diskRetryAfter is the Retry-After while disk space is low: space
 	// comes back when retention frees acknowledged events or an operator
@@ -245,7 +247,7 @@ func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events 
 		in.closeMu.RUnlock()
 	default:
 		in.closeMu.RUnlock()
-		return in.refuse(source, "saturated", "the group commit is saturated", busyRetryAfter)
+		return in.refuse(source, "saturated", "the group commit is saturated", in.backlog.retryAfter(len(in.reqs)))
 	}
 	r := <-c.done
 	return r.outcomes, r.err
@@ -322,8 +324,10 @@ func (in *Inbox) commitGroup(group []*commit) {
 		wg.Go(func() { in.commitSource(source, bySource[source]) })
 	}
 	wg.Wait()
+	took := time.Since(start)
+	in.backlog.observe(len(group), took)
 	in.o.Metrics.groupSize.Observe(float64(len(group)))
-	in.o.Metrics.commitDuration.Observe(time.Since(start).Seconds())
+	in.o.Metrics.commitDuration.Observe(took.Seconds())
 }
 
 // commitSource makes the commits of one source durable: their bodies, each
