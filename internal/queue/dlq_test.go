@@ -178,16 +178,13 @@ func TestSamePayloadDeadLetteredOnce(t *testing.T) {
 	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 4)
 	ctx := t.Context()
 	const same = "0123456789abcdef0123456789abcdef"
-	for i, d := range []struct{ source, raw, cursor, reason string }{
+	for _, d := range []struct{ source, raw, cursor, reason string }{
 		{"a", "deadletter/a/2026/11/27/1000-" + same + ".json", "c1", "truncated"},
 		{"a", "deadletter/a/2026/11/27/2000-" + same + ".json", "c1", "truncated"},
 		{"a", "deadletter/a/2026/11/27/3000-" + same + ".json", "c2", "not JSON"},
 		{"a", "deadletter/a/2026/11/27/4000-ffffffffffffffffffffffffffffffff.json", "c2", "not JSON"},
 		{"b", "deadletter/b/2026/11/27/5000-" + same + ".json", "c1", "truncated"},
 	} {
-		if i > 0 {
-			time.Sleep(time.Millisecond) // distinct times, for last_seen to move
-		}
 		if err := q.DeadLetter(ctx, d.source, d.reason, d.raw, d.cursor); err != nil {
 			t.Fatal(err)
 		}
