@@ -470,7 +470,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	wait := time.NewTicker(20 * time.Millisecond)
-	for d.sender.Inflight() > 0 && ctx.Err() == nil {
+	for d.sender.Delivering() && ctx.Err() == nil {
 		select {
 		case <-wait.C:
 		case <-ctx.Done():

@@ -114,6 +114,11 @@ type Sender struct {
 	sent      []int64 // frames sent since the last delivery-count flush
 	retry     *time.Ticker
 	inflightN atomic.Int64
+	// freshWaiting counts batches Submit handed over that the loop has not
+	// finished with; busy is the loop's view after its last step: frames
+	// in flight, or a backlog it can send now. Delivering reads both.
+	freshWaiting atomic.Int64
+	busy         atomic.Bool
 }
 
 // NewSender binds the PUSH socket. Run must be called to deliver.
@@ -171,9 +176,11 @@ func (s *Sender) Submit(frames []queue.Frame) {
 	if len(frames) == 0 {
 		return
 	}
+	s.freshWaiting.Add(1)
 	select {
 	case s.fresh <- frames:
 	default:
+		s.freshWaiting.Add(-1)
 		id := frames[0].ID
 		for {
 			cur := s.missed.Load()
@@ -195,6 +202,21 @@ func (s *Sender) Acked(ctx context.Context, ids []int64) {
 
 // Inflight returns the number of frames sent and not yet acked.
 func (s *Sender) Inflight() int { return int(s.inflightN.Load()) }
+
+// Delivering reports whether the Sender still has work a processor can
+// take: frames sent and not yet acked, frames Submit handed over and the
+// loop has not sent, or backlog frames it can send now. It is false while
+// the socket refuses frames (no processor connected, or the high-water
+// mark reached with nothing in flight) and while the backlog scan failed,
+// so a drain that waits for it does not wait for what cannot be sent.
+func (s *Sender) Delivering() bool {
+	return s.freshWaiting.Load() > 0 || s.missed.Load() != 0 || s.busy.Load()
+}
+
+// storeBusy publishes the loop's state for Delivering.
+func (s *Sender) storeBusy() {
+	s.busy.Store(len(s.inflight) > 0 || (s.backlog && s.held == nil && !s.scanFailed))
+}
 
 // tick is how often the loop checks deadlines and the backlog.
 func (s *Sender) tick() time.Duration {
@@ -228,6 +250,7 @@ func (s *Sender) Run(ctx context.Context) error {
 		// a time; acks and fresh frames are handled between frames, so
 		// that neither waits for the backlog or the raw store.
 		s.requestScan()
+		s.storeBusy()
 		var ready <-chan prefetched
 		if s.held == nil && len(s.inflight) < s.o.MaxInflight {
 			ready = s.ready
@@ -242,6 +265,10 @@ func (s *Sender) Run(ctx context.Context) error {
 			return nil
 		case frames := <-s.fresh:
 			s.sendFresh(frames)
+			// Published before the batch stops counting as waiting, so
+			// that Delivering never reads false in between.
+			s.storeBusy()
+			s.freshWaiting.Add(-1)
 		case ids := <-s.acked:
 			s.clearAcked(ids)
 			// Acks mean processors are taking frames: try the socket again.
@@ -253,8 +280,11 @@ func (s *Sender) Run(ctx context.Context) error {
 		case <-t.C:
 			s.scanFailed = false
 			s.expire()
-			if m := s.missed.Swap(0); m != 0 {
+			if m := s.missed.Load(); m != 0 {
 				s.enterBacklog(m)
+				s.storeBusy()
+				// A Submit that lowered it meanwhile is taken next tick.
+				s.missed.CompareAndSwap(m, 0)
 			}
 			s.flushDeliveries(ctx)
 			s.o.Metrics.inflight.Set(float64(len(s.inflight)))

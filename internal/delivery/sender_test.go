@@ -413,3 +413,49 @@ func (c *countingStore) ReadPage(ctx context.Context, key string, ref rawstore.P
 	c.read.Add(int64(len(b)))
 	return b, err
 }
+
+// TestDeliveringCoversSubmittedFrames is what a drain waits on: frames the
+// last commit handed over count from the moment Submit returns, before the
+// loop has sent them (TestShutdownDrains once found 100 events pending after
+// a drain that waited for in-flight frames only, and the loop had not taken
+// the last batch yet); sent frames count until acked; and frames no
+// processor can take do not hold a drain up.
+func TestDeliveringCoversSubmittedFrames(t *testing.T) {
+	ctx := t.Context()
+	q, raw := openStores(t)
+	body := []byte(`[{"id":"a"}]`)
+	if err := raw.Put(ctx, "src/a", body); err != nil {
+		t.Fatal(err)
+	}
+	s, pull := startSender(t, q, raw)
+	testsync.WaitFor(t, "the start-up scan of an empty queue", 10*time.Second, func() bool { return !s.Delivering() })
+	frames, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/a", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "a", RawOff: 1, RawLen: 10, Payload: body[1:11]}}})
+	if err != nil || len(frames) != 1 {
+		t.Fatalf("append: %v %v", frames, err)
+	}
+	s.Submit(frames)
+	if !s.Delivering() {
+		t.Fatal("Delivering is false right after Submit: a drain would stop before the frame is sent")
+	}
+	if _, err := pull.RecvBytes(0); err != nil {
+		t.Fatalf("no frame delivered: %v", err)
+	}
+	if !s.Delivering() {
+		t.Fatal("Delivering is false with the frame sent and unacked")
+	}
+	s.Acked(ctx, []int64{frames[0].ID})
+	testsync.WaitFor(t, "Delivering false once the frame is acked", 10*time.Second, func() bool { return !s.Delivering() })
+
+	// No processor connected: the frame cannot be sent, and nothing waits for it.
+	if err := pull.Close(); err != nil {
+		t.Fatal(err)
+	}
+	frames, err = q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/a", FetchedAt: time.Now(),
+		Events: []queue.NewEvent{{Key: "b", RawOff: 1, RawLen: 10, Payload: body[1:11]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Submit(frames)
+	testsync.WaitFor(t, "Delivering false with no processor to take the frame", 10*time.Second, func() bool { return !s.Delivering() })
+}
