@@ -6,7 +6,7 @@
 // Usage:
 //
 //	processor [-connect tcp://127.0.0.1:5557] [-ack tcp://127.0.0.1:5558] [-log-every 2s] [-log-format text|json]
-//	          [-workers N] [-sqlite PATH] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
+//	          [-workers N] [-sqlite PATH [-sqlite-count] [-retention D]] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
 //	          [-fail-retryable-keys REGEX]
 //	          [-curve-server-key FILE -curve-secret-key FILE]
 //	          [-etcd URL[,URL...] [-cluster NAME] [-etcd-ca FILE]]
@@ -31,7 +31,10 @@
 // commits together with the event's processed key, and a redelivered event
 // is skipped. The insert is a plain INSERT, so an event applied twice would
 // fail on the primary key; such failures are bugs, logged and counted as
-// double_applications. The summary reports the table's row count.
+// double_applications. The summary reports the table's row count. With
+// -sqlite-count it adds one to the source's row of the table applied
+// instead, so that the database stays small over a long run (the soak of
+// ingestor-bench uses it); the summary then reports the sum.
 //
 // With -record it appends a line "SOURCE KEY DELIVERY" to FILE for every
 // event handed to its handler (in -sqlite mode, a redelivery already
@@ -109,10 +112,12 @@ type config struct {
 	logFormat string
 	workers   int
 	sqlite    string
-	record    string
-	countOut  string
-	dropAcks  float64
-	retention time.Duration
+	// sqliteCount keeps a count per source instead of a row per event.
+	sqliteCount bool
+	record      string
+	countOut    string
+	dropAcks    float64
+	retention   time.Duration
 	// failKeys and failRetryableKeys match the keys to fail; nil matches
 	// none.
 	failKeys, failRetryableKeys *regexp.Regexp
@@ -133,6 +138,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
 	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
+	fs.BoolVar(&c.sqliteCount, "sqlite-count", false,
+		"with -sqlite: instead of a row per event, add one to its source's row of the table applied (source, n), so the database stays small however long the run")
 	fs.DurationVar(&c.retention, "retention", processor.DefaultDedupeRetention,
 		"with -sqlite: forget a processed key this long after it was applied, counted in running time (negative: never)")
 	fs.StringVar(&c.record, "record", "", "append \"SOURCE KEY DELIVERY\" (percent-encoded) to this file for every event received")
@@ -160,6 +167,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if *re.dst, err = regexp.Compile(re.expr); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", re.flag, err))
 		}
+	}
+	if c.sqliteCount && c.sqlite == "" {
+		errs = append(errs, errors.New("-sqlite-count needs -sqlite"))
 	}
 	if c.workers < 1 {
 		errs = append(errs, fmt.Errorf("-workers must be at least 1, not %d", c.workers))
@@ -258,7 +268,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 				return nil
 			})
 		}
-	} else if store, err = openEventStore(ctx, cfg.sqlite, log); err == nil {
+	} else if store, err = openEventStore(ctx, cfg.sqlite, cfg.sqliteCount, log); err == nil {
 		runOne = func(ctx context.Context, c *processor.Client) error {
 			return c.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
 				if err := received(ev); err != nil {
@@ -334,17 +344,27 @@ const eventsSchema = `CREATE TABLE IF NOT EXISTS events (
 	PRIMARY KEY (source, key)
 )`
 
+// appliedSchema is the table of -sqlite-count: events applied per source.
+const appliedSchema = `CREATE TABLE IF NOT EXISTS applied (
+	source TEXT PRIMARY KEY,
+	n INTEGER NOT NULL
+)`
+
 // eventStore is the -sqlite database.
 type eventStore struct {
 	path string
 	db   *sql.DB
 	log  *slog.Logger
+	// counting is -sqlite-count: applied holds a count per source, events
+	// stays empty. A double application then shows as a count above the
+	// events sent, not as a failed insert.
+	counting bool
 	// doubles counts inserts that failed because the event was already
 	// there: bugs in exactly-once delivery.
 	doubles atomic.Int64
 }
 
-func openEventStore(ctx context.Context, path string, log *slog.Logger) (*eventStore, error) {
+func openEventStore(ctx context.Context, path string, counting bool, log *slog.Logger) (*eventStore, error) {
 	dsn, err := sqliteuri.File(path, "_journal_mode=WAL&_synchronous=FULL&_busy_timeout=10000&_txlock=immediate")
 	if err != nil {
 		return nil, err
@@ -353,14 +373,24 @@ func openEventStore(ctx context.Context, path string, log *slog.Logger) (*eventS
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if _, err := db.ExecContext(context.WithoutCancel(ctx), eventsSchema); err != nil {
-		return nil, errors.Join(fmt.Errorf("%s: create table events: %w", path, err), db.Close())
+	for _, schema := range []string{eventsSchema, appliedSchema} {
+		if _, err := db.ExecContext(context.WithoutCancel(ctx), schema); err != nil {
+			return nil, errors.Join(fmt.Errorf("%s: create tables: %w", path, err), db.Close())
+		}
 	}
-	return &eventStore{path: path, db: db, log: log}, nil
+	return &eventStore{path: path, db: db, log: log, counting: counting}, nil
 }
 
-// insert writes ev into events with a plain INSERT.
+// insert writes ev into events with a plain INSERT, or with -sqlite-count
+// adds one to its source's count.
 func (s *eventStore) insert(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+	if s.counting {
+		_, err := tx.ExecContext(ctx, `INSERT INTO applied (source, n) VALUES (?, 1) ON CONFLICT (source) DO UPDATE SET n = n + 1`, ev.Source)
+		if err != nil {
+			return fmt.Errorf("%s: count event %s/%s: %w", s.path, ev.Source, ev.Key, err)
+		}
+		return nil
+	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO events (source, key, seq, payload) VALUES (?, ?, ?, ?)`,
 		ev.Source, ev.Key, ev.Seq, ev.Data())
 	var se sqlite3.Error
@@ -375,10 +405,11 @@ func (s *eventStore) insert(ctx context.Context, tx *sql.Tx, ev *processor.Event
 	return nil
 }
 
-// count returns the number of rows in events.
+// count returns the number of events applied: the rows in events, plus
+// the counts in applied.
 func (s *eventStore) count(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM events) + (SELECT coalesce(sum(n), 0) FROM applied)`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("%s: count events: %w", s.path, err)
 	}
 	return n, nil

@@ -252,7 +252,15 @@ func TestRunWithCurve(t *testing.T) {
 // TestSQLiteModeWritesEachEventOnce runs -sqlite against a daemon that
 // sends a frame twice: the second delivery is recognised and acked, a
 // poison key is nacked permanently, and the table holds each event once.
+// With -sqlite-count the table applied counts them instead: 3 for the
+// source, and events stays empty.
 func TestSQLiteModeWritesEachEventOnce(t *testing.T) {
+	for _, counting := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sqlite-count=%v", counting), func(t *testing.T) { testSQLiteMode(t, counting) })
+	}
+}
+
+func testSQLiteMode(t *testing.T, counting bool) {
 	push, pull, endpoint, ackEndpoint := fakeDaemon(t)
 	dbPath := filepath.Join(t.TempDir(), "events.db")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -260,8 +268,12 @@ func TestSQLiteModeWritesEachEventOnce(t *testing.T) {
 	var logs testsync.LockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint, "-log-format", "json",
-			"-sqlite", dbPath, "-workers", "2", "-fail-keys", "^poison"}, &logs)
+		args := []string{"-connect", endpoint, "-ack", ackEndpoint, "-log-format", "json",
+			"-sqlite", dbPath, "-workers", "2", "-fail-keys", "^poison"}
+		if counting {
+			args = append(args, "-sqlite-count")
+		}
+		done <- run(ctx, args, &logs)
 	}()
 
 	send := func(delivery int) *wire.Ack {
@@ -326,15 +338,22 @@ func TestSQLiteModeWritesEachEventOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	var n int
-	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE source = 'github' AND key IN ('a', 'b', 'c')`).Scan(&n); err != nil || n != 3 {
-		t.Errorf("events rows for a, b, c = %d (%v), want 3", n, err)
+	var rows, applied int
+	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM events WHERE source = 'github' AND key IN ('a', 'b', 'c')`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(t.Context(), `SELECT coalesce(sum(n), 0) FROM applied WHERE source = 'github'`).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if want := [2]int{3, 0}; counting && [2]int{applied, rows} != want || !counting && [2]int{rows, applied} != want {
+		t.Errorf("events rows for a, b, c = %d, applied count %d; want 3 in %s and none in the other",
+			rows, applied, map[bool]string{false: "events", true: "applied"}[counting])
 	}
 }
 
 func TestDoubleApplicationIsCountedAsABug(t *testing.T) {
 	var logs testsync.LockedBuffer
-	store, err := openEventStore(t.Context(), filepath.Join(t.TempDir(), "events.db"), slog.New(slog.NewTextHandler(&logs, nil)))
+	store, err := openEventStore(t.Context(), filepath.Join(t.TempDir(), "events.db"), false, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
