@@ -134,7 +134,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		return nil, err
 	}
 	if d.raw, err = rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
-		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle}); err != nil {
+		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle,
+		SegmentMaxAge: rawretention.SegmentMaxAge(cfg.RawStore.Retention)}); err != nil {
 		return nil, err
 	}
 	if d.disk, err = diskspace.New(diskspace.Options{Paths: diskPaths(cfg), MinFree: cfg.Daemon.MinFreeBytes,

@@ -68,6 +68,18 @@ const DefaultMinAge = time.Minute
 const deleteChunk = 1000
 
 // New returns a Pruner; Run starts its passes.
+// SegmentMaxAge is how old an open page segment of the file store may get
+// (rawstore.Options.SegmentMaxAge) under retention: a tenth of it, between
+// 10 s and 1 h, so that a slow source's segment, which the pruner never
+// deletes while it is open, is closed and pruned about on time. 0 when
+// retention is 0 (nothing is pruned).
+func SegmentMaxAge(retention time.Duration) time.Duration {
+	if retention <= 0 {
+		return 0
+	}
+	return min(max(retention/10, 10*time.Second), time.Hour)
+}
+
 func New(o Options) *Pruner {
 	if o.Interval <= 0 {
 		o.Interval = min(max(o.Retention/10, 5*time.Second), 10*time.Minute)

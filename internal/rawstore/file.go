@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ingestorhq/ingestor/internal/durable"
 )
@@ -22,6 +23,8 @@ type fileStore struct {
 	dir string
 	// segs are the open segments of Append (segment.go).
 	segs segments
+	// segMaxAge is Options.SegmentMaxAge.
+	segMaxAge time.Duration
 }
 
 // openFile opens (creating if needed) the directory of a file:// URL; dir is

@@ -139,6 +139,34 @@ func TestPageSegmentsRoll(t *testing.T) {
 	}
 }
 
+// TestPageSegmentsRollByAge checks Options.SegmentMaxAge: a segment opened
+// longer ago than it is closed and the next page starts a new one (a
+// nanosecond: every page gets its own), and without it pages share one.
+func TestPageSegmentsRollByAge(t *testing.T) {
+	for _, age := range []time.Duration{0, time.Nanosecond} {
+		dir := t.TempDir()
+		s, err := rawstore.Open(t.Context(), rawstore.Options{URL: "file://" + dir, SegmentMaxAge: age})
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := s.(rawstore.PageAppender)
+		keys := map[string]bool{}
+		for range 3 {
+			key, _, err := app.AppendPage(t.Context(), "orders", time.Now(), []byte("[]"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys[key] = true
+		}
+		if want := map[time.Duration]int{0: 1, time.Nanosecond: 3}[age]; len(keys) != want {
+			t.Errorf("SegmentMaxAge %v: pages went to %d segments, want %d", age, len(keys), want)
+		}
+		if err := s.(rawstore.Appender).Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestReadPagesFindsDamage cuts a segment's last record short (what a
 // crash during an append leaves), which ends the segment quietly, and
 // flips a byte in a body, which that page reports, and garbles a header,

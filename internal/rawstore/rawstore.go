@@ -43,6 +43,12 @@ type Options struct {
 	Region string
 	// PathStyle selects path-style S3 addressing.
 	PathStyle bool
+	// SegmentMaxAge closes a file store's page segment once it was opened
+	// this long ago, so that retention, which never deletes the segment
+	// still open, can delete its pages in time; the next page starts a
+	// new one. 0: only its size (PageSegmentMaxBytes) and the UTC day
+	// close it.
+	SegmentMaxAge time.Duration
 }
 
 // Key returns the deterministic key for a payload of source fetched at
@@ -80,6 +86,7 @@ func Open(ctx context.Context, o Options) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.segMaxAge = o.SegmentMaxAge
 		return s, nil
 	case "s3":
 		s, err := openS3(ctx, o)

@@ -42,6 +42,8 @@ type segment struct {
 	// day is the UTC day the segment's key names: a payload of another
 	// day starts a new segment.
 	day time.Time
+	// opened is when the file was created, for Options.SegmentMaxAge.
+	opened time.Time
 }
 
 // segments holds a file store's open segments, by kind and source.
@@ -92,7 +94,8 @@ func (s *fileStore) append(ctx context.Context, kind segmentKind, source string,
 	seg.mu.Lock()
 	defer seg.mu.Unlock()
 	day := at.UTC().Truncate(24 * time.Hour)
-	if seg.f != nil && (seg.size >= kind.maxBytes || !seg.day.Equal(day)) {
+	old := s.segMaxAge > 0 && time.Since(seg.opened) >= s.segMaxAge
+	if seg.f != nil && (seg.size >= kind.maxBytes || !seg.day.Equal(day) || old) {
 		err := seg.f.Close()
 		seg.f = nil
 		if err != nil {
@@ -151,7 +154,7 @@ func (s *fileStore) openSegment(seg *segment, kind segmentKind, source string, a
 		if err := durable.SyncDir(dir); err != nil {
 			return errors.Join(err, f.Close())
 		}
-		seg.f, seg.key, seg.size = f, key, 0
+		seg.f, seg.key, seg.size, seg.opened = f, key, 0, time.Now()
 		return nil
 	}
 }
