@@ -64,22 +64,27 @@ type deadLettered struct {
 	cursor string
 }
 
-// appendBatch asks the Publisher to commit a durable batch and send it.
+// appendBatch asks the Publisher to commit a slice of a durable batch
+// and send it: records, at most sources.SliceRecords of the batch's, with
+// the batch's cursor when it is the last slice.
 type appendBatch struct {
 	// chain orders the batches of one source incarnation in the queue.
-	chain  *queue.Chain
-	gen    uint64
-	seq    uint64
-	source string
-	rawKey string
-	rawOff int // the body's offset in rawKey's object
-	batch  *sources.Batch
+	chain   *queue.Chain
+	gen     uint64
+	seq     uint64
+	source  string
+	rawKey  string
+	rawOff  int // the body's offset in rawKey's object
+	batch   *sources.Batch
+	records []sources.Record
+	last    bool
 }
 
 // batchCommitted is the Publisher's reply to appendBatch.
 type batchCommitted struct {
 	gen       uint64
 	seq       uint64
+	records   []sources.Record // the slice committed
 	newEvents int
 	err       error
 }

@@ -12,6 +12,9 @@ import (
 
 // Publisher commits durable batches to the write-ahead queue (events and
 // cursor in one transaction) and hands the new frames to the ZeroMQ sender.
+// A batch of more than sources.SliceRecords records comes as several
+// slices, in order on its source's chain, the cursor with the last one
+// (see pendingBatch).
 //
 // It never waits for the queue's writer. A batch the writer has no room
 // for is parked, and so is every batch after it, keeping the order in
@@ -65,7 +68,7 @@ func (p *Publisher) offer(ctx actor.Context) {
 		}
 		if err != nil { // the queue is closed: no later batch of its chain may commit
 			pb.m.chain.Fail(err)
-			ctx.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, err: err})
+			ctx.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, records: pb.m.records, err: err})
 		}
 		p.parked[0] = parkedBatch{}
 		p.parked = p.parked[1:]
@@ -85,7 +88,7 @@ func (p *Publisher) committed(root *actor.RootContext, pb parkedBatch) func([]qu
 				n += len(f.Events)
 			}
 		}
-		root.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, newEvents: n, err: err})
+		root.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, records: pb.m.records, newEvents: n, err: err})
 	}
 }
 
@@ -96,23 +99,25 @@ func (p *Publisher) abandon(ctx actor.Context) {
 	for _, pb := range p.parked {
 		err := fmt.Errorf("append batch of %q: publisher stopped before the batch was queued", pb.m.source)
 		pb.m.chain.Fail(err)
-		ctx.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, err: err})
+		ctx.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, records: pb.m.records, err: err})
 	}
 	p.parked = nil
 }
 
-// queueBatch converts a fetched batch to the queue's form; the events'
+// queueBatch converts a slice of a fetched batch to the queue's form,
+// with the batch's cursor only when it is the last slice; the events'
 // payloads are slices of the batch's body, not copies.
 func queueBatch(m *appendBatch) queue.Batch {
 	b := queue.Batch{
 		Source:    m.source,
 		FetchedAt: m.batch.FetchedAt,
 		RawKey:    m.rawKey,
-		Events:    make([]queue.NewEvent, len(m.batch.Records)),
-		Cursor:    m.batch.Cursor,
-		SetCursor: m.batch.Cursor != "",
+		Events:    make([]queue.NewEvent, len(m.records)),
 	}
-	for i, r := range m.batch.Records {
+	if m.last {
+		b.Cursor, b.SetCursor = m.batch.Cursor, m.batch.Cursor != ""
+	}
+	for i, r := range m.records {
 		b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: m.rawOff + r.Off, RawLen: r.Len,
 			Payload: m.batch.Body[r.Off : r.Off+r.Len]}
 	}

@@ -88,7 +88,7 @@ func TestPublisherNeverBlocksOnABusyWriter(t *testing.T) {
 			{Key: fmt.Sprintf("b%d", i), Off: half, Len: len(body) - half - 1},
 		}}
 		system.Root.RequestWithCustomSender(pub, &appendBatch{chain: chain, gen: 1, seq: uint64(i), source: "s",
-			rawKey: fmt.Sprintf("s/raw-%d", i), batch: b}, collector)
+			rawKey: fmt.Sprintf("s/raw-%d", i), batch: b, records: b.Records, last: true}, collector)
 	}
 	select {
 	case <-allReturned:

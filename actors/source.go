@@ -23,9 +23,10 @@ const pauseCheck = 200 * time.Millisecond
 // SourceActor runs one configured feed: it reads its durable cursor, fetches
 // on a jittered schedule (honouring the upstream's Retry-After, which it
 // keeps in the queue so that a restart honours it too), sends each
-// batch to PersistRaw, then to the Publisher in fetch order, and
-// keeps at most InflightBatches batches uncommitted; a malformed payload
-// on its way to the dead-letter list counts as one of them.
+// batch to PersistRaw, then to the Publisher in fetch order (a large page
+// in slices, see pendingBatch), and keeps at most InflightBatches batches
+// uncommitted; a malformed payload on its way to the dead-letter list
+// counts as one of them.
 type SourceActor struct {
 	cfg      config.Source
 	deps     *Deps
@@ -57,12 +58,29 @@ type SourceActor struct {
 	malformed malformedPages // retries of malformed pages, dead letters to resolve
 }
 
-// pendingBatch is a fetched batch on its way to the queue.
+// pendingBatch is a fetched batch on its way to the queue. Once its raw
+// payload is durable it is committed in slices of at most
+// sources.SliceRecords records, in order on the source's chain, the
+// cursor with the last: at most slicesAhead of them are committing at a
+// time, so a page of a million records holds a few slices of them in
+// memory, not a million. A crash between two slices leaves the cursor
+// before the page, which is fetched again, and the queue drops the
+// records already queued as duplicates.
 type pendingBatch struct {
 	batch  *sources.Batch
 	rawKey string // set once the raw payload is durable
 	rawOff int    // the body's offset in rawKey's object
+	// taken counts the records of batch.Records sent to the Publisher;
+	// committing counts the slices sent and not yet committed; sent is
+	// set once the last slice is sent.
+	taken      int
+	committing int
+	sent       bool
 }
+
+// slicesAhead is how many slices of one batch may be committing at once:
+// two, so that the queue's writer has the next while it commits one.
+const slicesAhead = 2
 
 func newSourceActor(cfg config.Source, deps *Deps, limiters *sources.RateLimiters) *SourceActor {
 	return &SourceActor{
@@ -450,9 +468,37 @@ func (a *SourceActor) commitNext(ctx actor.Context) {
 		if !ok || p.rawKey == "" {
 			return
 		}
-		ctx.Request(a.deps.Publisher, &appendBatch{chain: a.chain, gen: a.gen, seq: a.sendAt, source: a.cfg.Name, rawKey: p.rawKey, rawOff: p.rawOff, batch: p.batch})
+		for !p.sent && p.committing < slicesAhead {
+			a.sendSlice(ctx, a.sendAt, p)
+		}
+		if !p.sent {
+			return // its next slice goes once one commits
+		}
 		a.sendAt++
 	}
+}
+
+// sendSlice sends the next slice of batch seq to the Publisher: the next
+// sources.SliceRecords records of its Records, then of its Rest.
+func (a *SourceActor) sendSlice(ctx actor.Context, seq uint64, p *pendingBatch) {
+	b := p.batch
+	var records []sources.Record
+	if p.taken < len(b.Records) {
+		end := min(p.taken+sources.SliceRecords, len(b.Records))
+		records = b.Records[p.taken:end]
+		p.taken = end
+	} else if b.Rest != nil {
+		var err error
+		if records, err = b.Rest.Next(sources.SliceRecords); err != nil {
+			// The page was validated whole when it was fetched: a bug.
+			// Failing restarts the source from its durable cursor.
+			panic(fmt.Errorf("source %q: %w", a.cfg.Name, err))
+		}
+	}
+	p.sent = p.taken == len(b.Records) && (b.Rest == nil || b.Rest.Left() == 0)
+	p.committing++
+	ctx.Request(a.deps.Publisher, &appendBatch{chain: a.chain, gen: a.gen, seq: seq, source: a.cfg.Name,
+		rawKey: p.rawKey, rawOff: p.rawOff, batch: b, records: records, last: p.sent})
 }
 
 func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
@@ -470,21 +516,28 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 		// restarted actor re-reads the durable cursor and fetches it again.
 		panic(fmt.Errorf("source %q: commit batch: %w", a.cfg.Name, m.err))
 	}
-	p := a.pending[m.seq]
-	delete(a.pending, m.seq)
-	a.inflight--
 	now := time.Now()
 	a.deps.Metrics.events.WithLabelValues(a.cfg.Name).Add(float64(m.newEvents))
+	a.deps.Metrics.duplicates.WithLabelValues(a.cfg.Name).Add(float64(len(m.records) - m.newEvents))
 	st := a.deps.Metrics.ages.state(a.cfg.Name)
-	if p != nil {
-		a.deps.Metrics.duplicates.WithLabelValues(a.cfg.Name).Add(float64(len(p.batch.Records) - m.newEvents))
-		for i := range p.batch.Records {
-			if t := p.batch.Records[i].Time.UnixNano(); !p.batch.Records[i].Time.IsZero() && t > st.newestRecord.Load() {
-				st.newestRecord.Store(t)
-			}
+	for i := range m.records {
+		if t := m.records[i].Time.UnixNano(); !m.records[i].Time.IsZero() && t > st.newestRecord.Load() {
+			st.newestRecord.Store(t)
 		}
-		st.status.committed(now, len(p.batch.Records), m.newEvents, len(p.batch.Body))
 	}
+	p := a.pending[m.seq]
+	if p != nil {
+		p.committing--
+		if !p.sent || p.committing > 0 {
+			// A slice of the batch committed; the batch goes on.
+			st.status.committed(now, len(m.records), m.newEvents, 0)
+			a.commitNext(ctx)
+			return
+		}
+		st.status.committed(now, len(m.records), m.newEvents, len(p.batch.Body))
+	}
+	delete(a.pending, m.seq)
+	a.inflight--
 	a.succeeded(now)
 	a.commitNext(ctx)
 	a.slotFreed(ctx)

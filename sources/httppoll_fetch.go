@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -45,8 +46,10 @@ type httpPoll struct {
 	transport *http.Transport
 	trace     func(TraceEvent)
 	log       *slog.Logger
-	// lastBody is the size of the last body read, the guess for the next
-	// one's when the response does not say (Fetch is never concurrent).
+	// lastBody is the size of the last body accepted, the guess for the
+	// next one's when the response does not say (Fetch is never
+	// concurrent); a refused body does not count, or every later poll
+	// would start with a buffer of max_body_bytes.
 	lastBody int64
 
 	// validators remembers ETag and Last-Modified by URL, for conditional
@@ -144,11 +147,6 @@ func (p *httpPoll) Fetch(ctx context.Context, stored string) (*Batch, error) {
 	p.expect, p.haveExpect = stored, true
 	if b.Cursor != "" {
 		p.expect = b.Cursor
-	}
-	for i := range b.Records {
-		if t := b.Records[i].Time; !t.IsZero() && t.UnixNano() > p.newest.Load() {
-			p.newest.Store(t.UnixNano())
-		}
 	}
 	return b, nil
 }
@@ -271,7 +269,7 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 	}
 
 	fetchedAt := time.Now()
-	ex, err := p.rules.extract(body)
+	ex, err := p.rules.extract(body, SliceRecords)
 	if err != nil {
 		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error(), Refetch: true}
 	}
@@ -279,7 +277,10 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 		p.missingIDs.Add(int64(ex.missingIDs))
 		p.log.Debug("records without the id field, keyed by their SHA-256", "id_field", p.spec.IDField, "count", ex.missingIDs)
 	}
-	b := &Batch{Body: body, FetchedAt: fetchedAt, Records: ex.records}
+	if t := ex.newest.UnixNano(); !ex.newest.IsZero() && t > p.newest.Load() {
+		p.newest.Store(t)
+	}
+	b := &Batch{Body: body, FetchedAt: fetchedAt, Records: ex.records, Rest: ex.rest}
 	var found string
 	switch p.spec.CursorFrom {
 	case "record":
@@ -348,24 +349,85 @@ func (p *httpPoll) readBody(resp *http.Response) ([]byte, error) {
 		return nil, &PermanentError{Err: fmt.Errorf("%s: unsupported Content-Encoding %q (only gzip is decoded; do not set Accept-Encoding in headers)", p.where, enc)}
 	}
 	limit := p.spec.MaxBodyBytes
+	if r == io.Reader(resp.Body) && resp.ContentLength > limit {
+		// Refused before reading: nothing of it is ever held.
+		return nil, fmt.Errorf("%s: response body is larger than max_body_bytes (%d): Content-Length %d", p.where, limit, resp.ContentLength)
+	}
 	// The buffer starts at the size the response announces (or the last
 	// body's), so that a page is read into one allocation instead of a
 	// dozen growing copies.
 	size := p.lastBody
-	if resp.ContentLength > 0 && r == io.Reader(resp.Body) {
+	if resp.ContentLength >= 0 && r == io.Reader(resp.Body) {
 		size = resp.ContentLength
 	}
-	var buf bytes.Buffer
-	buf.Grow(int(min(size, limit)) + bytes.MinRead)
-	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
-		return nil, fmt.Errorf("%s: read body: %w", p.where, err)
+	body, err := readAll(r, size, limit)
+	n := len(body)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%s: read body: %w", p.where, err)
+	case int64(n) > limit:
+		err = fmt.Errorf("%s: response body is larger than max_body_bytes (%d)", p.where, limit)
+	default:
+		p.lastBody = int64(n)
+		return body, nil
 	}
-	body := buf.Bytes()
-	p.lastBody = int64(len(body))
-	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("%s: response body is larger than max_body_bytes (%d)", p.where, limit)
+	body = nil // dropped, for releaseBody to collect
+	releaseBody(n)
+	return body, err
+}
+
+// readAll reads r to its end into one buffer and returns what it read, at
+// most limit+1 bytes: limit+1 means the body is larger than limit. The
+// buffer starts at size+1 bytes (size is the body's announced or guessed
+// size; the byte more sees the end without growing) and doubles, never
+// past limit+1; a body that fills less than three quarters of it is
+// copied into a buffer of its own size, so that a page in flight holds
+// only its bytes.
+func readAll(r io.Reader, size, limit int64) ([]byte, error) {
+	end := limit + 1
+	buf := make([]byte, 0, min(max(size+1, bytes.MinRead), end))
+	for {
+		room := min(int64(cap(buf)), end) - int64(len(buf))
+		if room == 0 {
+			if int64(len(buf)) == end {
+				return buf, nil
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), end))
+			copy(grown, buf)
+			buf = grown
+			continue
+		}
+		n, err := r.Read(buf[len(buf) : int64(len(buf))+room])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return buf, err
+		}
 	}
-	return body, nil
+	if slack := cap(buf) - len(buf); slack > 64<<10 && slack > len(buf)/3 {
+		buf = bytes.Clone(buf)
+	}
+	return buf, nil
+}
+
+// releaseAt is the size from which the memory of a body read in vain is
+// handed back to the operating system at once (releaseBody).
+const releaseAt = 8 << 20
+
+// releaseBody returns the memory of a body of n bytes that was read and
+// then dropped (larger than max_body_bytes, or cut short) to the operating
+// system, when it is large. Nothing refers to it any more, but the garbage
+// collector, whose goal grew while the body was read, would keep it in the
+// heap until the heap grew that much again or its forced collection every
+// two minutes: an idle daemon would hold several times the body for
+// minutes. debug.FreeOSMemory collects and returns it now, at the cost of
+// one collection, paid only by a fetch that read a large body in vain.
+func releaseBody(n int) {
+	if n >= releaseAt {
+		debug.FreeOSMemory()
+	}
 }
 
 // discard reads a little of an unwanted body, so the connection can be

@@ -118,7 +118,7 @@ func (p *httpPoll) nextPage(resp *http.Response, b *Batch, reqURL *url.URL, cur 
 			return tok, nil
 		}
 	case "page":
-		if len(b.Records) > 0 {
+		if b.RecordCount() > 0 {
 			n := p.spec.PageStart
 			if cur != "" {
 				n, _ = strconv.Atoi(cur) // cur is one we wrote
@@ -126,9 +126,9 @@ func (p *httpPoll) nextPage(resp *http.Response, b *Batch, reqURL *url.URL, cur 
 			return strconv.Itoa(n + 1), nil
 		}
 	case "offset":
-		if len(b.Records) > 0 {
-			n, _ := strconv.Atoi(cur) // cur is one we wrote, or "" for 0
-			return strconv.Itoa(n + len(b.Records)), nil
+		if n := b.RecordCount(); n > 0 {
+			start, _ := strconv.Atoi(cur) // cur is one we wrote, or "" for 0
+			return strconv.Itoa(start + n), nil
 		}
 	}
 	return "", nil

@@ -47,7 +47,11 @@ type recordScan struct {
 	// vals and kinds hold the fields found in the current record.
 	vals  [numFields][]byte
 	kinds [numFields]jsonscan.Kind
-	ex    extracted
+	// keep is the most records kept in ex.records (0: all); the records
+	// after them are validated and counted, and RecordReader finds them
+	// again.
+	keep int
+	ex   extracted
 }
 
 // extracted is what extract found in a payload.
@@ -58,12 +62,19 @@ type extracted struct {
 	missingIDs int
 	// largest is the largest record cursor, by CompareCursor; "" if none.
 	largest string
+	// newest is the newest record time; zero if none.
+	newest time.Time
+	// total counts the records, kept or not.
+	total int
+	// rest reads the records after those kept; nil when all are kept.
+	rest *RecordReader
+	// restOff is the offset of the first record not kept, restLine its
+	// line for ndjson.
+	restOff, restLine int
 }
 
-// extract finds the records in body. A payload that does not have the
-// configured shape yields an error whose text says why; the caller turns
-// it into a *MalformedError.
-func (r *recordRules) extract(body []byte) (extracted, error) {
+// newScan returns the state of an extraction from body by r.
+func (r *recordRules) newScan(body []byte) *recordScan {
 	sc := &recordScan{body: body, idSet: r.idField != ""}
 	for i, p := range [numFields]string{r.idField, r.cursorField, r.timeField} {
 		if p != "" {
@@ -71,6 +82,30 @@ func (r *recordRules) extract(body []byte) (extracted, error) {
 			sc.want |= 1 << i
 		}
 	}
+	return sc
+}
+
+// extract finds the records in body, validating it whole, and keeps the
+// first keep of them (0: all); when there are more, the result's rest
+// reads them afterwards, keep at a time if the caller likes, so that a
+// page of a million tiny records never has a Record for each at once. A
+// payload that does not have the configured shape yields an error whose
+// text says why; the caller turns it into a *MalformedError.
+func (r *recordRules) extract(body []byte, keep int) (extracted, error) {
+	sc := r.newScan(body)
+	sc.keep = keep
+	ex, err := sc.extract(r)
+	if err != nil || ex.total == len(ex.records) {
+		return ex, err
+	}
+	ex.rest = &RecordReader{sc: r.newScan(body), ndjson: r.format == "ndjson", off: ex.restOff, line: ex.restLine,
+		left: ex.total - len(ex.records)}
+	return ex, nil
+}
+
+// extract runs the extraction sc was made for by r.
+func (sc *recordScan) extract(r *recordRules) (extracted, error) {
+	body := sc.body
 	var err error
 	switch {
 	case r.format == "ndjson":
@@ -129,23 +164,41 @@ func (sc *recordScan) record() error {
 	if err != nil {
 		return err
 	}
-	rec := sc.body[sc.base+off : sc.base+sc.d.Offset()]
-	r := Record{Off: sc.base + off, Len: len(rec)}
-	if r.Key = jsonscan.ScalarText(sc.vals[fieldID], sc.kinds[fieldID]); r.Key == "" {
-		sum := sha256.Sum256(rec)
-		r.Key = hex.EncodeToString(sum[:])
-		if sc.idSet {
-			sc.ex.missingIDs++
-		}
-	}
+	sc.ex.total++
+	r := Record{Off: sc.base + off, Len: sc.d.Offset() - off}
 	if r.Cursor = jsonscan.ScalarText(sc.vals[fieldCursor], sc.kinds[fieldCursor]); r.Cursor != "" {
 		if sc.ex.largest == "" || CompareCursor(r.Cursor, sc.ex.largest) > 0 {
 			sc.ex.largest = r.Cursor
 		}
 	}
-	r.Time = jsonscan.Time(sc.vals[fieldTime], sc.kinds[fieldTime])
+	if r.Time = jsonscan.Time(sc.vals[fieldTime], sc.kinds[fieldTime]); r.Time.After(sc.ex.newest) {
+		sc.ex.newest = r.Time
+	}
+	if sc.keep > 0 && len(sc.ex.records) == sc.keep {
+		// Counted, not kept: RecordReader reads it again.
+		if sc.ex.total == sc.keep+1 {
+			sc.ex.restOff = r.Off
+		}
+		if sc.idSet && !hasText(sc.kinds[fieldID], sc.vals[fieldID]) {
+			sc.ex.missingIDs++
+		}
+		return nil
+	}
+	if r.Key = jsonscan.ScalarText(sc.vals[fieldID], sc.kinds[fieldID]); r.Key == "" {
+		sum := sha256.Sum256(sc.body[r.Off : r.Off+r.Len])
+		r.Key = hex.EncodeToString(sum[:])
+		if sc.idSet {
+			sc.ex.missingIDs++
+		}
+	}
 	sc.ex.records = append(sc.ex.records, r)
 	return nil
+}
+
+// hasText reports whether jsonscan.ScalarText of a value the decoder
+// validated is not empty, without making the string.
+func hasText(kind jsonscan.Kind, val []byte) bool {
+	return kind == jsonscan.Number || (kind == jsonscan.String && len(val) > 0)
 }
 
 // walk reads the object at the decoder's position, depth keys deep in a
@@ -253,8 +306,16 @@ func keyIs(k []byte, plain bool, name string) bool {
 // ndjson reads newline-delimited JSON: one JSON value per line, blank
 // lines skipped. One bad line makes the whole payload bad.
 func (sc *recordScan) ndjson() error {
+	_, _, err := sc.lines(0, 1, -1)
+	return err
+}
+
+// lines reads the lines of ndjson from offset off, line number line, until
+// it has read max records (max < 0: to the end), and returns the offset
+// and number of the line after the last one read.
+func (sc *recordScan) lines(off, line, max int) (int, int, error) {
 	body := sc.body
-	for off, line := 0, 1; off < len(body); line++ {
+	for ; off < len(body) && max != 0; line++ {
 		end := bytes.IndexByte(body[off:], '\n')
 		if end < 0 {
 			end = len(body)
@@ -279,18 +340,87 @@ func (sc *recordScan) ndjson() error {
 			err = sc.d.End()
 		}
 		if err != nil {
-			return fmt.Errorf("line %d: %w", line, err)
+			return off, line, fmt.Errorf("line %d: %w", line, err)
 		}
+		if sc.keep > 0 && sc.ex.total == sc.keep+1 {
+			sc.ex.restLine = line
+		}
+		max--
 	}
-	return nil
+	return off, line, nil
 }
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
+// RecordReader reads the records of a page that follow the first slice,
+// which Batch.Records holds, a slice at a time (Batch.Rest). It reads the
+// page again from where the last slice ended, so that a page of a million
+// tiny records never has a million Records at once; the fetch validated
+// the whole page first, so the records it finds are the ones the fetch
+// counted, in the same order, with the same keys. It is not safe for
+// concurrent use.
+type RecordReader struct {
+	sc     *recordScan
+	ndjson bool
+	off    int // the offset of the next record's first byte
+	line   int // its line, for ndjson
+	left   int // records not read yet
+}
+
+// Left returns how many records are still to be read.
+func (r *RecordReader) Left() int { return r.left }
+
+// Next returns the next records, at most n, in page order, and none once
+// Left is 0. An error means the page is not what the fetch validated (a
+// bug); the reader then has nothing left.
+func (r *RecordReader) Next(n int) ([]Record, error) {
+	want := max(min(n, r.left), 0)
+	sc := r.sc
+	sc.ex = extracted{records: make([]Record, 0, want)}
+	var err error
+	if r.ndjson {
+		r.off, r.line, err = sc.lines(r.off, r.line, want)
+	} else {
+		for len(sc.ex.records) < want && err == nil {
+			err = r.element()
+		}
+	}
+	if err == nil && len(sc.ex.records) != want {
+		err = fmt.Errorf("%d records found, %d expected", len(sc.ex.records), want)
+	}
+	if err != nil {
+		r.left = 0
+		return nil, fmt.Errorf("read the records of a page again: %w", err)
+	}
+	r.left -= want
+	return sc.ex.records, nil
+}
+
+// element reads the array element at r.off and moves r.off past the comma
+// after it.
+func (r *RecordReader) element() error {
+	sc := r.sc
+	sc.d.Reset(sc.body[r.off:])
+	sc.base = r.off
+	if err := sc.record(); err != nil {
+		return err
+	}
+	i := r.off + sc.d.Offset()
+	for i < len(sc.body) && isJSONSpace(sc.body[i]) {
+		i++
+	}
+	if i < len(sc.body) && sc.body[i] == ',' {
+		r.off = i + 1
+		return nil
+	}
+	r.off = len(sc.body) // the array ends: no record follows
+	return nil
+}
+
 // Parse implements Parser: it extracts the records of body with the same
 // rules as Fetch. Records without the id field are not counted here.
 func (p *httpPoll) Parse(body []byte, fetchedAt time.Time) (*Batch, error) {
-	ex, err := p.rules.extract(body)
+	ex, err := p.rules.extract(body, 0)
 	if err != nil {
 		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error()}
 	}

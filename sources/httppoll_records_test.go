@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,13 +121,18 @@ func TestHTTPPollMissingIDsAndNewestTime(t *testing.T) {
 // FuzzExtractRecords checks the record extractor over every format, with
 // and without records_path: it never panics, every record lies inside the
 // body and is one valid JSON value, a payload it accepts is valid, and the
-// fields it finds in its single pass are those jsonscan.Field finds.
+// fields it finds in its single pass are those jsonscan.Field finds; and
+// kept a slice at a time (a RecordReader reading the rest), the records
+// are the same, as are the counts.
 func FuzzExtractRecords(f *testing.F) {
 	f.Add(uint8(0), "", []byte(`[{"id":1,"m":{"seq":2},"ts":"2024-05-01T10:00:00Z"}, "x", [], {"id":"a\"b"}]`))
 	f.Add(uint8(0), "data.items", []byte(`{"data":{"items":[{"id":1},{"id":2,"id":3,"m":1,"m":{"seq":4}}]},"next":"/p?x=1"}`))
 	f.Add(uint8(0), "data", []byte(`{"data":null}`))
 	f.Add(uint8(1), "", []byte("{\"id\":1}\n\n {\"i\\u0064\":2}\r\n3\n"))
 	f.Add(uint8(2), "", []byte(` {"id":"one","m":{"seq":1.5e3},"ts":"2024-05-01T10:00:00\u002B01:00"} `))
+	f.Add(uint8(8), "", []byte(" [ {\"id\":1} ,\n{\"x\":2},\"s\" , 4,[5],{\"id\":\"\"},{\"m\":{\"seq\":7}} ] "))
+	f.Add(uint8(16), "d", []byte(`{"d":[{"id":1},{"id":2},{"id":3},{"id":4},{"id":5}],"e":[1]}`))
+	f.Add(uint8(9), "", []byte("{\"id\":1}\n\n{\"id\":2}\n  \n {\"id\":3} \r\n{\"id\":4}\n{\"id\":5}"))
 	f.Fuzz(func(t *testing.T, format uint8, path string, body []byte) {
 		r := recordRules{format: []string{"json", "ndjson", "single"}[format%3], idField: "id", cursorField: "m.seq", timeField: "ts"}
 		if format&4 != 0 {
@@ -135,10 +141,11 @@ func FuzzExtractRecords(f *testing.F) {
 		if r.format == "json" && path != "" && !strings.HasPrefix(path, ".") && !strings.HasSuffix(path, ".") && !strings.Contains(path, "..") {
 			r.recordsPath = path
 		}
-		ex, err := r.extract(body)
+		ex, err := r.extract(body, 0)
 		if err != nil {
 			return
 		}
+		checkSlices(t, &r, body, ex, 1+int(format>>3)%3)
 		for i, rec := range ex.records {
 			if rec.Off < 0 || rec.Len <= 0 || rec.Off+rec.Len > len(body) {
 				t.Fatalf("record %d at %d+%d is outside the %d-byte body", i, rec.Off, rec.Len, len(body))
@@ -167,6 +174,35 @@ func FuzzExtractRecords(f *testing.F) {
 			t.Fatalf("format single gave %d records", len(ex.records))
 		}
 	})
+}
+
+// checkSlices extracts body again keeping only keep records, reads the
+// rest keep+1 at a time, and checks that this finds what the whole
+// extraction ex found.
+func checkSlices(t *testing.T, r *recordRules, body []byte, ex extracted, keep int) {
+	t.Helper()
+	sliced, err := r.extract(body, keep)
+	if err != nil {
+		t.Fatalf("extract keeping %d: %v; whole, it was accepted", keep, err)
+	}
+	if len(sliced.records) != min(keep, len(ex.records)) || (sliced.rest == nil) != (len(ex.records) <= keep) {
+		t.Fatalf("extract keeping %d of %d records kept %d, rest %v", keep, len(ex.records), len(sliced.records), sliced.rest)
+	}
+	got := sliced.records
+	for sliced.rest != nil && sliced.rest.Left() > 0 {
+		more, err := sliced.rest.Next(keep + 1)
+		if err != nil {
+			t.Fatalf("reading the rest: %v", err)
+		}
+		got = append(got, more...)
+	}
+	if !slices.Equal(got, ex.records) {
+		t.Fatalf("records kept %d at a time:\n%+v\nwhole:\n%+v", keep, got, ex.records)
+	}
+	if sliced.total != len(ex.records) || sliced.missingIDs != ex.missingIDs || sliced.largest != ex.largest || !sliced.newest.Equal(ex.newest) {
+		t.Fatalf("keeping %d: total %d, missing ids %d, largest %q, newest %v; whole: %d, %d, %q, %v", keep,
+			sliced.total, sliced.missingIDs, sliced.largest, sliced.newest, len(ex.records), ex.missingIDs, ex.largest, ex.newest)
+	}
 }
 
 // benchBody returns a JSON array of n records of about 1 KiB each, with
@@ -214,4 +250,71 @@ func BenchmarkParse1KiB(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// TestHTTPPollPageOfManySlices fetches a page of more records than one
+// slice: Records holds the first SliceRecords, Rest reads the others in
+// order, and what the fetch reports of the page (the largest cursor, the
+// newest time, records without an id, the next offset) covers every
+// record, the ones after the first slice included.
+func TestHTTPPollPageOfManySlices(t *testing.T) {
+	total := 2*SliceRecords + 3
+	var body strings.Builder
+	body.WriteString("[")
+	for n := 1; n <= total; n++ {
+		if n > 1 {
+			body.WriteString(",\n")
+		}
+		if n%1000 == 0 {
+			fmt.Fprintf(&body, `{"seq":%d}`, n) // no id: keyed by its hash
+			continue
+		}
+		fmt.Fprintf(&body, `{"id":"r%d","seq":%d,"ts":"%s"}`, n, n, time.Unix(int64(n), 0).UTC().Format(time.RFC3339))
+	}
+	body.WriteString("]")
+	srv, _ := pollServer(t, http.StatusOK, body.String())
+	src := openPoll(t, &HTTPPollSpec{PollURL: srv.URL, IDField: "id", CursorField: "seq", CursorParam: "since", TimeField: "ts",
+		Pagination: "offset", OffsetParam: "offset"})
+	b, err := src.Fetch(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Records) != SliceRecords || b.Rest == nil || b.RecordCount() != total {
+		t.Fatalf("%d records kept, rest %v, %d in all; want %d kept of %d", len(b.Records), b.Rest, b.RecordCount(), SliceRecords, total)
+	}
+	c := decodeCursor(b.Cursor)
+	if c.Next != strconv.Itoa(total) || c.Found != strconv.Itoa(total) || !b.More {
+		t.Errorf("cursor %+v, more %v; want the next offset and the largest seq %d", c, b.More, total)
+	}
+	m := src.(interface {
+		MissingIDs() int64
+		NewestRecordTime() time.Time
+	})
+	if m.MissingIDs() != int64(total/1000) || !m.NewestRecordTime().Equal(time.Unix(int64(total), 0)) {
+		t.Errorf("missing ids %d, newest %v; want %d and the last record's time", m.MissingIDs(), m.NewestRecordTime(), total/1000)
+	}
+	all := slices.Clone(b.Records)
+	for b.Rest.Left() > 0 {
+		more, err := b.Rest.Next(SliceRecords)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, more...)
+	}
+	if len(all) != total {
+		t.Fatalf("%d records read in all, want %d", len(all), total)
+	}
+	for i, r := range all {
+		n := i + 1
+		want := `{"id":"r` + strconv.Itoa(n) + `",`
+		if n%1000 == 0 {
+			want = fmt.Sprintf(`{"seq":%d}`, n)
+		}
+		if raw := body.String()[r.Off : r.Off+r.Len]; !strings.HasPrefix(raw, want) || r.Cursor != strconv.Itoa(n) {
+			t.Fatalf("record %d is %q with cursor %q", n, raw, r.Cursor)
+		}
+		if n%1000 != 0 && r.Key != "r"+strconv.Itoa(n) {
+			t.Fatalf("record %d has key %q", n, r.Key)
+		}
+	}
 }

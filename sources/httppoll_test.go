@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,7 +15,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -428,5 +432,87 @@ func TestHTTPPollCloseClosesIdleConnections(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the idle connection was not closed")
+	}
+}
+
+// TestReadAllBoundsItsBuffer checks the buffer a body is read into: it
+// never grows past max_body_bytes+1 however long the body, a body of the
+// size announced fits without growing, and one much smaller than its
+// buffer is copied into one of its own size, so a page in flight holds
+// its bytes and little more.
+func TestReadAllBoundsItsBuffer(t *testing.T) {
+	const limit = 1 << 20
+	const page = 8 << 10 // the allocator rounds a large buffer up to this
+	tests := []struct {
+		name      string
+		size      int64 // announced or guessed
+		body      int
+		wantLen   int
+		wantMaxCp int
+	}{
+		{"unknown size", 0, 300 << 10, 300 << 10, 300<<10 + 300<<10/3},
+		{"announced size", 300 << 10, 300 << 10, 300 << 10, 300<<10 + 1 + page},
+		{"guess far too big", 900 << 10, 10 << 10, 10 << 10, 10<<10 + 64<<10},
+		{"exactly the limit", 0, limit, limit, limit + 1 + page},
+		{"endless", 0, 20 * limit, limit + 1, limit + 1 + page},
+		{"endless, announced small", 1000, 20 * limit, limit + 1, limit + 1 + page},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := io.LimitReader(iotest.HalfReader(zeros{}), int64(tt.body))
+			b, err := readAll(r, tt.size, limit)
+			if err != nil || len(b) != tt.wantLen || cap(b) > tt.wantMaxCp {
+				t.Errorf("readAll: %d bytes in a buffer of %d (%v), want %d in at most %d", len(b), cap(b), err, tt.wantLen, tt.wantMaxCp)
+			}
+		})
+	}
+}
+
+// zeros reads endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// TestHTTPPollRefusedBodyIsForgotten refuses a chunked body over
+// max_body_bytes, then reads a small one: the refused body's size is not
+// the next buffer's (which would give every later page a buffer of
+// max_body_bytes), and a Content-Length over the limit is refused unread.
+func TestHTTPPollRefusedBodyIsForgotten(t *testing.T) {
+	const limit = 256 << 10
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch n.Add(1) {
+		case 1: // chunked, no length
+			chunk := bytes.Repeat([]byte(" "), 32<<10)
+			for range 2 * limit / len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+			}
+		case 2:
+			w.Header().Set("Content-Length", strconv.Itoa(2*limit))
+			w.WriteHeader(http.StatusOK) // and nothing: it must not be read
+		default:
+			w.(http.Flusher).Flush() // chunked
+			fmt.Fprint(w, `[{"id":1}]`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	src := openPoll(t, &HTTPPollSpec{PollURL: srv.URL, MaxBodyBytes: limit})
+	for i, want := range []string{"larger than max_body_bytes", "Content-Length 524288"} {
+		if _, err := src.Fetch(t.Context(), ""); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("fetch %d: %v, want an error saying %q", i+1, err, want)
+		}
+	}
+	b, err := src.Fetch(t.Context(), "")
+	if err != nil || len(b.Records) != 1 {
+		t.Fatalf("small body: %v, %v", b, err)
+	}
+	if cap(b.Body) >= 64<<10 {
+		t.Errorf("a %d-byte body holds a buffer of %d bytes", len(b.Body), cap(b.Body))
 	}
 }

@@ -52,8 +52,15 @@ type Batch struct {
 	Body []byte
 	// FetchedAt is when the payload was received.
 	FetchedAt time.Time
-	// Records are the events found in Body, in upstream order.
+	// Records are the events found in Body, in upstream order: all of
+	// them, or when Rest is set the first SliceRecords of them.
 	Records []Record
+	// Rest, when set, reads the records that follow Records in Body, a
+	// slice at a time: a page of more than SliceRecords records keeps
+	// only its first slice in Records, so that the records of a page of
+	// any size are never all in memory at once. Whoever takes the batch
+	// reads the rest as it goes (the pipeline commits the page in slices).
+	Rest *RecordReader
 	// Cursor is the cursor to persist once this batch is durable; empty means
 	// the cursor does not change. It is opaque to the caller: a source may
 	// encode several values in it (a page token and a high-water mark, say),
@@ -63,6 +70,22 @@ type Batch struct {
 	// of a paginated poll): the caller fetches again, with Cursor, as soon
 	// as its window allows instead of waiting for the interval.
 	More bool
+}
+
+// SliceRecords is the most records of one page found, held and committed
+// at once: a page with more is taken in slices of this many (Batch.Rest),
+// so that the memory a page in flight needs is its bytes plus at most a
+// few slices of records, whatever the number of records it holds.
+const SliceRecords = 10000
+
+// RecordCount returns the number of records in the batch not taken yet:
+// before Rest is read, all of the page's.
+func (b *Batch) RecordCount() int {
+	n := len(b.Records)
+	if b.Rest != nil {
+		n += b.Rest.Left()
+	}
+	return n
 }
 
 // WaitError asks the caller not to call Fetch again before Until, for

@@ -135,8 +135,8 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 			res.Requests, _ = p.traced()
 			return res, p.failedRequest(ev, sc)
 		}
+		res.Records += b.RecordCount()
 		p.records(b, o.Verbose)
-		res.Records += len(b.Records)
 		next := cursor
 		if b.Cursor != "" {
 			next = b.Cursor
@@ -333,25 +333,39 @@ func (p *printer) trace(ev sources.TraceEvent) {
 }
 
 // records prints a page's records: key, cursor value and time, the first
-// ShownRecords unless verbose, and one sample payload.
+// ShownRecords unless verbose, and one sample payload. Verbose, it reads
+// the rest of a page kept in slices (Batch.Rest) too.
 func (p *printer) records(b *sources.Batch, verbose bool) {
-	p.printf("  %d record(s), %d bytes\n", len(b.Records), len(b.Body))
-	shown := len(b.Records)
-	if !verbose {
-		shown = min(shown, ShownRecords)
-	}
-	for _, r := range b.Records[:shown] {
-		ts := "-"
-		if !r.Time.IsZero() {
-			ts = r.Time.UTC().Format(time.RFC3339Nano)
+	total := b.RecordCount()
+	p.printf("  %d record(s), %d bytes\n", total, len(b.Body))
+	shown := 0
+	show := func(recs []sources.Record) {
+		for _, r := range recs {
+			if !verbose && shown == ShownRecords {
+				return
+			}
+			ts := "-"
+			if !r.Time.IsZero() {
+				ts = r.Time.UTC().Format(time.RFC3339Nano)
+			}
+			cur := r.Cursor
+			if cur == "" {
+				cur = "-"
+			}
+			p.printf("    id=%s cursor=%s time=%s\n", r.Key, cur, ts)
+			shown++
 		}
-		cur := r.Cursor
-		if cur == "" {
-			cur = "-"
-		}
-		p.printf("    id=%s cursor=%s time=%s\n", r.Key, cur, ts)
 	}
-	if more := len(b.Records) - shown; more > 0 {
+	show(b.Records)
+	for verbose && b.Rest != nil && b.Rest.Left() > 0 {
+		recs, err := b.Rest.Next(sources.SliceRecords)
+		if err != nil {
+			p.printf("    %v\n", err)
+			break
+		}
+		show(recs)
+	}
+	if more := total - shown; more > 0 {
 		p.printf("    ... and %d more (-v lists them all)\n", more)
 	}
 	if len(b.Records) > 0 {

@@ -156,6 +156,28 @@ func TestCheckSourceFirstPoll(t *testing.T) {
 	}
 }
 
+// TestCheckSourcePageOfManySlices checks a page of more records than one
+// slice (sources.SliceRecords), whose records after the first slice the
+// fetch only counted: all are counted, and -v lists the last one too.
+func TestCheckSourcePageOfManySlices(t *testing.T) {
+	total := sources.SliceRecords + 5
+	f := newFeed(t, total)
+	cfg, _ := setup(t, f.srv.URL, feedTOML)
+	res, out, err := run(t, cfg, "feed", checksource.Options{})
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	if res.Records != total || !strings.Contains(out, fmt.Sprintf("  %d record(s), ", total)) ||
+		!strings.Contains(out, fmt.Sprintf("... and %d more", total-checksource.ShownRecords)) {
+		t.Errorf("result %+v, want %d records:\n%.2000s", res, total, out)
+	}
+	_, out, err = run(t, cfg, "feed", checksource.Options{Verbose: true})
+	last := fmt.Sprintf("id=ev-%d cursor=%d", total, total)
+	if err != nil || !strings.Contains(out, last) || strings.Contains(out, "more (-v") {
+		t.Errorf("verbose check (%v) lacks %q or says more:\n...%s", err, last, out[max(0, len(out)-2000):])
+	}
+}
+
 // TestCheckSourceDurableCursor checks that the source's durable cursor is
 // read from the daemon's queue, which is left as it was, and that -cursor
 // overrides it.

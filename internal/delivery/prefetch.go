@@ -27,10 +27,27 @@ const maxRawCache = 16
 
 // rawCache is what the prefetcher keeps of the raw store: the objects and
 // pages read (and checked) for the request it serves, and, across
-// requests, where the pages of page segments are.
+// requests, the last one the previous request used, where the next most
+// likely starts, and where the pages of page segments are.
 type rawCache struct {
 	bodies map[string][]byte
 	pages  rawstore.PageIndex
+	// last is the key in bodies of the object or page the request being
+	// served used last; "" when it used none.
+	last string
+}
+
+// keepLast forgets every object and page but the last one the request
+// used: the next request reads the rest of a large page from it instead of
+// from the raw store again, and frames still waiting to be sent share it
+// instead of holding a copy of their own. A request that used none (the
+// empty one that ends the backlog) leaves nothing held.
+func (c *rawCache) keepLast() {
+	for k := range c.bodies {
+		if k != c.last {
+			delete(c.bodies, k)
+		}
+	}
 }
 
 // scanRequest asks the prefetcher for the pending frames after the id after,
@@ -77,8 +94,9 @@ func (s *Sender) prefetch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case r := <-s.scanReq:
+			cache.last = ""
 			s.scan(ctx, r, cache)
-			clear(cache.bodies)
+			cache.keepLast()
 		}
 	}
 }
@@ -303,6 +321,7 @@ func (s *Sender) fillPayloads(ctx context.Context, f *queue.Frame, cache *rawCac
 			}
 			cache.bodies[cacheKey] = body
 		}
+		cache.last = cacheKey
 		off := e.RawOff - base
 		if off < 0 || off+e.RawLen > len(body) {
 			return fmt.Errorf("raw object %s: event %d range [%d,+%d) outside %d bytes", e.RawKey, e.Seq, e.RawOff, e.RawLen, base+len(body))

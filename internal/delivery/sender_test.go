@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -388,6 +389,61 @@ func TestBacklogFromPageSegmentReadsOnlyItsPages(t *testing.T) {
 	if gets != 0 || read != int64(pagesSize) {
 		t.Errorf("%d whole-object reads and %d bytes read by page for 30 events in 3 pages of %d bytes in all, in a %d-byte segment %s; want only each page read once",
 			gets, read, pagesSize, segSize, segKey)
+	}
+}
+
+// TestBacklogReadsALargePageOnce sends from the backlog one page whose
+// events fill more frames than one scan of the backlog takes (scanPage):
+// the page is read from the raw store once, not once a scan, and so held
+// once by the frames waiting to be sent.
+func TestBacklogReadsALargePageOnce(t *testing.T) {
+	ctx := t.Context()
+	q, file := openStores(t)
+	const events = (scanPage + 44) * 10 // 10 events a frame (openStores)
+	var page bytes.Buffer
+	b := queue.Batch{Source: "src", FetchedAt: time.Now()}
+	page.WriteByte('[')
+	for i := range events {
+		if i > 0 {
+			page.WriteByte(',')
+		}
+		r := fmt.Sprintf(`{"id":%d}`, i)
+		b.Events = append(b.Events, queue.NewEvent{Key: strconv.Itoa(i), RawOff: page.Len(), RawLen: len(r)})
+		page.WriteString(r)
+	}
+	page.WriteByte(']')
+	key, off, err := file.(rawstore.PageAppender).AppendPage(ctx, "src", time.Now(), page.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.RawKey = key
+	for i := range b.Events {
+		b.Events[i].RawOff += off
+	}
+	if _, err := q.Append(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingStore{Store: file, pages: file.(rawstore.PageReader)}
+	_, pull := startSender(t, q, counted)
+	got := 0
+	for got < events {
+		msg, err := pull.RecvBytes(0)
+		if err != nil {
+			t.Fatalf("frame after %d events: %v", got, err)
+		}
+		f, err := wire.DecodeFrame(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range f.Events {
+			if want := `{"id":` + e.Key + `}`; string(e.Payload) != want {
+				t.Fatalf("event %s: payload %q, want %q", e.Key, e.Payload, want)
+			}
+		}
+		got += len(f.Events)
+	}
+	if read := counted.read.Load(); read != int64(page.Len()) {
+		t.Errorf("%d bytes read by page for a page of %d bytes sent in %d frames, want the page read once", read, page.Len(), events/10)
 	}
 }
 
