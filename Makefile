@@ -118,11 +118,17 @@ test: test-deps
 # event on real sockets, then the
 # whole-pipeline bench: throughput with defaults, the drain of a backlog
 # queued while no processor ran, and webhook ingestion (64 keep-alive
-# clients, one event per request, each answered once durable); last the
-# real path through the built binaries, each in its own process: a
-# firehose upstream polled by bin/ingestor, acked by bin/processor (see
-# README, "Performance"), then the same on a cluster of 1, 2 and 3 members
-# on etcd (installed by test-deps).
+# clients, one event per request, each answered once durable), push
+# overload (200, then 1,000 devices on a ws_ingress source beside webhook
+# senders, failing when goodput drops below 80% of the unloaded commit
+# rate in a 5-second window, a device does not finish or a sender
+# starves); last the real path through the built binaries, each in its
+# own process: a firehose upstream polled by bin/ingestor, acked by
+# bin/processor (see README, "Performance"), then the same on a cluster
+# of 1, 2 and 3 members on etcd (installed by test-deps); and the 20-minute
+# soak (every kind of source at once with retentions of a minute, failing
+# when a store, the RSS, open files or goroutines grow or an event is
+# lost; its chart in $(BIN)/soak.svg).
 bench: build test-deps
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
@@ -135,8 +141,11 @@ bench: build test-deps
 	$(BIN)/ingestor-bench -exactly-once -events 300000
 	$(BIN)/ingestor-bench -mode webhook
 	$(BIN)/ingestor-bench -mode webhook -signature github
+	$(BIN)/ingestor-bench -mode overload -devices 200
+	$(BIN)/ingestor-bench -mode overload -devices 1000
 	$(BIN)/ingestor-bench -mode real
 	$(BIN)/ingestor-bench -mode cluster
+	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

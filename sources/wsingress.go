@@ -29,7 +29,8 @@ type WSIngressSpec struct {
 	TokensFile string `toml:"tokens_file"`
 	// MaxInflight is how many envelopes of one connection may wait for
 	// their commit at once; at that many, the connection is not read until
-	// one is answered (backpressure). Default 64.
+	// one is answered (backpressure). An envelope answered "retry" keeps
+	// its place until its retry_after_ms has passed. Default 64.
 	MaxInflight int `toml:"max_inflight"`
 	// ReadTimeout is how long a connection may stay silent (no message and
 	// no pong) while the daemon waits for it before it is dropped; it also

@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real] [-events N] [-duration D]
+//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real|overload] [-events N] [-duration D]
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
@@ -39,6 +39,18 @@
 // histogram, the queue's and the raw store's size after the first phase,
 // and whether the processor received every event exactly once (it fails
 // otherwise). -cpuprofile there profiles the daemon (INGESTOR_CPUPROFILE).
+//
+// Mode overload (overload.go) runs -devices devices on a ws_ingress source
+// and -clients webhook senders against the built daemon, after an unloaded
+// phase that measures its commit rate, and fails unless goodput stays at
+// 80% of that rate in every 5-second window, every device finishes and no
+// sender starves.
+//
+// Mode soak (soak.go) runs the built daemon and the built exactly-once
+// processor for -duration (default 20m) with every kind of source at once
+// and retentions of about a minute, samples the stores, RSS, open files and
+// goroutines every -sample, and fails unless each series is flat after the
+// warm-up and every event sent was applied exactly once.
 //
 // In the other modes, which run the daemon and the processors in this
 // process, acks are counted, and latency measured, when the daemon's sender
@@ -119,13 +131,17 @@ type options struct {
 	publishExtra, sourceExtra string
 	// members is the cluster mode's largest cluster: it runs 1..members.
 	members int
+	// soak holds the flags of mode soak.
+	soak soakOptions
+	// devices is the overload mode's -devices (soak mode's flag).
+	devices int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process)")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
@@ -149,6 +165,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.exactlyOnce, "exactly-once", false, "processors write every event into a SQLite table exactly once (processor.RunTx) instead of only reading it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE); real mode: of the daemon process")
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon and processors at info level (default: warnings only)")
+	soakFlags(fs, &o.soak)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -176,9 +193,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster}, o.mode) {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s or %s, not %q",
-			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeSoak, modeOverload}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeSoak, modeOverload, o.mode))
+	}
+	errs = append(errs, overloadFlags(&o, set)...)
+	if o.mode == modeSoak {
+		if !set["duration"] {
+			o.duration = soakDuration
+		}
+		errs = append(errs, o.soak.check(o.duration))
 	}
 	if o.mode == modeCluster && o.members < 1 {
 		errs = append(errs, fmt.Errorf("-members must be at least 1, not %d", o.members))
@@ -224,6 +248,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
+	if o.mode == modeSoak {
+		return runSoak(ctx, o, dir, stdout, stderr)
+	}
+	if o.mode == modeOverload {
+		return runOverload(ctx, o, dir, stdout, stderr)
+	}
 	if o.mode == modeCluster {
 		runs, err := benchCluster(ctx, o, dir, stderr)
 		if err != nil {

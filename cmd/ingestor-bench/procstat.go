@@ -120,6 +120,7 @@ const (
 	metricCheckpoints = "ingestor_cluster_checkpoints_total"
 	metricMembers     = "ingestor_cluster_members"
 	metricFetchToAck  = "ingestor_fetch_to_ack_seconds_bucket"
+	metricGoroutines  = "go_goroutines"
 )
 
 // scrape is what the real bench reads of the daemon's /metrics.
@@ -134,6 +135,8 @@ type scrape struct {
 	// owned, checkpoints and members are the cluster mode's sources held,
 	// checkpoints written and members seen.
 	owned, checkpoints, members float64
+	// goroutines is the daemon's go_goroutines.
+	goroutines float64
 }
 
 // bucket is one cumulative histogram bucket.
@@ -187,7 +190,7 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
 		}
 		if name != metricEvents && name != metricPending && name != metricFetchToAck && name != metricOwned && name != metricCheckpoints &&
-			name != metricMembers {
+			name != metricMembers && name != metricGoroutines {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.Fields(rest + " x")[0], 64)
@@ -204,6 +207,8 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			s.owned = v
 		case metricMembers:
 			s.members = v
+		case metricGoroutines:
+			s.goroutines = v
 		case metricCheckpoints:
 			if r, _ := labelValue(labels, "result"); r == "written" {
 				s.checkpoints += v

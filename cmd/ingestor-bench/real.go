@@ -389,30 +389,42 @@ func (r *realRun) daemonAddr(ctx context.Context) (string, error) {
 // childHTTPAddr waits for the "ingestor started" line in the log of d, a
 // daemon, and returns the http_addr it bound.
 func childHTTPAddr(ctx context.Context, d *child) (string, error) {
+	l, err := childStarted(ctx, d)
+	return l.HTTP, err
+}
+
+// startedLine is the daemon's "ingestor started" log line: the addresses
+// it bound.
+type startedLine struct {
+	Msg  string `json:"msg"`
+	HTTP string `json:"http"`
+	Push string `json:"push"`
+}
+
+// childStarted waits for the "ingestor started" line in the log of d, a
+// daemon, and returns it.
+func childStarted(ctx context.Context, d *child) (startedLine, error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		b, err := os.ReadFile(d.log)
 		if err != nil {
-			return "", fmt.Errorf("read the daemon's log: %w", err)
+			return startedLine{}, fmt.Errorf("read the daemon's log: %w", err)
 		}
 		for line := range bytes.Lines(b) {
-			var l struct {
-				Msg  string `json:"msg"`
-				HTTP string `json:"http"`
-			}
+			var l startedLine
 			if json.Unmarshal(line, &l) == nil && l.Msg == "ingestor started" && l.HTTP != "" {
-				return l.HTTP, nil
+				return l, nil
 			}
 		}
 		if err := d.exited(); err != nil {
-			return "", err
+			return startedLine{}, err
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the daemon did not start within a minute%s", d.logTail())
+			return startedLine{}, fmt.Errorf("the daemon did not start within a minute%s", d.logTail())
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return startedLine{}, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

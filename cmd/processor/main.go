@@ -75,6 +75,8 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -115,6 +117,7 @@ type config struct {
 	// sqliteCount keeps a count per source instead of a row per event.
 	sqliteCount bool
 	record      string
+	memProfile  string
 	countOut    string
 	dropAcks    float64
 	retention   time.Duration
@@ -142,6 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"with -sqlite: instead of a row per event, add one to its source's row of the table applied (source, n), so the database stays small however long the run")
 	fs.DurationVar(&c.retention, "retention", processor.DefaultDedupeRetention,
 		"with -sqlite: forget a processed key this long after it was applied, counted in running time (negative: never)")
+	fs.StringVar(&c.memProfile, "memprofile", "", "on exit, write a heap profile to this file (go tool pprof FILE; a development aid)")
 	fs.StringVar(&c.record, "record", "", "append \"SOURCE KEY DELIVERY\" (percent-encoded) to this file for every event received")
 	fs.StringVar(&c.countOut, "count-out", "", "on exit, write the events received and their distinct keys as JSON to this file")
 	fs.Float64Var(&c.dropAcks, "drop-acks", 0, "probability (0..1) of dropping a whole ack message, for chaos tests")
@@ -319,6 +323,12 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if cfg.countOut != "" {
 		err = errors.Join(err, writeCounts(cfg.countOut, counts.counts(st.Redeliveries)))
 	}
+	if cfg.memProfile != "" {
+		err = errors.Join(err, writeHeapProfile(cfg.memProfile))
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	attrs = append(attrs, "heap_inuse_bytes", ms.HeapInuse, "go_sys_bytes", ms.Sys)
 	log.Info("summary", attrs...)
 	return err
 }
@@ -526,4 +536,17 @@ func (s *clientSet) stats() processor.Stats {
 		t.AcksDropped += st.AcksDropped
 	}
 	return t
+}
+
+// writeHeapProfile writes a heap profile of what is live now to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-memprofile: %w", err)
+	}
+	runtime.GC() // the profile then shows what is live, not what was last collected
+	if err := errors.Join(pprof.WriteHeapProfile(f), f.Close()); err != nil {
+		return fmt.Errorf("-memprofile: %w", err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package push
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,30 +111,43 @@ func (d *drainEstimate) retryAfter(now time.Time, excess int64) time.Duration {
 }
 
 // backlogEstimate turns the group commit's backlog into the Retry-After
-// of a sender refused because the commit is saturated: the time for the
-// commits waiting at the rate the group commit takes commits while it
-// works,
+// of a sender refused because the commit is saturated (or pushed out of
+// the waiting line by a source below its fair share), and spreads the
+// refused senders over the time the group commit needs for them: each
+// refusal books the next place after the commits waiting and after every
+// sender refused before it that is not yet due back, at the rate the group
+// commit takes commits while it works,
 //
-//	wait = commits waiting / commits per second
+//	due  = max(now + waiting / rate, last due) + 1 / rate
+//	wait = due - now
 //
-// rounded up to whole seconds and bounded to [minRetryAfter,
-// maxBusyRetryAfter]. The rate is a moving average of each group's size
-// over its duration, so idle time does not lower it: a burst after a
-// quiet hour is told how long the burst takes, not an hour's average.
-// Unlike a full queue's wait, the refusals are not added: the backlog of
-// a saturated commit clears within seconds, and counting every refused
-// request of a burst as work ahead over-spread senders here (a test's
-// devices idled for 30 s with the commit idle).
+// within [minBusyRetryAfter, maxBusyRetryAfter]; a wait the bound cuts
+// short is spread at random over the bound's second half, and while the
+// rate is not measured yet the wait is minRetryAfter. The rate is a
+// moving average of each group's size over its duration, so idle time
+// does not lower it: a burst after a quiet hour is told how long the
+// burst takes, not an hour's average. A device is told its wait to the
+// millisecond (a webhook's Retry-After rounds it up to whole seconds).
+// Before, every sender refused was told the time to clear the commits
+// waiting, rounded up to a second: 1,000 devices with 64 envelopes each
+// in flight came back together every second, most to be refused again,
+// and refusing took the CPU the commits needed (ingestor-bench -mode
+// overload: a tenth of the unloaded goodput).
 type backlogEstimate struct {
 	mu sync.Mutex
 	// rate is commits per second of group-commit work; 0 until measured.
 	rate float64
+	// due is the last place booked.
+	due time.Time
 }
 
-// maxBusyRetryAfter bounds the Retry-After of a saturated commit: the
-// backlog is gone within seconds, so a longer wait would only idle
-// senders.
-const maxBusyRetryAfter = 10 * time.Second
+const (
+	// minBusyRetryAfter and maxBusyRetryAfter bound the Retry-After of a
+	// saturated commit: the backlog is gone within seconds, so a longer
+	// wait would only idle senders.
+	minBusyRetryAfter = 100 * time.Millisecond
+	maxBusyRetryAfter = 10 * time.Second
+)
 
 // observe records a group of commits that took d.
 func (b *backlogEstimate) observe(commits int, d time.Duration) {
@@ -150,14 +164,24 @@ func (b *backlogEstimate) observe(commits int, d time.Duration) {
 	b.mu.Unlock()
 }
 
-// retryAfter returns the wait of a refusal with waiting commits ahead.
-func (b *backlogEstimate) retryAfter(waiting int) time.Duration {
+// retryAfter books a place for a sender refused at now with waiting
+// commits ahead and returns its wait.
+func (b *backlogEstimate) retryAfter(now time.Time, waiting int) time.Duration {
 	b.mu.Lock()
-	rate := b.rate
-	b.mu.Unlock()
-	if rate <= 0 {
+	defer b.mu.Unlock()
+	if b.rate <= 0 {
 		return minRetryAfter // not measured yet
 	}
-	wait := time.Duration(math.Ceil(float64(waiting)/rate) * float64(time.Second))
-	return min(max(wait, minRetryAfter), maxBusyRetryAfter)
+	per := time.Duration(float64(time.Second) / b.rate)
+	due := now.Add(time.Duration(float64(waiting) / b.rate * float64(time.Second)))
+	if b.due.After(due) {
+		due = b.due
+	}
+	due = due.Add(per)
+	if wait := due.Sub(now); wait <= maxBusyRetryAfter {
+		b.due = due
+		return max(wait, minBusyRetryAfter)
+	}
+	b.due = now.Add(maxBusyRetryAfter)
+	return maxBusyRetryAfter/2 + rand.N(maxBusyRetryAfter/2)
 }

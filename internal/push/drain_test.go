@@ -78,31 +78,44 @@ func TestDrainEstimateUnmeasured(t *testing.T) {
 	}
 }
 
-// TestBacklogEstimate: a saturated commit's Retry-After grows with the
-// commits waiting, at the group commit's working rate (idle time does not
-// lower it), within 1 s to 10 s.
+// TestBacklogEstimate: a saturated commit's Retry-After is the time to
+// clear the commits waiting at the group commit's working rate (idle time
+// does not lower it), and each refusal books its own place after those
+// refused before it, so that a burst of refused senders is spread at the
+// pace the commit takes them; past 10 s the wait is spread at random over
+// 5 to 10 s.
 func TestBacklogEstimate(t *testing.T) {
 	var b backlogEstimate
-	if got := b.retryAfter(4096); got != time.Second {
+	now := time.Now()
+	if got := b.retryAfter(now, 4096); got != time.Second {
 		t.Errorf("before any group: %v, want 1s", got)
 	}
-	b.observe(1000, 500*time.Millisecond) // 2,000 commits/s while working
-	for _, c := range []struct {
-		waiting int
-		want    time.Duration
-	}{
-		{0, time.Second},
-		{4096, 3 * time.Second},  // 4096 / 2000 = 2.05 s, rounded up
-		{16000, 8 * time.Second}, // 16000 / 2000
-		{1_000_000, 10 * time.Second},
-	} {
-		if got := b.retryAfter(c.waiting); got != c.want {
-			t.Errorf("%d waiting: %v, want %v", c.waiting, got, c.want)
+	b.observe(1000, 500*time.Millisecond) // 2,000 commits/s while working: one every 0.5 ms
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	if got, want := b.retryAfter(now, 4096), ms(2048.5); got != want { // 4096 / 2000 s, then its own place
+		t.Errorf("4096 waiting: %v, want %v", got, want)
+	}
+	// The next sender refused at the same moment is booked after it.
+	if got, want := b.retryAfter(now, 4096), ms(2049); got != want {
+		t.Errorf("the next refusal: %v, want %v", got, want)
+	}
+	// Later, with nothing booked ahead any more, only the waiting count.
+	later := now.Add(5 * time.Second)
+	if got, want := b.retryAfter(later, 0), 100*time.Millisecond; got != want {
+		t.Errorf("0 waiting: %v, want the floor %v", got, want)
+	}
+	for i := range 20_000 {
+		got := b.retryAfter(later, 1000)
+		switch want := ms(500 + 0.5*float64(i+1)); {
+		case want <= 10*time.Second && got != want:
+			t.Fatalf("refusal %d of a burst: %v, want %v", i, got, want)
+		case want > 10*time.Second && (got < 5*time.Second || got > 10*time.Second):
+			t.Fatalf("refusal %d of a burst, past the bound: %v, want 5s to 10s", i, got)
 		}
 	}
 	// A slower group lowers the rate by a fifth of the difference.
-	b.observe(100, time.Second)                          // 0.8*2000 + 0.2*100 = 1620/s
-	if got := b.retryAfter(3240); got != 2*time.Second { // 3240 / 1620 = 2 s
-		t.Errorf("after a slow group: %v, want 2s", got)
+	b.observe(100, time.Second) // 0.8*2000 + 0.2*100 = 1620/s
+	if got, want := b.retryAfter(later.Add(time.Minute), 3240), 2*time.Second+time.Second/1620; got != want {
+		t.Errorf("after a slow group: %v, want %v", got, want)
 	}
 }

@@ -114,12 +114,11 @@ type InboxOptions struct {
 // one worker serve more requests per CPU second than two workers
 // overlapping smaller groups (ingestor-bench -mode webhook: 16 requests
 // per group with two workers, 28 with one, about 20% less CPU per request).
+// The commits waiting are shared fairly between the sources (waitLine).
 type Inbox struct {
-	o       InboxOptions
-	reqs    chan *commit
-	closeMu sync.RWMutex
-	closed  bool
-	wg      sync.WaitGroup
+	o    InboxOptions
+	line *waitLine
+	wg   sync.WaitGroup
 	// drain estimates the Retry-After of a full queue, backlog that of a
 	// saturated group commit.
 	drain   drainEstimate
@@ -170,6 +169,9 @@ type commit struct {
 	body   []byte
 	events []Event
 	done   chan commitResult
+	// patient is set for a commit that waits for a place rather than be
+	// refused (enter's hold).
+	patient bool
 }
 
 type commitResult struct {
@@ -178,9 +180,13 @@ type commitResult struct {
 }
 
 const (
-	// maxGroupCommits and maxGroupBytes cap one group.
-	maxGroupCommits = 1024
-	maxGroupBytes   = 16 << 20
+	// maxGroupBytes caps one group, which otherwise takes every commit
+	// waiting (MaxWaiting at most). Groups were capped at 1024 commits
+	// too: under overload, with the fsyncs of each group the larger part
+	// of its time, that cap held 1,000 devices to ~7,900 events/s where
+	// groups of everything waiting commit ~10,600-11,300 (ingestor-bench
+	// -mode overload, the same hour).
+	maxGroupBytes = 16 << 20
 	// busyRetryAfter is the Retry-After of a device's envelope the daemon
 	// could not store or refused while stopping; a saturated commit's
 	// comes from backlogEstimate, a full queue's from drainEstimate.
@@ -205,7 +211,7 @@ func NewInbox(o InboxOptions) *Inbox {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	in := &Inbox{o: o, reqs: make(chan *commit, o.MaxWaiting)}
+	in := &Inbox{o: o, line: newWaitLine(o.MaxWaiting)}
 	in.drain.settled = o.Queue.SettledEvents
 	in.wg.Go(in.work)
 	return in
@@ -216,59 +222,91 @@ func NewInbox(o InboxOptions) *Inbox {
 // is full and ErrClosed once closed; then nothing is stored and nothing is
 // read: a refusal costs no ledger read, so that refusing under overload
 // never takes a connection the group commit needs (a sender retrying an
-// event stored already is told its status once it is let in). Once a commit
-// is accepted, Commit waits for its outcome even if ctx ends, so that the
-// caller knows what happened. events must locate bytes inside body.
+// event stored already is told its status once it is let in). A commit
+// let in may still be answered a *BusyError, before anything of it is
+// stored, when a source holding less than its fair share of the waiting
+// places takes its place (waitLine). Once a commit is accepted, Commit
+// waits for its outcome even if ctx ends, so that the caller knows what
+// happened. events must locate bytes inside body.
 func (in *Inbox) Commit(ctx context.Context, source string, body []byte, events []Event) ([]Outcome, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	c := &commit{source: source, body: body, events: events, done: make(chan commitResult, 1)}
-	in.closeMu.RLock()
-	if in.closed {
-		in.closeMu.RUnlock()
+	c, err := in.enter(nil, source, body, events)
+	if err != nil {
+		return nil, err
+	}
+	return c.wait()
+}
+
+// errGaveUp is enter's error when hold was closed before the commit got a
+// place.
+var errGaveUp = errors.New("push inbox: stopped waiting for a place")
+
+// enter is the first half of Commit: it refuses the commit or lets it in,
+// and then c.wait returns its outcome. With hold non-nil, a commit the
+// saturated line has no place for is not refused: enter waits for a place
+// (first come, first served) until hold is closed, and then returns
+// errGaveUp, nothing stored; let in and pushed out by a source below its
+// fair share, it waits again rather than be answered busy. A device's
+// connection waits so, reading nothing meanwhile: holding a device back
+// costs nothing, while refusing its envelopes costs a read, an answer and
+// a resend each, and 1,000 devices refused at full speed took the CPU the
+// commits needed.
+func (in *Inbox) enter(hold <-chan struct{}, source string, body []byte, events []Event) (*commit, error) {
+	if in.line.isClosed() {
 		return nil, ErrClosed
 	}
 	now := time.Now()
 	in.drain.sample(now)
 	if n := in.o.Queue.PendingEvents(); n >= in.o.MaxPendingEvents {
-		in.closeMu.RUnlock()
 		wait := in.drain.retryAfter(now, n-in.o.MaxPendingEvents+int64(len(events)))
-		return in.refuse(source, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
+		return nil, in.busy(source, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
 	}
 	if in.o.Disk != nil {
 		if why, low := in.o.Disk.Low(); low {
-			in.closeMu.RUnlock()
-			return in.refuse(source, "disk_full", "disk space low: "+why, diskRetryAfter)
+			return nil, in.busy(source, "disk_full", "disk space low: "+why, diskRetryAfter)
 		}
 	}
-	select {
-	case in.reqs <- c:
-		in.closeMu.RUnlock()
-	default:
-		in.closeMu.RUnlock()
-		return in.refuse(source, "saturated", "the group commit is saturated", in.backlog.retryAfter(len(in.reqs)))
+	c := &commit{source: source, body: body, events: events, done: make(chan commitResult, 1), patient: hold != nil}
+	res, pushed := in.line.add(c, hold)
+	if pushed != nil {
+		pushed.done <- commitResult{err: in.saturated(pushed.source, now)}
 	}
+	switch res {
+	case lineClosed:
+		return nil, ErrClosed
+	case lineFull:
+		return nil, in.saturated(source, now)
+	case lineGaveUp:
+		return nil, errGaveUp
+	}
+	return c, nil
+}
+
+// wait returns the outcome of a commit let in.
+func (c *commit) wait() ([]Outcome, error) {
 	r := <-c.done
 	return r.outcomes, r.err
 }
 
-// refuse answers a commit the inbox cannot take now with a BusyError,
-// counted; it reads and writes nothing.
-func (in *Inbox) refuse(source, reason, msg string, wait time.Duration) ([]Outcome, error) {
+// saturated is the BusyError of a commit of source refused, or pushed out
+// of the waiting line, at now because the group commit is saturated.
+func (in *Inbox) saturated(source string, now time.Time) error {
+	return in.busy(source, "saturated", "the group commit is saturated", in.backlog.retryAfter(now, in.line.len()))
+}
+
+// busy counts a commit the inbox cannot take now and returns its
+// BusyError; it reads and writes nothing.
+func (in *Inbox) busy(source, reason, msg string, wait time.Duration) error {
 	in.o.Metrics.busy.WithLabelValues(source, reason).Inc()
-	return nil, &BusyError{Reason: msg, RetryAfter: wait, Unavailable: reason == "disk_full"}
+	return &BusyError{Reason: msg, RetryAfter: wait, Unavailable: reason == "disk_full"}
 }
 
 // Close refuses new commits, finishes those already accepted and returns
 // when they are answered.
 func (in *Inbox) Close() {
-	in.closeMu.Lock()
-	if !in.closed {
-		in.closed = true
-		close(in.reqs)
-	}
-	in.closeMu.Unlock()
+	in.line.close()
 	in.wg.Wait()
 }
 
@@ -282,24 +320,14 @@ func (in *Inbox) EventByKey(ctx context.Context, source, key string) (queue.Even
 	return in.o.Queue.EventByKey(ctx, source, key)
 }
 
-// work takes every commit waiting, up to a group's caps, and commits them.
+// work takes the commits waiting, up to a group's caps and each source its
+// share, and commits them, until the line is closed and empty.
 func (in *Inbox) work() {
-	group := make([]*commit, 0, maxGroupCommits)
-	for c := range in.reqs {
-		group = append(group[:0], c)
-		size := len(c.body)
-	fill:
-		for len(group) < maxGroupCommits && size < maxGroupBytes {
-			select {
-			case c, ok := <-in.reqs:
-				if !ok {
-					break fill
-				}
-				group = append(group, c)
-				size += len(c.body)
-			default:
-				break fill
-			}
+	group := make([]*commit, 0, in.o.MaxWaiting)
+	for {
+		group = in.line.take(group[:0], in.o.MaxWaiting, maxGroupBytes)
+		if len(group) == 0 {
+			return
 		}
 		in.commitGroup(group)
 		clear(group)

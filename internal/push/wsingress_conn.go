@@ -16,10 +16,12 @@ import (
 )
 
 // wsConn is one device connection. Its reader goroutine reads envelopes
-// while the window (slots) has room, and commits each valid one in a
-// goroutine of its own, so that the envelopes of one connection share the
-// inbox's group commits; each answer is written when its commit returns,
-// in whatever order they finish.
+// while the window (slots) has room, lets each valid one into the inbox
+// (waiting for a place while the group commit is saturated: the device is
+// held back, not refused) and waits for its commit in a goroutine of its
+// own, so that the envelopes of one connection share the inbox's group
+// commits; each answer is written when its commit returns, in whatever
+// order they finish.
 type wsConn struct {
 	h      *wsIngress
 	conn   *websocket.Conn
@@ -176,7 +178,7 @@ func (c *wsConn) readLoop() closeReason {
 			c.answer(ack{EventID: env.EventID, Status: ackRejected, Reason: err.Error()}, c.device, 400)
 			continue
 		}
-		go c.commit(msg, env)
+		c.commit(msg, env)
 	}
 }
 
@@ -214,11 +216,36 @@ func (c *wsConn) read() (msg []byte, oversize bool, why closeReason, ok bool) {
 	return msg, oversize, closeReason{}, true
 }
 
-// commit makes one envelope durable and answers it.
+// commit lets one envelope into the inbox, waiting for a place while the
+// group commit is saturated (nothing more is read from the device
+// meanwhile), then waits for its commit and answers it in a goroutine of
+// its own. An envelope still waiting for a place when the connection is
+// told to stop is neither committed nor answered: the device sends it
+// again to the next daemon. Before, an envelope the saturated inbox had
+// no place for was answered "retry" at once, and 1,000 devices sending at
+// full speed had most of their envelopes read, refused and sent again,
+// which took the CPU the commits needed (ingestor-bench -mode overload).
 func (c *wsConn) commit(msg []byte, env envelope) {
 	h := c.h
-	outs, err := h.env.inbox.Commit(context.Background(), h.env.source.Name, msg,
+	in, err := h.env.inbox.enter(c.stop, h.env.source.Name, msg,
 		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg), Device: env.DeviceID, Seq: env.Seq}})
+	if errors.Is(err, errGaveUp) {
+		c.pending.Done()
+		<-c.slots
+		return
+	}
+	go func() {
+		var outs []Outcome
+		if err == nil {
+			outs, err = in.wait()
+		}
+		c.answerCommit(env, outs, err)
+	}()
+}
+
+// answerCommit answers an envelope with what its commit did.
+func (c *wsConn) answerCommit(env envelope, outs []Outcome, err error) {
+	h := c.h
 	var busy *BusyError
 	switch {
 	case err == nil && outs[0].New:
@@ -233,7 +260,7 @@ func (c *wsConn) commit(msg []byte, env envelope) {
 		if busy.Unavailable {
 			code = 503
 		}
-		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, code)
+		c.answerRetry(ack{EventID: env.EventID, Status: ackRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, code)
 	case errors.Is(err, ErrClosed):
 		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: "the daemon is shutting down", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
 	default:
@@ -248,8 +275,25 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 // answer writes a's answer, counts it and frees the envelope's slot. code
 // is the HTTP status the answer stands for in the request metrics.
 func (c *wsConn) answer(a ack, device string, code int) {
-	defer c.pending.Done()
 	defer func() { <-c.slots }()
+	c.reply(a, device, code)
+}
+
+// answerRetry answers an envelope the inbox refused for now (a "retry" with
+// retry_after_ms) and keeps its slot of the window until that wait is
+// over: the device's next envelopes stay unread meanwhile (backpressure,
+// at no cost) instead of being read only to be refused too. Without it, a
+// device refused its window's envelopes sent its next ones at once, and
+// 1,000 devices had every envelope refused in the first seconds of an
+// overload, the refusals taking the CPU the commits needed.
+func (c *wsConn) answerRetry(a ack, device string, code int) {
+	time.AfterFunc(time.Duration(a.RetryAfterMS)*time.Millisecond, func() { <-c.slots })
+	c.reply(a, device, code)
+}
+
+// reply writes a's answer and counts it.
+func (c *wsConn) reply(a ack, device string, code int) {
+	defer c.pending.Done()
 	h := c.h
 	status := a.Status
 	if code == 200 {
