@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/ingestorhq/ingestor/config"
 )
 
 // Overload mode (-mode overload) checks that push overload degrades and
@@ -113,30 +111,12 @@ func overloadFlags(o *options, set map[string]bool) []error {
 // overloadConfig writes the daemon's config into dir, one ws_ingress and
 // one webhook source on the push listener, and checks it loads.
 func overloadConfig(o options, dir string) (string, error) {
-	pub, ack := filepath.Join(dir, "pub.sock"), filepath.Join(dir, "ack.sock")
-	if len(pub) > maxIPCPath {
-		return "", fmt.Errorf("-dir %s is too long for ipc:// endpoints (%d bytes, at most %d): use a shorter path",
-			dir, len(pub), maxIPCPath)
+	head, err := daemonTOML(dir, "", "", fmt.Sprintf("events_per_frame = %d\nsynchronous = %s\nmax_pending_events = 1000000000",
+		o.eventsPerFrame, tomlString(o.synchronous)))
+	if err != nil {
+		return "", err
 	}
-	data := filepath.Join(dir, "data")
-	text := fmt.Sprintf(`[daemon]
-data_dir = %s
-http_addr = "127.0.0.1:0"
-log_level = "info"
-log_format = "json"
-shutdown_grace = "60s"
-
-[raw_store]
-url = %s
-
-[publish]
-endpoint = %s
-ack_endpoint = %s
-events_per_frame = %d
-synchronous = %s
-max_pending_events = 1000000000
-
-[push]
+	return writeConfig(dir, head+fmt.Sprintf(`[push]
 addr = "127.0.0.1:0"
 
 [source.devices]
@@ -146,16 +126,7 @@ max_inflight = %d
 [source.hooks]
 kind = "webhook"
 id_field = "id"
-`, tomlString(data), tomlString("file://"+filepath.Join(data, "raw")), tomlString("ipc://"+pub), tomlString("ipc://"+ack),
-		o.eventsPerFrame, tomlString(o.synchronous), deviceWindow)
-	path := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		return "", fmt.Errorf("bench config: %w", err)
-	}
-	if _, err := config.Load(path); err != nil {
-		return "", fmt.Errorf("bench config: %w", err)
-	}
-	return path, nil
+`, deviceWindow))
 }
 
 // runOverload runs overload mode in dir and prints its result; it fails

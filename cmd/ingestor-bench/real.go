@@ -206,32 +206,58 @@ func realBinaries(dir string) (ingestor, processor string, err error) {
 	return ingestor, processor, nil
 }
 
-// realConfig writes the daemon's config into dir and checks it loads.
-func realConfig(dir, firehose, publishExtra, sourceExtra string) (string, error) {
+// daemonTOML returns the start of the config of every mode that runs
+// bin/ingestor: [daemon] with its data under dir/data, JSON logs and an
+// ephemeral http_addr, with daemonExtra; [raw_store] file:// under it,
+// with rawExtra; and [publish] on ipc:// endpoints in dir, with
+// publishExtra. Sections and sources follow.
+func daemonTOML(dir, daemonExtra, rawExtra, publishExtra string) (string, error) {
 	pub, ack := filepath.Join(dir, "pub.sock"), filepath.Join(dir, "ack.sock")
 	if len(pub) > maxIPCPath {
 		return "", fmt.Errorf("-dir %s is too long for ipc:// endpoints (%d bytes, at most %d): use a shorter path",
 			dir, len(pub), maxIPCPath)
 	}
 	data := filepath.Join(dir, "data")
-	text := fmt.Sprintf(`[daemon]
+	return fmt.Sprintf(`[daemon]
 data_dir = %s
 http_addr = "127.0.0.1:0"
 log_level = "info"
 log_format = "json"
 shutdown_grace = "60s"
+%s
 
 [raw_store]
 url = %s
+%s
 
 [publish]
 endpoint = %s
 ack_endpoint = %s
-events_per_frame = 100
-synchronous = "full"
 %s
 
-[source.firehose]
+`, tomlString(data), daemonExtra, tomlString("file://"+filepath.Join(data, "raw")), rawExtra,
+		tomlString("ipc://"+pub), tomlString("ipc://"+ack), publishExtra), nil
+}
+
+// writeConfig writes text as dir/ingestor.toml and checks that it loads.
+func writeConfig(dir, text string) (string, error) {
+	path := filepath.Join(dir, "ingestor.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return "", fmt.Errorf("bench config: %w", err)
+	}
+	if _, err := config.Load(path); err != nil {
+		return "", fmt.Errorf("bench config: %w", err)
+	}
+	return path, nil
+}
+
+// realConfig writes the daemon's config into dir and checks it loads.
+func realConfig(dir, firehose, publishExtra, sourceExtra string) (string, error) {
+	head, err := daemonTOML(dir, "", "", "events_per_frame = 100\nsynchronous = \"full\"\n"+publishExtra)
+	if err != nil {
+		return "", err
+	}
+	return writeConfig(dir, head+fmt.Sprintf(`[source.firehose]
 kind = "http_poll"
 poll_url = %s
 interval = "1ms"
@@ -242,16 +268,7 @@ cursor_field = "seq"
 cursor_param = "since"
 time_field = "ts"
 %s
-`, tomlString(data), tomlString("file://"+filepath.Join(data, "raw")),
-		tomlString("ipc://"+pub), tomlString("ipc://"+ack), publishExtra, tomlString(firehose+"/events"), sourceExtra)
-	path := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		return "", fmt.Errorf("bench config: %w", err)
-	}
-	if _, err := config.Load(path); err != nil {
-		return "", fmt.Errorf("bench config: %w", err)
-	}
-	return path, nil
+`, tomlString(firehose+"/events"), sourceExtra))
 }
 
 // realRun is one -mode real run.

@@ -10,13 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
 
@@ -91,34 +89,22 @@ func (o *soakOptions) check(duration time.Duration) error {
 
 // soakConfig writes the daemon's config into dir and checks it loads.
 func soakConfig(dir, upstream string, o soakOptions) (string, error) {
-	data := filepath.Join(dir, "data")
 	rawRetention := o.retention.String()
 	if o.keepRaw {
 		rawRetention = "0"
 	}
+	// The admin endpoints (dlq drop) on a socket in dir: a fixed port
+	// could be taken.
+	head, err := daemonTOML(dir, "admin_addr = "+tomlString("unix:"+filepath.Join(dir, "admin.sock")), fmt.Sprintf("retention = %q", rawRetention),
+		fmt.Sprintf("dedupe_window = %q\nprune_interval = \"5s\"", (o.retention/2).String()))
+	if err != nil {
+		return "", err
+	}
 	poll := func(name, path, interval, extra string) string {
-		return fmt.Sprintf("[source.%s]\nkind = \"http_poll\"\npoll_url = %s\ninterval = %q\nid_field = \"id\"\n%s\n",
+		return fmt.Sprintf("[source.%s]\nkind = \"http_poll\"\npoll_url = %s\ninterval = %q\nid_field = \"id\"\n%s\n\n",
 			name, tomlString(upstream+path), interval, extra)
 	}
-	text := fmt.Sprintf(`[daemon]
-data_dir = %s
-http_addr = "127.0.0.1:0"
-admin_addr = %s
-log_level = "info"
-log_format = "json"
-shutdown_grace = "60s"
-
-[raw_store]
-url = %s
-retention = %q
-
-[publish]
-endpoint = %s
-ack_endpoint = %s
-dedupe_window = %q
-prune_interval = "5s"
-
-[push]
+	text := head + fmt.Sprintf(`[push]
 addr = "127.0.0.1:0"
 
 [source.hooks]
@@ -136,22 +122,13 @@ id_field = "id"
 cursor_field = "seq"
 time_field = "ts"
 
-`, tomlString(data), tomlString("unix:"+filepath.Join(dir, "admin.sock")), tomlString("file://"+filepath.Join(data, "raw")),
-		rawRetention, tomlString("ipc://"+filepath.Join(dir, "pub.sock")), tomlString("ipc://"+filepath.Join(dir, "ack.sock")),
-		(o.retention / 2).String(), tomlString("ws"+upstream[len("http"):]+"/stream?since={cursor}"))
+`, tomlString("ws"+upstream[len("http"):]+"/stream?since={cursor}"))
 	text += poll("firehose", "/events", "1ms", "cursor_field = \"seq\"\ncursor_param = \"since\"\ntime_field = \"ts\"\ntimeout = \"5m\"\njitter = \"0%\"")
 	text += poll("quiet", "/quiet", "1s", "")
 	text += poll("broken", "/broken", "1s", "malformed_retries = 0")
 	text += poll("big", "/big", "1s", "")
 	text += poll("huge", "/huge", "1s", "")
-	path := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		return "", fmt.Errorf("soak config: %w", err)
-	}
-	if _, err := config.Load(path); err != nil {
-		return "", fmt.Errorf("soak config: %w", err)
-	}
-	return path, nil
+	return writeConfig(dir, text)
 }
 
 // soakRun is one -mode soak run.
@@ -198,7 +175,7 @@ func benchSoak(ctx context.Context, o options, dir string, stdout, stderr io.Wri
 	}()
 	pub, ack := "ipc://"+filepath.Join(dir, "pub.sock"), "ipc://"+filepath.Join(dir, "ack.sock")
 	if r.procs, err = startChild("processor", exec.Command(processorBin, "-connect", pub, "-ack", ack, "-sqlite", r.procDB,
-		"-sqlite-count", "-retention", (r.so.retention/2).String(), "-log-every", "1h", "-log-format", "json"),
+		"-sqlite-count", "-retention", (r.so.retention/2).String(), "-log-every", "1h", "-log-format", "json", "-memprofile", filepath.Join(dir, "processor.heap")),
 		filepath.Join(dir, "processor.log")); err != nil {
 		return nil, err
 	}

@@ -106,3 +106,25 @@ func TestSoakModeShort(t *testing.T) {
 		t.Errorf("chart %s: %v, want an SVG with a line per series:\n%.300s", chart, err, svg)
 	}
 }
+
+// TestSoakConfigLoads checks that the soak's config is valid, with the raw
+// store's retention and without it.
+func TestSoakConfigLoads(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		path, err := soakConfig(t.TempDir(), "http://127.0.0.1:1", soakOptions{retention: time.Minute, keepRaw: keep})
+		if err != nil {
+			t.Fatalf("keep-raw %v: %v", keep, err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `retention = "1m0s"`
+		if keep {
+			want = `retention = "0"`
+		}
+		if !strings.Contains(string(b), want) || !strings.Contains(string(b), `dedupe_window = "30s"`) {
+			t.Errorf("keep-raw %v: config lacks %s or the dedupe window:\n%s", keep, want, b)
+		}
+	}
+}

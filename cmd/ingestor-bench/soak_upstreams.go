@@ -23,7 +23,7 @@ import (
 //     bytes that never ends as JSON, refused at max_body_bytes;
 //   - /stream: a WebSocket feed of records at a steady rate, resuming
 //     from the cursor in its URL and dropping each connection after
-//     streamDropAfter records, so reconnects are part of the run.
+//     streamDropAfter, so reconnects are part of the run.
 type soakUpstreams struct {
 	fire *firehose
 
@@ -40,9 +40,11 @@ type soakUpstreams struct {
 // letter however many polls.
 const brokenPage = `[{"id":"broken-1","v":1},{"id":"broken-2","v":`
 
-// streamDropAfter is how many records a /stream connection carries
-// before the feed drops it.
-const streamDropAfter = 2000
+// streamDropAfter is how long a /stream connection lasts before the feed
+// drops it: longer than the source's default reconnect_max (30 s), after
+// which a reconnect is immediate again (a source whose connections keep
+// dropping sooner backs off up to reconnect_max, by design).
+const streamDropAfter = 40 * time.Second
 
 func (u *soakUpstreams) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
@@ -166,9 +168,9 @@ func (s *soakStream) serve(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = c.CloseNow() }()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	next, sent := since+1, 0
-	for sent < streamDropAfter {
-		for ; next <= s.released(time.Now()) && sent < streamDropAfter; next, sent = next+1, sent+1 {
+	next, end := since+1, time.Now().Add(streamDropAfter)
+	for time.Now().Before(end) {
+		for ; next <= s.released(time.Now()); next++ {
 			msg := fmt.Appendf(nil, `{"id":"s%d","seq":%d,"ts":%q,"body":"reading"}`, next, next, time.Now().UTC().Format(time.RFC3339Nano))
 			if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
 				return
