@@ -33,12 +33,15 @@ type soakOptions struct {
 	// pushRate each webhook sender's and device's.
 	rate, streamRate, pushRate float64
 	senders, devices           int
-	// retention is the raw store's retention; the dedupe window and the
-	// processor's retention are half of it (nothing is killed, so nothing
-	// is redelivered after its ack). keepRaw sets the raw store's to "0"
-	// (keep everything), to show that the check fails.
-	retention time.Duration
-	keepRaw   bool
+	// retention is the raw store's retention; the dedupe window is half
+	// of it. processorRetention is the processor's (nothing is killed, so
+	// nothing is redelivered after its ack): longer than a big page takes
+	// to apply, so that each burst's keys are all remembered at once and
+	// every burst costs the database the same. keepRaw sets the raw
+	// store's to "0" (keep everything), to show that the check fails.
+	retention          time.Duration
+	processorRetention time.Duration
+	keepRaw            bool
 	// bigPage is the records of the one-page burst, refusedBody the size
 	// of the body refused at max_body_bytes, both sent three times: in the
 	// warm-up, in the first and in the last third of the measured span.
@@ -58,7 +61,8 @@ func soakFlags(fs *flag.FlagSet, o *soakOptions) {
 	fs.Float64Var(&o.pushRate, "push-rate", 20, "soak mode: events/s of each webhook sender and each device")
 	fs.IntVar(&o.senders, "senders", 4, "soak mode: webhook senders")
 	fs.IntVar(&o.devices, "devices", 20, "soak mode: devices (ws_ingress), each at -push-rate; overload mode: devices at full speed (default 200 there)")
-	fs.DurationVar(&o.retention, "retention", time.Minute, "soak mode: raw store retention (at least 1m); the dedupe window and the processor's retention half of it")
+	fs.DurationVar(&o.retention, "retention", time.Minute, "soak mode: raw store retention (at least 1m); the dedupe window half of it")
+	fs.DurationVar(&o.processorRetention, "processor-retention", time.Minute, "soak mode: the processor's retention (processor -retention)")
 	fs.BoolVar(&o.keepRaw, "keep-raw", false, `soak mode: raw store retention = "0" (keep everything): the raw series grows and the check fails`)
 	fs.IntVar(&o.bigPage, "big-page", 1_000_000, "soak mode: records of the one big page, served three times (0: none)")
 	fs.Int64Var(&o.refusedBody, "refused-body", 2<<30, "soak mode: bytes of the endless body refused at max_body_bytes, served three times (0: none)")
@@ -75,6 +79,9 @@ func (o *soakOptions) check(duration time.Duration) error {
 	}
 	if o.retention < time.Minute {
 		errs = append(errs, fmt.Errorf("-retention must be at least 1m (the raw store's minimum), not %v", o.retention))
+	}
+	if o.processorRetention <= 0 {
+		errs = append(errs, fmt.Errorf("-processor-retention must be positive, not %v", o.processorRetention))
 	}
 	if o.sample <= 0 || o.rate <= 0 || o.pushRate <= 0 || o.limit < 1 {
 		errs = append(errs, errors.New("-sample, -rate and -push-rate must be positive and -flat-limit at least 1"))
@@ -175,7 +182,7 @@ func benchSoak(ctx context.Context, o options, dir string, stdout, stderr io.Wri
 	}()
 	pub, ack := "ipc://"+filepath.Join(dir, "pub.sock"), "ipc://"+filepath.Join(dir, "ack.sock")
 	if r.procs, err = startChild("processor", exec.Command(processorBin, "-connect", pub, "-ack", ack, "-sqlite", r.procDB,
-		"-sqlite-count", "-retention", (r.so.retention/2).String(), "-log-every", "1h", "-log-format", "json", "-memprofile", filepath.Join(dir, "processor.heap")),
+		"-sqlite-count", "-retention", r.so.processorRetention.String(), "-log-every", "1h", "-log-format", "json", "-memprofile", filepath.Join(dir, "processor.heap")),
 		filepath.Join(dir, "processor.log")); err != nil {
 		return nil, err
 	}

@@ -62,7 +62,8 @@ func TestSoakCheckFails(t *testing.T) {
 // drops connections, webhooks and devices with duplicates and invalid
 // envelopes, a page of 100,000 records and a 200 MB body refused at
 // max_body_bytes, each three times), raw retention 1m, dedupe window and the
-// processor's retention 30s, `dlq drop` every 30s. It passes only if every
+// processor's retention 30s (bursts are a minute apart), `dlq drop` every
+// 30s. It passes only if every
 // series is flat after the warm-up (the last third's maximum at most 1.2x
 // the first third's) and the processor applied every event sent once.
 func TestSoakModeShort(t *testing.T) {
@@ -75,7 +76,7 @@ func TestSoakModeShort(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "soak.svg")
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "ingestor-bench"), "-mode", "soak", "-duration", "3m", "-warmup", "90s",
-		"-sample", "5s", "-rate", "500", "-devices", "5", "-senders", "2", "-big-page", "100000", "-refused-body", "200000000",
+		"-sample", "5s", "-processor-retention", "30s", "-rate", "500", "-devices", "5", "-senders", "2", "-big-page", "100000", "-refused-body", "200000000",
 		"-dir", dir, "-chart", chart, "-json")
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
