@@ -13,11 +13,7 @@ import (
 // $PATH): one result per cluster size, every event received exactly once.
 // Timings are not checked.
 func TestClusterModeShort(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../ingestor", "../processor", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	dir := filepath.Join(t.TempDir(), "c")
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "ingestor-bench"), "-mode", "cluster", "-members", "2",

@@ -260,12 +260,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 		if o.json {
-			b, err := json.Marshal(runs)
-			if err != nil {
-				return fmt.Errorf("encode result: %w", err)
-			}
-			_, err = fmt.Fprintf(stdout, "%s\n", b)
-			return err
+			return printJSONLine(stdout, runs)
 		}
 		return printCluster(stdout, o, runs)
 	}
@@ -275,11 +270,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 		if o.json {
-			b, err := json.Marshal(res)
-			if err != nil {
-				return fmt.Errorf("encode result: %w", err)
-			}
-			if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+			if err := printJSONLine(stdout, res); err != nil {
 				return err
 			}
 		} else if err := printReal(stdout, res); err != nil {
@@ -477,4 +468,14 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	}
 	res.finish(rec, ackedAtEnd, end.Sub(start), u0, u1, pending(), procs.totals())
 	return res, nil
+}
+
+// printJSONLine prints v as one line of JSON.
+func printJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
 }

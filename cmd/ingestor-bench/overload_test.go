@@ -28,11 +28,7 @@ import (
 // test shares the machine with the rest of make test, and make bench
 // checks it.
 func TestOverloadModeShort(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../ingestor", "../processor", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	dir := filepath.Join(t.TempDir(), "o")
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "ingestor-bench"), "-mode", "overload", "-devices", "200", "-duration", "2s",

@@ -202,11 +202,7 @@ func TestExactlyOnceAccounting(t *testing.T) {
 // one row, the processor received every event exactly once, and the
 // daemon wrote the CPU profile asked for. Timings are not checked.
 func TestRealModeShort(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../ingestor", "../processor", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	dir := filepath.Join(t.TempDir(), "r")
 	profile := filepath.Join(t.TempDir(), "daemon.prof")
 	var out, errOut bytes.Buffer
@@ -264,4 +260,16 @@ func TestParseFlagsRealMode(t *testing.T) {
 			t.Errorf("error %v does not contain %q", err, want)
 		}
 	}
+}
+
+// buildBinaries builds bin/ingestor, bin/processor and this bench into a
+// temporary directory and returns it.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../ingestor", "../processor", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -364,11 +364,7 @@ func runSoak(ctx context.Context, o options, dir string, stdout, stderr io.Write
 		}
 	}
 	if o.json {
-		b, err := json.Marshal(res)
-		if err != nil {
-			return fmt.Errorf("encode result: %w", err)
-		}
-		if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+		if err := printJSONLine(stdout, res); err != nil {
 			return err
 		}
 	} else if err := printSoak(stdout, res); err != nil {

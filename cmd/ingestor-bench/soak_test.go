@@ -67,11 +67,7 @@ func TestSoakCheckFails(t *testing.T) {
 // series is flat after the warm-up (the last third's maximum at most 1.2x
 // the first third's) and the processor applied every event sent once.
 func TestSoakModeShort(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../ingestor", "../processor", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	dir := filepath.Join(t.TempDir(), "s")
 	chart := filepath.Join(t.TempDir(), "soak.svg")
 	var out, errOut bytes.Buffer
