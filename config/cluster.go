@@ -47,9 +47,24 @@ type Cluster struct {
 	// and stops polling them itself before the lease can expire. Default
 	// 10s; at least 2s.
 	LeaseTTL time.Duration
-	// CheckpointInterval is how often at most a source's cursor is
-	// written to etcd. Default 1s; at least 1s.
+	// CheckpointInterval is how often this member writes the settled
+	// cursors of the sources it holds to etcd, all in one transaction
+	// (MaxTxnOps sources per transaction). Default 1s; at least 1s.
 	CheckpointInterval time.Duration
+	// RebalanceDelay is how long the sources of a member that went away
+	// (stopped, restarted, crashed) wait for it to come back before they
+	// are placed on the others: a rolling restart moves nothing. 0 moves
+	// them as soon as its lease is gone. Default 30s.
+	RebalanceDelay time.Duration
+	// CompactInterval is how often the member holding the cluster's
+	// compaction key compacts etcd's history, to the revision it saw one
+	// interval before (as kube-apiserver does). 0 leaves compaction to
+	// etcd's own --auto-compaction-*. Default 5m; from 10s to 24h.
+	CompactInterval time.Duration
+	// MaxTxnOps is the most operations one etcd transaction may hold:
+	// etcd's --max-txn-ops (default 128). A checkpoint of more sources is
+	// split into transactions of this many. Default 128.
+	MaxTxnOps int
 }
 
 // clusterTOML is [cluster] as written in the file.
@@ -67,6 +82,9 @@ type clusterTOML struct {
 	AdvertiseHost      string   `toml:"advertise_host"`
 	LeaseTTL           duration `toml:"lease_ttl"`
 	CheckpointInterval duration `toml:"checkpoint_interval"`
+	RebalanceDelay     duration `toml:"rebalance_delay"`
+	CompactInterval    duration `toml:"compact_interval"`
+	MaxTxnOps          int64    `toml:"max_txn_ops"`
 }
 
 // clusterName is what a cluster or member name may hold: it becomes a
@@ -76,14 +94,20 @@ var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 // cluster decodes and checks [cluster] without contacting etcd: what
 // can be known from the file (URLs, files that must exist, names).
 func (d *decoder) cluster(top map[string]toml.Primitive) Cluster {
-	t := clusterTOML{Name: "ingestor", LeaseTTL: "10s", CheckpointInterval: "1s"}
+	t := clusterTOML{Name: "ingestor", LeaseTTL: "10s", CheckpointInterval: "1s", RebalanceDelay: "30s", CompactInterval: "5m", MaxTxnOps: 128}
 	d.section(top, "cluster", &t)
 	p := []string{"cluster"}
 	c := Cluster{Enabled: t.Enabled, Name: t.Name, EtcdEndpoints: t.EtcdEndpoints, EtcdCAFile: t.EtcdCAFile,
 		EtcdCertFile: t.EtcdCertFile, EtcdKeyFile: t.EtcdKeyFile, EtcdUsername: t.EtcdUsername,
 		MemberName: t.MemberName, AdvertiseHost: t.AdvertiseHost,
 		LeaseTTL:           d.duration(child(p, "lease_ttl"), t.LeaseTTL, 10*time.Second),
-		CheckpointInterval: d.duration(child(p, "checkpoint_interval"), t.CheckpointInterval, time.Second)}
+		CheckpointInterval: d.duration(child(p, "checkpoint_interval"), t.CheckpointInterval, time.Second),
+		RebalanceDelay:     d.durationOrOff(child(p, "rebalance_delay"), t.RebalanceDelay, 30*time.Second, 0, time.Hour),
+		CompactInterval:    d.durationOrOff(child(p, "compact_interval"), t.CompactInterval, 5*time.Minute, 10*time.Second, 24*time.Hour),
+		MaxTxnOps:          int(t.MaxTxnOps)}
+	if !d.intRange(child(p, "max_txn_ops"), t.MaxTxnOps, 4, 1<<20) {
+		c.MaxTxnOps = 128
+	}
 	c.EtcdPassword = d.token(child(p, "etcd_password"), child(p, "etcd_password_file"), t.EtcdPassword, t.EtcdPasswordFile,
 		"etcd password", func(string) string { return "" })
 	if !c.Enabled {
@@ -100,7 +124,7 @@ func (d *decoder) cluster(top map[string]toml.Primitive) Cluster {
 		d.errAt(child(p, "lease_ttl"), "must be at least 2s (etcd grants leases in whole seconds), not %s", d.show(child(p, "lease_ttl"), string(t.LeaseTTL)))
 	}
 	if c.CheckpointInterval < time.Second {
-		d.errAt(child(p, "checkpoint_interval"), "must be at least 1s (one etcd write per source per second at most), not %s",
+		d.errAt(child(p, "checkpoint_interval"), "must be at least 1s (etcd checkpoints are one transaction per member per interval), not %s",
 			d.show(child(p, "checkpoint_interval"), string(t.CheckpointInterval)))
 	}
 	d.checkEtcdEndpoints(child(p, "etcd_endpoints"), c.EtcdEndpoints)
@@ -131,6 +155,24 @@ func (d *decoder) cluster(top map[string]toml.Primitive) Cluster {
 		}
 	}
 	return c
+}
+
+// durationOrOff parses v at path: "0s" (off) or a duration from lo to hi;
+// it reports anything else and returns def.
+func (d *decoder) durationOrOff(path []string, v duration, def, lo, hi time.Duration) time.Duration {
+	if d.covered(path) {
+		return def
+	}
+	dur, err := time.ParseDuration(string(v))
+	switch {
+	case err != nil:
+		d.errAt(path, `must be a duration such as "30s" or "5m", or "0s" for off, not %s`, d.show(path, string(v)))
+	case dur != 0 && (dur < lo || dur > hi):
+		d.errAt(path, "must be \"0s\" (off) or from %v to %v, not %s", lo, hi, d.show(path, string(v)))
+	default:
+		return dur
+	}
+	return def
 }
 
 // checkEtcdEndpoints reports endpoints that are not http(s)://host:port

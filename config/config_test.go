@@ -83,8 +83,9 @@ func TestGoodFiles(t *testing.T) {
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
-				Push:    Push{Addr: "127.0.0.1:9465"},
-				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second},
+				Push: Push{Addr: "127.0.0.1:9465"},
+				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second,
+					RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -283,7 +284,8 @@ func TestGoodFiles(t *testing.T) {
 			check: func(t *testing.T, cfg *Config) {
 				want := Cluster{Enabled: true, Name: "prod-eu", EtcdEndpoints: []string{"http://127.0.0.1:2379", "https://etcd-1.example:2379"},
 					EtcdUsername: "ingestor", EtcdPassword: "etcd-s3cret", MemberName: "ingestor-0", AdvertiseHost: "ingestor-0.ingestor.svc",
-					LeaseTTL: 15 * time.Second, CheckpointInterval: 2 * time.Second}
+					LeaseTTL: 15 * time.Second, CheckpointInterval: 2 * time.Second,
+					RebalanceDelay: 0, CompactInterval: 10 * time.Minute, MaxTxnOps: 1024}
 				if !reflect.DeepEqual(cfg.Cluster, want) {
 					t.Errorf("cluster = %+v\nwant %+v", cfg.Cluster, want)
 				}
@@ -438,8 +440,11 @@ func TestBadFiles(t *testing.T) {
 			`cluster.bad.toml:7: cluster.member_name: must be 1-63 letters`,
 			`cluster.bad.toml:8: cluster.advertise_host: must be a host name or address that processors can reach, without a port, not "0.0.0.0"`,
 			`cluster.bad.toml:9: cluster.lease_ttl: must be at least 2s (etcd grants leases in whole seconds), not "1s"`,
-			`cluster.bad.toml:10: cluster.checkpoint_interval: must be at least 1s`,
+			`cluster.bad.toml:10: cluster.checkpoint_interval: must be at least 1s (etcd checkpoints`,
 			`cluster.bad.toml:11: cluster.etcd_ca_file: ../testdata/config/device-tokens holds no PEM certificate`,
+			`cluster.bad.toml:12: cluster.rebalance_delay: must be "0s" (off) or from 0s to 1h0m0s, not "2h"`,
+			`cluster.bad.toml:13: cluster.compact_interval: must be "0s" (off) or from 10s to 24h0m0s, not "5s"`,
+			`cluster.bad.toml:14: cluster.max_txn_ops: must be between 4 and 1048576, not 1`,
 		}},
 		"push.bad.toml": {want: []string{
 			`push.bad.toml:6: push.tls_cert_file: needs push.tls_key_file too: set both or neither`,

@@ -265,6 +265,7 @@ enabled = true
 name = %s
 member_name = %s
 etcd_endpoints = [%s]
+rebalance_delay = "0s"
 `, tomlString(data), tomlString("file://"+filepath.Join(data, "raw")), tomlString("ipc://"+pub), tomlString("ipc://"+ack),
 		tomlString(cluster), tomlString(member), tomlString(etcd))
 	for i := range sources {
@@ -344,9 +345,13 @@ func waitCluster(ctx context.Context, urls []string, children []*child, done fun
 // waitPlacement waits until the member behind each of urls (names, in the
 // same order) sees them all and holds exactly the sources placed on it.
 func waitPlacement(ctx context.Context, urls, names []string, sources int, children []*child) error {
+	all := make([]string, sources)
+	for i := range all {
+		all[i] = fmt.Sprintf("s%02d", i)
+	}
 	want := make(map[string]float64)
-	for i := range sources {
-		want[cluster.Place(fmt.Sprintf("s%02d", i), names)]++
+	for _, member := range cluster.PlaceAll(all, names) {
+		want[member]++
 	}
 	// A hand-over waits for the fetch in progress, here a long poll of
 	// the firehose, which its lease's deadline ends (under lease_ttl).

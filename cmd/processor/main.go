@@ -9,7 +9,7 @@
 //	          [-workers N] [-sqlite PATH [-sqlite-count] [-retention D]] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
 //	          [-fail-retryable-keys REGEX]
 //	          [-curve-server-key FILE -curve-secret-key FILE]
-//	          [-etcd URL[,URL...] [-cluster NAME] [-etcd-ca FILE]]
+//	          [-etcd URL[,URL...] [-cluster NAME] [-etcd-ca FILE] [-etcd-cert FILE -etcd-key FILE]]
 //
 // With -etcd it follows a cluster of daemons (their [cluster] mode) instead
 // of one daemon: it reads the members of cluster NAME (default "ingestor")
@@ -17,7 +17,10 @@
 // as members join and leave, acking each frame to the member that sent it
 // (processor.RunCluster); -connect and -ack are then not used. With
 // -sqlite the members share the database, so an event two members send
-// (fetched again after a failover) is applied once.
+// (fetched again after a failover) is applied once. -etcd-ca verifies
+// etcd's server certificates against a CA file instead of the system's
+// roots; -etcd-cert and -etcd-key, both or neither, present a client
+// certificate to an etcd that requires one (--client-cert-auth).
 //
 // With -curve-server-key (the daemon's public key file, e.g. daemon.pub) and
 // -curve-secret-key (this processor's secret key file, e.g. processor.key,
@@ -127,8 +130,9 @@ type config struct {
 	// curveServerKey and curveSecretKey are the CURVE key files, or "".
 	curveServerKey, curveSecretKey string
 	// etcd lists the etcd endpoints of a cluster to follow ("" for one
-	// daemon), cluster its name and etcdCA the CA file for https.
-	etcd, cluster, etcdCA string
+	// daemon), cluster its name, etcdCA the CA file for https, and
+	// etcdCert and etcdKey the client certificate and its key, or "".
+	etcd, cluster, etcdCA, etcdCert, etcdKey string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -154,6 +158,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.etcd, "etcd", "", "follow a cluster of daemons: its etcd endpoints, comma-separated (instead of -connect and -ack)")
 	fs.StringVar(&c.cluster, "cluster", "ingestor", "with -etcd: the cluster's name (the daemons' cluster.name)")
 	fs.StringVar(&c.etcdCA, "etcd-ca", "", "with -etcd: PEM file of the CAs etcd's certificates are verified against (default: the system's)")
+	fs.StringVar(&c.etcdCert, "etcd-cert", "", "with -etcd: PEM file of the client certificate presented to etcd (with -etcd-key)")
+	fs.StringVar(&c.etcdKey, "etcd-key", "", "with -etcd: PEM file of the client certificate's private key (with -etcd-cert)")
 	failKeys := fs.String("fail-keys", "", "fail events whose key matches this regular expression permanently, for poison tests")
 	failRetryable := fs.String("fail-retryable-keys", "", "fail events whose key matches this regular expression retryably")
 	if err := fs.Parse(args); err != nil {
@@ -183,6 +189,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if (c.curveServerKey == "") != (c.curveSecretKey == "") {
 		errs = append(errs, errors.New("-curve-server-key and -curve-secret-key go together"))
+	}
+	if (c.etcdCert == "") != (c.etcdKey == "") {
+		errs = append(errs, errors.New("-etcd-cert and -etcd-key go together"))
+	}
+	if c.etcd == "" && (c.etcdCA != "" || c.etcdCert != "" || c.etcdKey != "") {
+		errs = append(errs, errors.New("-etcd-ca, -etcd-cert and -etcd-key need -etcd"))
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
@@ -222,9 +234,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	var clients clientSet
 	var members processor.Members
 	if cfg.etcd != "" {
-		ec, err := cluster.Dial(ingestorconfig.Cluster{EtcdEndpoints: strings.Split(cfg.etcd, ","), EtcdCAFile: cfg.etcdCA})
+		ec, err := cluster.Dial(ingestorconfig.Cluster{EtcdEndpoints: strings.Split(cfg.etcd, ","), EtcdCAFile: cfg.etcdCA,
+			EtcdCertFile: cfg.etcdCert, EtcdKeyFile: cfg.etcdKey})
 		if err != nil {
-			return fmt.Errorf("-etcd: %w", err)
+			return fmt.Errorf("-etcd %s: %w", cfg.etcd, err)
 		}
 		defer ec.Close()
 		members = etcdmembers.New(ec, cfg.cluster, log)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +16,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/testsync"
@@ -45,6 +51,133 @@ func TestParseFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not contain %q", err, want)
 		}
+	}
+	c, err = parseFlags([]string{"-etcd", "https://etcd-0:2379,https://etcd-1:2379", "-cluster", "prod", "-etcd-ca", "ca.crt", "-etcd-cert", "tls.crt", "-etcd-key", "tls.key"}, io.Discard)
+	if err != nil || c.etcd != "https://etcd-0:2379,https://etcd-1:2379" || c.cluster != "prod" || c.etcdCA != "ca.crt" || c.etcdCert != "tls.crt" || c.etcdKey != "tls.key" {
+		t.Errorf("parseFlags with etcd's client certificate = %+v, %v", c, err)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-etcd", "https://etcd-0:2379", "-etcd-cert", "tls.crt"}, "-etcd-cert and -etcd-key go together"},
+		{[]string{"-etcd", "https://etcd-0:2379", "-etcd-key", "tls.key"}, "-etcd-cert and -etcd-key go together"},
+		{[]string{"-etcd-cert", "tls.crt", "-etcd-key", "tls.key"}, "-etcd-ca, -etcd-cert and -etcd-key need -etcd"},
+		{[]string{"-etcd-ca", "ca.crt"}, "-etcd-ca, -etcd-cert and -etcd-key need -etcd"},
+	} {
+		if _, err := parseFlags(bad.args, io.Discard); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("parseFlags(%q) = %v, want an error with %q", bad.args, err, bad.want)
+		}
+	}
+}
+
+// TestDeployKubernetesProcessorArgs parses the args of the processors'
+// Deployment in deploy/kubernetes/cluster, so that the manifest cannot
+// name a flag the command does not have (internal/daemon
+// TestDeployKubernetesCluster checks their values against the members').
+func TestDeployKubernetesProcessorArgs(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/kubernetes/cluster/processor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &dep); err != nil {
+		t.Fatalf("processor.yaml: %v", err)
+	}
+	cs := dep.Spec.Template.Spec.Containers
+	if len(cs) != 1 || !slices.Equal(cs[0].Command, []string{"processor"}) {
+		t.Fatalf("processor.yaml: want one container running processor, have %+v", cs)
+	}
+	c, err := parseFlags(cs[0].Args, io.Discard)
+	if err != nil {
+		t.Fatalf("processor.yaml: args %q: %v", cs[0].Args, err)
+	}
+	if c.etcd == "" || c.etcdCert == "" || c.curveSecretKey == "" {
+		t.Errorf("processor.yaml: args %q: want -etcd with a client certificate, and CURVE", cs[0].Args)
+	}
+}
+
+// TestRunPresentsEtcdClientCertificate runs the command with -etcd against
+// a TLS listener that requires a client certificate from the test's CA,
+// as etcd's --client-cert-auth does: the handshake sees the certificate of
+// -etcd-cert, so the files reach the etcd client. A key file that is
+// missing is an error naming it.
+func TestRunPresentsEtcdClientCertificate(t *testing.T) {
+	pki := testsync.NewPKI(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	key, err := x509.MarshalPKCS8PrivateKey(pki.Client.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(
+		os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pki.Client.Certificate[0]}), 0o600),
+		os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	server, err := tls.LoadX509KeyPair(pki.ServerCertFile, pki.ServerKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{server},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pki.CAs, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := make(chan string, 16)
+	var accepting sync.WaitGroup
+	accepting.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // the listener is closed
+			}
+			tc := conn.(*tls.Conn)
+			if err := tc.HandshakeContext(t.Context()); err == nil && len(tc.ConnectionState().PeerCertificates) > 0 {
+				select {
+				case clients <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName:
+				default:
+				}
+			}
+			if err := conn.Close(); err != nil {
+				t.Log(err)
+			}
+		}
+	})
+	t.Cleanup(func() {
+		if err := ln.Close(); err != nil {
+			t.Error(err)
+		}
+		accepting.Wait()
+	})
+
+	endpoint := "https://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-etcd", endpoint, "-cluster", "prod", "-etcd-ca", pki.CAFile,
+			"-etcd-cert", certFile, "-etcd-key", keyFile, "-log-every", "1h"}, io.Discard)
+	}()
+	select {
+	case cn := <-clients:
+		if cn != "test client" {
+			t.Errorf("etcd's listener saw the client certificate of %q, want the test's client", cn)
+		}
+	case err := <-done:
+		t.Fatalf("run returned before connecting to etcd: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no TLS handshake with a client certificate within 10s")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+
+	missing := filepath.Join(dir, "missing.key")
+	err = run(t.Context(), []string{"-etcd", endpoint, "-etcd-cert", certFile, "-etcd-key", missing}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "-etcd "+endpoint) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("run with a missing -etcd-key: %v, want an error naming -etcd and %s", err, missing)
 	}
 }
 

@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -224,51 +223,4 @@ func TestEtcdMembersStopWhileEtcdIsDown(t *testing.T) {
 		ob, _, err := b.Acquire(ctx10(t), "orders")
 		return err == nil && ob != nil
 	})
-}
-
-// TestPlaceIsFairAndMovesLittle places 30 sources on 3 members, then 4,
-// then 2: each member gets a fair share, and only the sources of the
-// member that joined or left move.
-func TestPlaceIsFairAndMovesLittle(t *testing.T) {
-	var srcs []string
-	for i := range 30 {
-		srcs = append(srcs, fmt.Sprintf("feed-%02d", i), fmt.Sprintf("s%02d", i))
-	}
-	place := func(members []string) map[string]string {
-		out := map[string]string{}
-		count := map[string]int{}
-		for _, s := range srcs {
-			m := cluster.Place(s, members)
-			out[s] = m
-			count[m]++
-		}
-		for _, m := range members {
-			if fair := len(srcs) / len(members); count[m] < fair/2 || count[m] > fair*2 {
-				t.Errorf("members %v: %s runs %d of %d sources, not near a fair %d", members, m, count[m], len(srcs), fair)
-			}
-		}
-		return out
-	}
-	if p := place([]string{"a", "b", "c"}); len(p) != len(srcs) {
-		t.Fatal(p)
-	}
-	three := place([]string{"m1", "m2", "m3"})
-	four := place([]string{"m1", "m2", "m3", "m4"})
-	for s := range three {
-		if four[s] != three[s] && four[s] != "m4" {
-			t.Errorf("m4 joining moved %s from %s to %s", s, three[s], four[s])
-		}
-	}
-	two := place([]string{"m1", "m3"})
-	for s := range three {
-		if two[s] != three[s] && three[s] != "m2" {
-			t.Errorf("m2 leaving moved %s from %s to %s", s, three[s], two[s])
-		}
-	}
-	if cluster.Place("x", nil) != "" {
-		t.Error("placed a source on no members")
-	}
-	if a, b := cluster.Place("x", []string{"m2", "m1"}), cluster.Place("x", []string{"m1", "m2"}); a != b {
-		t.Errorf("placement depends on the members' order: %s vs %s", a, b)
-	}
 }

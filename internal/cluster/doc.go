@@ -21,7 +21,11 @@
 // keys: a partitioned or paused member stops polling before anyone else
 // may start.
 //
-// Place picks the member that should run a source among the live ones
-// (rendezvous hashing: each member gets a fair share, and a member
-// joining or leaving moves only the sources it takes or had).
+// PlaceAll decides which live member runs each source: each source ranks
+// the members by a rendezvous score, and PlaceAll takes the assignment of
+// highest total score that keeps every member strictly within 10% of the
+// mean load (the floor or ceiling of the mean for small sets). Sources
+// leave their first choice only as far as those bounds require, so a
+// member joining or leaving moves about its share of the sources, at most
+// about 1.5 times it.
 package cluster

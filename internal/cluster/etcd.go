@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/ingestorhq/ingestor/config"
 )
@@ -28,6 +30,13 @@ func Dial(c config.Cluster) (*clientv3.Client, error) {
 		// etcd's own zap logs stay out of the daemon's log; errors reach
 		// it through the calls that fail.
 		Logger: zap.NewNop(),
+		// gRPC's default reconnect backoff grows to two minutes: after an
+		// etcd outage of 20 s a member would wait seconds more for its
+		// next attempt. A second at most lets it join again at once.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		})},
 	}
 	https := slices.ContainsFunc(c.EtcdEndpoints, func(ep string) bool {
 		u, err := url.Parse(ep)

@@ -21,6 +21,11 @@ type Options struct {
 	TTL time.Duration
 	// Info is the member key's value (the endpoints processors use).
 	Info []byte
+	// RebalanceDelay, when positive, gives the member a seat: a key under
+	// a lease of its own that outlives the member's lease by this long,
+	// so that placement keeps the member's sources for it while it is
+	// away (restarting) and moves them only after the delay.
+	RebalanceDelay time.Duration
 	// Logger receives the lease's troubles; nil discards them.
 	Logger *slog.Logger
 }
@@ -35,6 +40,9 @@ type Member struct {
 	name   string
 	lease  clientv3.LeaseID
 	ttl    time.Duration
+	// seat is the seat's lease (0 without one), delay the rebalance delay.
+	seat   clientv3.LeaseID
+	delay  time.Duration
 	margin time.Duration
 	log    *slog.Logger
 
@@ -58,7 +66,7 @@ func Join(ctx context.Context, client *clientv3.Client, o Options) (*Member, err
 	if o.TTL < 2*time.Second {
 		return nil, fmt.Errorf("cluster lease TTL %v: at least 2s", o.TTL)
 	}
-	m := &Member{client: client, keys: keys{cluster: o.Cluster}, name: o.Member, ttl: o.TTL,
+	m := &Member{client: client, keys: keys{cluster: o.Cluster}, name: o.Member, ttl: o.TTL, delay: max(0, o.RebalanceDelay),
 		margin: max(500*time.Millisecond, o.TTL/10), log: o.Logger, lost: make(chan struct{}), done: make(chan struct{})}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -82,10 +90,66 @@ func Join(ctx context.Context, client *clientv3.Client, o Options) (*Member, err
 		_, rerr := client.Revoke(rctx, m.lease)
 		return nil, errors.Join(fmt.Errorf("cluster %q: join as %q: %w", o.Cluster, o.Member, err), ignoreNotFound(rerr))
 	}
+	if m.delay > 0 {
+		if err := m.takeSeat(ctx, m.ttl+m.delay); err != nil {
+			m.log.Warn("cluster: taking the member's seat failed; its sources move at once if it goes away", "member", m.name, "err", err)
+		}
+	}
 	kctx, stop := context.WithCancel(context.Background())
 	m.stop = stop
 	go m.keepAlive(kctx)
 	return m, nil
+}
+
+// takeSeat puts the member's seat key under a new lease of ttl, and
+// revokes the lease it had (a previous run's), which the key no longer
+// depends on.
+func (m *Member) takeSeat(ctx context.Context, ttl time.Duration) error {
+	key := m.keys.seat(m.name)
+	old, err := m.client.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	g, err := m.client.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return err
+	}
+	if _, err := m.client.Put(ctx, key, m.name, clientv3.WithLease(g.ID)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.seat = g.ID
+	m.mu.Unlock()
+	if len(old.Kvs) > 0 && old.Kvs[0].Lease != 0 && clientv3.LeaseID(old.Kvs[0].Lease) != g.ID {
+		_, err = m.client.Revoke(ctx, clientv3.LeaseID(old.Kvs[0].Lease))
+		return ignoreNotFound(err)
+	}
+	return nil
+}
+
+// renewSeat keeps the seat's lease alive, and takes the seat again when
+// etcd no longer knows it.
+func (m *Member) renewSeat(ctx context.Context) {
+	m.mu.Lock()
+	seat := m.seat
+	m.mu.Unlock()
+	if m.delay <= 0 {
+		return
+	}
+	var err error
+	if seat != 0 {
+		var r *clientv3.LeaseKeepAliveResponse
+		r, err = m.client.KeepAliveOnce(ctx, seat)
+		if err == nil && r.TTL > 0 {
+			return
+		}
+	}
+	if seat == 0 || errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil {
+		err = m.takeSeat(ctx, m.ttl+m.delay)
+	}
+	if err != nil && ctx.Err() == nil {
+		m.log.Warn("cluster: renewing the member's seat failed; retrying", "member", m.name, "err", err)
+	}
 }
 
 // Name returns the member's name.
@@ -151,6 +215,9 @@ func (m *Member) keepAlive(ctx context.Context) {
 		case err == nil && r.TTL > 0:
 			m.extend(sent.Add(time.Duration(r.TTL)*time.Second - m.margin))
 			wait = m.ttl / 3
+			sctx, cancel := context.WithTimeout(ctx, m.ttl/3)
+			m.renewSeat(sctx)
+			cancel()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil:
 			m.lose("etcd no longer knows the lease (it expired)")
 			return
@@ -185,13 +252,42 @@ func (m *Member) lose(why string) {
 // Leave stops the keepalives and revokes the lease, which deletes the
 // member key and every ownership key still held: release sources first
 // (Ownership.Release) to hand them over with their final checkpoint.
+// With a rebalance delay the seat stays for that long (a restart within
+// it finds its sources still placed on it); without, it goes too.
 func (m *Member) Leave(ctx context.Context) error {
 	m.stop()
 	<-m.done
 	m.lose("left the cluster")
+	m.mu.Lock()
+	seat := m.seat
+	m.mu.Unlock()
+	if seat != 0 {
+		if err := m.takeSeat(ctx, m.delay); err != nil {
+			m.log.Warn("cluster: shortening the member's seat failed; it lasts its full TTL", "member", m.name, "err", err)
+		}
+	}
 	_, err := m.client.Revoke(ctx, m.lease)
 	if err = ignoreNotFound(err); err != nil {
 		return fmt.Errorf("cluster: revoke the lease of %q: %w", m.name, err)
+	}
+	return nil
+}
+
+// Revoke ends a member already lost: etcd forgets its lease (and the keys
+// under it) at once instead of at its expiry, so that the daemon can join
+// again at once under the same name. The seat is left alone.
+func (m *Member) Revoke(ctx context.Context) error {
+	m.stop()
+	<-m.done
+	m.lose("left the cluster")
+	_, err := m.client.Revoke(ctx, m.lease)
+	return ignoreNotFound(err)
+}
+
+// SetInfo rewrites the member key's value (under the same lease).
+func (m *Member) SetInfo(ctx context.Context, info []byte) error {
+	if _, err := m.client.Put(ctx, m.keys.member(m.name), string(info), clientv3.WithLease(m.lease)); err != nil {
+		return fmt.Errorf("cluster: update the member key of %q: %w", m.name, err)
 	}
 	return nil
 }

@@ -18,6 +18,9 @@ func (k keys) members() string             { return k.prefix() + "members/" }
 func (k keys) member(name string) string   { return k.members() + name }
 func (k keys) owner(source string) string  { return k.prefix() + "sources/" + source + "/owner" }
 func (k keys) cursor(source string) string { return k.prefix() + "sources/" + source + "/cursor" }
+func (k keys) seats() string               { return k.prefix() + "seats/" }
+func (k keys) seat(name string) string     { return k.seats() + name }
+func (k keys) compactor() string           { return k.prefix() + "compactor" }
 
 // ErrNotOwner is returned by a checkpoint or release of an ownership the
 // member no longer holds: its lease was lost, or the key was taken away.
@@ -132,10 +135,90 @@ func (m *Member) Members(ctx context.Context) ([]string, int64, error) {
 	return names, r.Header.Revision, nil
 }
 
+// Seats returns the names of the members that have a seat (see
+// Options.RebalanceDelay): live ones, and those away for less than the
+// delay.
+func (m *Member) Seats(ctx context.Context) ([]string, error) {
+	r, err := m.client.Get(ctx, m.keys.seats(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list seats: %w", err)
+	}
+	names := make([]string, 0, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		names = append(names, strings.TrimPrefix(string(kv.Key), m.keys.seats()))
+	}
+	return names, nil
+}
+
+// WatchSeats reports every change to the seat keys, as WatchMembers.
+func (m *Member) WatchSeats(ctx context.Context) clientv3.WatchChan {
+	return m.client.Watch(clientv3.WithRequireLeader(ctx), m.keys.seats(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+}
+
 // WatchMembers reports every change to the member keys (joins, leaves,
 // expiries) from now on, until ctx ends. A reader lists them again with
 // Members; the channel closes when the watch fails (etcd down) or ctx
 // ends.
 func (m *Member) WatchMembers(ctx context.Context) clientv3.WatchChan {
 	return m.client.Watch(clientv3.WithRequireLeader(ctx), m.keys.members(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+}
+
+// Write is one source's part of a batched write (Member.WriteAll): its
+// cursor as the new checkpoint (unless empty), and with Release its
+// ownership key deleted as well.
+type Write struct {
+	O       *Ownership
+	Cursor  string
+	Release bool
+}
+
+// WriteAll applies writes in as few etcd transactions as etcd allows:
+// each transaction holds up to maxTxnOps-2 writes (etcd's --max-txn-ops
+// counts a nested transaction's own operations against what its parent
+// leaves), each a nested transaction conditioned on its own ownership,
+// so one source's lost hold does not refuse the others. It returns the
+// sources refused (another member holds them), and those whose
+// transaction failed with its error: their writes did not happen.
+func (m *Member) WriteAll(ctx context.Context, writes []Write, maxTxnOps int) (refused, failed []string, err error) {
+	per := max(1, maxTxnOps-2)
+	var errs []error
+	for start := 0; start < len(writes); start += per {
+		batch := writes[start:min(start+per, len(writes))]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, w := range batch {
+			var then []clientv3.Op
+			if w.Release {
+				then = append(then, clientv3.OpDelete(m.keys.owner(w.O.source)))
+			}
+			if w.Cursor != "" {
+				then = append(then, clientv3.OpPut(m.keys.cursor(w.O.source), w.Cursor))
+			}
+			if len(then) == 0 {
+				continue
+			}
+			ops = append(ops, clientv3.OpTxn(w.O.held(), then, nil))
+		}
+		if len(ops) == 0 {
+			continue
+		}
+		r, err := m.client.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster: write %d checkpoints: %w", len(ops), err))
+			for _, w := range batch {
+				failed = append(failed, w.O.source)
+			}
+			continue
+		}
+		i := 0
+		for _, w := range batch {
+			if !w.Release && w.Cursor == "" {
+				continue
+			}
+			if !r.Responses[i].GetResponseTxn().GetSucceeded() {
+				refused = append(refused, w.O.source)
+			}
+			i++
+		}
+	}
+	return refused, failed, errors.Join(errs...)
 }

@@ -5,117 +5,66 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"maps"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
-	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
-// coordinator is this daemon's part of a cluster ([cluster]): it joins as
-// a member, runs the polled sources the cluster places here, checkpoints
-// their cursors to etcd, and hands them over when they move. Push sources
-// are not placed: every member serves them.
-type coordinator struct {
-	d      *Daemon
-	cfg    config.Cluster
-	name   string
-	info   []byte
-	client *clientv3.Client
-	log    *slog.Logger
-
+// clusterHost is the daemon as cluster mode's coordinator drives it
+// (cluster.Host): the pipeline starts and stops the sources placed here,
+// the queue keeps their cursors. The coordinator itself, and every rule
+// of placement, checkpoints and hand-overs, is internal/cluster's.
+type clusterHost struct {
+	d *Daemon
 	// applyMu serializes the changes to the pipeline's sources: placement
-	// here, and reloads.
+	// and reloads.
 	applyMu sync.Mutex
+}
 
-	mu    sync.Mutex
-	owned map[string]*ownedSource
-	// placed is where the last placement put each enabled polled source.
-	placed map[string]string
-
-	metrics *clusterMetrics
-
-	kick chan struct{}
-	stop context.CancelFunc
-	done chan struct{}
+// clusterMode is the daemon's part of cluster mode: its host, the
+// coordinator and the etcd client it owns.
+type clusterMode struct {
+	host   *clusterHost
+	coord  *cluster.Coordinator
+	client *clientv3.Client
 	// closed makes shutdown run once.
 	closed   sync.Once
 	closeErr error
 }
 
-// ownedSource is a source this member holds and runs.
-type ownedSource struct {
-	o *cluster.Ownership
-	// checkpoint is the cursor last written to etcd.
-	checkpoint string
-}
-
-// clusterMetrics are cluster mode's metrics. They are registered in every
-// daemon, so that dashboards and alerts need no special case; outside
-// cluster mode they stay at 0.
-type clusterMetrics struct {
-	leaseValid, members, owned prometheus.Gauge
-	moves, checkpoints         *prometheus.CounterVec
-}
-
-func newClusterMetrics(reg prometheus.Registerer) *clusterMetrics {
-	m := &clusterMetrics{
-		leaseValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_cluster_lease_valid",
-			Help: "Cluster mode: 1 while this member's etcd lease is valid as it judges it from its keepalives, else 0 (always 0 outside cluster mode)."}),
-		members: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_cluster_members",
-			Help: "Cluster mode: live members seen at the last placement."}),
-		owned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_cluster_sources_owned",
-			Help: "Cluster mode: polled sources this member holds and runs."}),
-		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_cluster_source_moves_total",
-			Help: "Cluster mode: sources taken by this member, handed over gracefully, or dropped at once (lease lost, checkpoint refused)."},
-			[]string{"kind"}),
-		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestor_cluster_checkpoints_total",
-			Help: "Cluster mode: cursor checkpoints written to etcd, refused (another member holds the source) or failed (etcd error)."},
-			[]string{"result"}),
-	}
-	reg.MustRegister(m.leaseValid, m.members, m.owned, m.moves, m.checkpoints)
-	for _, k := range []string{"taken", "handed_over", "dropped"} {
-		m.moves.WithLabelValues(k)
-	}
-	for _, r := range []string{"written", "refused", "failed"} {
-		m.checkpoints.WithLabelValues(r)
-	}
-	return m
-}
-
 // memberInfo is the member key's value: what processors need to follow
 // the member.
 type memberInfo struct {
-	Member  string `json:"member"`
-	Events  string `json:"events"`
-	Acks    string `json:"acks"`
-	Version string `json:"version"`
+	Member   string `json:"member"`
+	Events   string `json:"events"`
+	Acks     string `json:"acks"`
+	Version  string `json:"version"`
+	Draining bool   `json:"draining,omitempty"`
 }
 
-// joinRetry is the wait between failed joins (etcd down, or this member's
-// previous lease not expired yet after a crash).
-var joinRetry = backoff.Policy{Base: 500 * time.Millisecond, Max: 5 * time.Second}
-
-// newCoordinator dials etcd (it does not wait for it) and prepares the
-// member's key; start runs it.
-func newCoordinator(d *Daemon, cfg *config.Config) (*coordinator, error) {
+// newClusterMode dials etcd (it does not wait for it) and prepares the
+// coordinator; its Start runs it.
+func newClusterMode(d *Daemon, cfg *config.Config) (*clusterMode, error) {
 	name, err := cfg.Cluster.Member()
 	if err != nil {
 		return nil, err
 	}
-	info, err := json.Marshal(memberInfo{Member: name, Events: advertise(cfg.Publish.Endpoint, cfg.Cluster.AdvertiseHost),
-		Acks: advertise(cfg.Publish.AckEndpoint, cfg.Cluster.AdvertiseHost), Version: Version()})
+	mi := memberInfo{Member: name, Events: advertise(cfg.Publish.Endpoint, cfg.Cluster.AdvertiseHost),
+		Acks: advertise(cfg.Publish.AckEndpoint, cfg.Cluster.AdvertiseHost), Version: Version()}
+	info, err := json.Marshal(mi)
+	if err != nil {
+		return nil, err
+	}
+	mi.Draining = true
+	draining, err := json.Marshal(mi)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +72,24 @@ func newCoordinator(d *Daemon, cfg *config.Config) (*coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &coordinator{d: d, cfg: cfg.Cluster, name: name, info: info, client: client, metrics: d.clusterMetrics,
-		log: d.log.With("member", name), owned: map[string]*ownedSource{}, kick: make(chan struct{}, 1)}, nil
+	host := &clusterHost{d: d}
+	c := cfg.Cluster
+	coord := cluster.NewCoordinator(client, host, cluster.CoordinatorOptions{
+		Cluster: c.Name, Member: name, LeaseTTL: c.LeaseTTL, CheckpointInterval: c.CheckpointInterval,
+		RebalanceDelay: c.RebalanceDelay, CompactInterval: c.CompactInterval, MaxTxnOps: c.MaxTxnOps,
+		Info: info, DrainingInfo: draining, HandOverWait: cfg.Daemon.ShutdownGrace,
+		Metrics: d.clusterMetrics, Logger: d.log.With("member", name),
+	})
+	return &clusterMode{host: host, coord: coord, client: client}, nil
+}
+
+// shutdown hands every source over with its settled cursor, leaves the
+// cluster and closes the etcd client.
+func (c *clusterMode) shutdown(ctx context.Context) error {
+	c.closed.Do(func() {
+		c.closeErr = errors.Join(c.coord.Shutdown(ctx), c.client.Close())
+	})
+	return c.closeErr
 }
 
 // advertise returns endpoint with a wildcard host (0.0.0.0, ::, *)
@@ -151,56 +116,29 @@ func joinHostPort(host, port string) string {
 	return host + ":" + port
 }
 
-// start runs the coordinator until shutdown.
-func (c *coordinator) start() {
-	ctx, stop := context.WithCancel(context.Background())
-	c.stop, c.done = stop, make(chan struct{})
-	go c.run(ctx)
-}
-
-// shutdown hands every source over (drained, final cursor checkpointed,
-// ownership released), leaves the cluster and closes the etcd client.
-func (c *coordinator) shutdown() error {
-	c.closed.Do(func() {
-		if c.stop != nil {
-			c.stop()
-			<-c.done
-		}
-		c.closeErr = c.client.Close()
-	})
-	return c.closeErr
-}
-
 // reload applies a reload's plan in cluster mode: the sources it stops or
-// restarts are handed over if held here, the pipeline takes the new
-// config, and placement runs again (a restarted source is taken again,
-// likely here, with its new settings).
-func (c *coordinator) reload(ctx context.Context, plan config.Plan, next *config.Config, limiters *sources.RateLimiters) error {
-	for _, name := range slices.Concat(plan.Stop, plan.Restart) {
-		c.handOver(ctx, name)
-	}
-	c.applyMu.Lock()
-	err := c.d.pipeline.Apply(ctx, config.Plan{Stop: plan.Stop}, next.Sources, limiters)
-	c.d.cfgNow.Store(next)
-	c.d.limiters = limiters
-	c.applyMu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+// restarts are handed over if held here (all at once), the pipeline takes
+// the new config, and placement runs again (a restarted source is taken
+// again, likely here, with its new settings).
+func (c *clusterMode) reload(ctx context.Context, plan config.Plan, next *config.Config, limiters *sources.RateLimiters) error {
+	c.coord.HandOver(ctx, slices.Concat(plan.Stop, plan.Restart))
+	h := c.host
+	h.applyMu.Lock()
+	err := h.d.pipeline.Apply(ctx, config.Plan{Stop: plan.Stop}, next.Sources, limiters)
+	h.d.cfgNow.Store(next)
+	h.d.limiters = limiters
+	h.applyMu.Unlock()
+	c.coord.Kick()
 	return err
 }
 
 // placedStatus marks in s a polled source this member does not run: it
 // is placed on another member, or on none yet.
-func (c *coordinator) placedStatus(src config.Source, s *SourceStatus) {
+func (c *clusterMode) placedStatus(src config.Source, s *SourceStatus) {
 	if _, push := src.Spec.(sources.PushSpec); !src.Enabled || push {
 		return
 	}
-	c.mu.Lock()
-	_, here := c.owned[src.Name]
-	member := c.placed[src.Name]
-	c.mu.Unlock()
+	member, here := c.coord.Placement(src.Name)
 	if here {
 		return
 	}
@@ -208,297 +146,66 @@ func (c *coordinator) placedStatus(src config.Source, s *SourceStatus) {
 	switch member {
 	case "":
 		s.Detail = "not placed yet"
-	case c.name:
+	case c.coord.Name():
 		s.Detail = "placed here; waiting for the member holding it to hand it over"
 	default:
 		s.Detail = "placed on member " + member
 	}
 }
 
-// fence implements actors.Deps.Fence.
-func (c *coordinator) fence(source string) (time.Time, bool) {
-	c.mu.Lock()
-	own := c.owned[source]
-	c.mu.Unlock()
-	if own == nil || !own.o.Valid() {
-		return time.Time{}, false
-	}
-	return own.o.Deadline(), true
-}
-
-// run joins, serves the membership until it is lost or the daemon stops,
-// and joins again after a loss.
-func (c *coordinator) run(ctx context.Context) {
-	defer close(c.done)
-	for attempt := 0; ctx.Err() == nil; {
-		jctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-		m, err := cluster.Join(jctx, c.client, cluster.Options{Cluster: c.cfg.Name, Member: c.name, TTL: c.cfg.LeaseTTL, Info: c.info, Logger: c.log})
-		cancel()
-		if err != nil {
-			wait := joinRetry.Delay(attempt)
-			attempt++
-			c.log.Warn("cluster: joining failed; retrying", "cluster", c.cfg.Name, "err", err, "retry_in", wait.Round(time.Millisecond))
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		attempt = 0
-		c.log.Info("cluster: joined", "cluster", c.cfg.Name, "lease_ttl", c.cfg.LeaseTTL)
-		c.serve(ctx, m)
-		if ctx.Err() != nil {
-			c.leave(m)
-			return
-		}
-		// The lease is lost: every source stops at once (their fence
-		// already stopped their polls); another member may hold them now.
-		c.dropAll()
-	}
-}
-
-// serve places sources and checkpoints cursors while m is valid and the
-// daemon runs: on every membership change, every checkpoint interval,
-// and when kicked (a reload).
-func (c *coordinator) serve(ctx context.Context, m *cluster.Member) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	watch := m.WatchMembers(wctx)
-	tick := time.NewTicker(c.cfg.CheckpointInterval)
-	defer tick.Stop()
-	c.reconcile(ctx, m)
-	c.metrics.leaseValid.Set(1)
-	defer c.metrics.leaseValid.Set(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.Lost():
-			return
-		case _, ok := <-watch:
-			if !ok {
-				watch = nil // the periodic pass goes on; a new watch comes with the next join
-				continue
-			}
-		case <-c.kick:
-		case <-tick.C:
-			c.checkpoint(ctx)
-		}
-		c.reconcile(ctx, m)
-	}
-}
-
-// reconcile makes this member run exactly the enabled polled sources the
-// cluster places on it: it hands over those placed elsewhere, stops those
-// whose hold lapsed, and takes those placed here that no one holds.
-func (c *coordinator) reconcile(ctx context.Context, m *cluster.Member) {
-	if !m.Valid() {
-		c.metrics.leaseValid.Set(0)
-		return
-	}
-	c.metrics.leaseValid.Set(1)
-	lctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-	members, _, err := m.Members(lctx)
-	cancel()
-	if err != nil {
-		c.log.Warn("cluster: listing members failed; placement waits", "err", err)
-		return
-	}
-	c.metrics.members.Set(float64(len(members)))
-	want, placed := map[string]bool{}, map[string]string{}
-	for _, s := range c.d.currentConfig().Sources {
+// Placeable implements cluster.Host: the enabled polled sources.
+func (h *clusterHost) Placeable() []string {
+	var names []string
+	for _, s := range h.d.currentConfig().Sources {
 		if _, push := s.Spec.(sources.PushSpec); s.Enabled && !push {
-			placed[s.Name] = cluster.Place(s.Name, members)
-			want[s.Name] = placed[s.Name] == c.name
+			names = append(names, s.Name)
 		}
 	}
-	c.mu.Lock()
-	c.placed = placed
-	c.mu.Unlock()
-	c.mu.Lock()
-	owned := maps.Clone(c.owned)
-	c.mu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(owned)) {
-		switch {
-		case !owned[name].o.Valid():
-			c.drop(name, "this member's hold lapsed")
-		case !want[name]:
-			c.handOver(ctx, name)
+	return names
+}
+
+// Start implements cluster.Host.
+func (h *clusterHost) Start(ctx context.Context, source, cursor string, checkpointed bool) error {
+	if checkpointed {
+		if err := h.d.queue.SetCursor(ctx, source, cursor); err != nil {
+			return err
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if _, ok := owned[name]; ok || !want[name] || ctx.Err() != nil || !m.Valid() {
-			continue
-		}
-		c.take(ctx, m, name)
-	}
+	return h.apply(ctx, config.Plan{Start: []string{source}})
 }
 
-// take acquires name, installs its checkpointed cursor and starts it.
-func (c *coordinator) take(ctx context.Context, m *cluster.Member, name string) {
-	actx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-	defer cancel()
-	o, holder, err := m.Acquire(actx, name)
-	if err != nil || o == nil {
-		if err != nil {
-			c.log.Warn("cluster: taking a source failed", "source", name, "err", err)
-		} else {
-			c.log.Debug("cluster: source placed here is still held; waiting for its release", "source", name, "holder", holder)
-		}
-		return
-	}
-	cursor, ok, err := m.Checkpointed(actx, name)
-	if err == nil && ok {
-		err = c.d.queue.SetCursor(actx, name, cursor)
-	}
-	if err != nil {
-		c.log.Warn("cluster: reading the handed-over cursor failed; releasing the source", "source", name, "err", err)
-		c.release(o, "")
-		return
-	}
-	c.mu.Lock()
-	c.owned[name] = &ownedSource{o: o, checkpoint: cursor}
-	c.metrics.owned.Set(float64(len(c.owned)))
-	c.mu.Unlock()
-	c.metrics.moves.WithLabelValues("taken").Inc()
-	if err := c.apply(ctx, config.Plan{Start: []string{name}}); err != nil {
-		c.log.Error("cluster: starting a source placed here failed", "source", name, "err", err)
-		return
-	}
-	c.log.Info("cluster: source placed here", "source", name, "cursor", cursor, "checkpointed", ok)
+// HandOver implements cluster.Host.
+func (h *clusterHost) HandOver(ctx context.Context, source string) error {
+	h.applyMu.Lock()
+	defer h.applyMu.Unlock()
+	return h.d.pipeline.HandOver(ctx, source)
 }
 
-// handOver stops name gracefully (its fetched batches commit) and
-// releases it with its final cursor, so the next owner fetches nothing
-// twice.
-func (c *coordinator) handOver(ctx context.Context, name string) {
-	own := c.forget(name)
-	if own == nil {
-		return
-	}
-	dctx, cancel := context.WithTimeout(ctx, c.d.cfg.Daemon.ShutdownGrace)
-	defer cancel()
-	c.applyMu.Lock()
-	err := c.d.pipeline.HandOver(dctx, name)
-	c.applyMu.Unlock()
-	if err != nil {
-		c.log.Error("cluster: stopping a source to hand it over failed", "source", name, "err", err)
-	}
-	cursor, _, err := c.d.queue.Cursor(dctx, name)
-	if err != nil {
-		c.log.Warn("cluster: reading the final cursor failed; the next owner resumes from the last checkpoint", "source", name, "err", err)
-		cursor = ""
-	}
-	c.release(own.o, cursor)
-	c.metrics.moves.WithLabelValues("handed_over").Inc()
-	c.log.Info("cluster: source handed over", "source", name, "cursor", cursor)
+// Stop implements cluster.Host.
+func (h *clusterHost) Stop(ctx context.Context, source string) error {
+	return h.apply(ctx, config.Plan{Stop: []string{source}})
 }
 
-// release gives up o, writing cursor as the final checkpoint unless it is
-// empty.
-func (c *coordinator) release(o *cluster.Ownership, cursor string) {
-	rctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL)
-	defer cancel()
-	if err := o.Release(rctx, cursor); err != nil {
-		c.log.Warn("cluster: releasing a source failed; it moves when the lease expires", "source", o.Source(), "err", err)
-	}
+// Cursor implements cluster.Host.
+func (h *clusterHost) Cursor(ctx context.Context, source string) (string, bool, error) {
+	return h.d.queue.Cursor(ctx, source)
 }
 
-// drop stops name at once: this member no longer holds it.
-func (c *coordinator) drop(name, why string) {
-	if c.forget(name) == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.d.cfg.Daemon.ShutdownGrace)
-	defer cancel()
-	if err := c.apply(ctx, config.Plan{Stop: []string{name}}); err != nil {
-		c.log.Error("cluster: stopping a source failed", "source", name, "err", err)
-	}
-	c.metrics.moves.WithLabelValues("dropped").Inc()
-	c.log.Warn("cluster: source stopped", "source", name, "reason", why)
+// Settled implements cluster.Host.
+func (h *clusterHost) Settled(ctx context.Context, names []string) (map[string]string, error) {
+	return h.d.queue.SettledCursors(ctx, names)
 }
 
-// dropAll stops every source this member runs: its lease is lost.
-func (c *coordinator) dropAll() {
-	c.mu.Lock()
-	names := slices.Sorted(maps.Keys(c.owned))
-	c.mu.Unlock()
-	for _, name := range names {
-		c.drop(name, "the member's lease is lost")
-	}
-}
-
-// leave hands every source over and leaves the cluster: the daemon stops.
-func (c *coordinator) leave(m *cluster.Member) {
-	c.mu.Lock()
-	names := slices.Sorted(maps.Keys(c.owned))
-	c.mu.Unlock()
-	for _, name := range names {
-		c.handOver(context.Background(), name)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL)
-	defer cancel()
-	if err := m.Leave(ctx); err != nil {
-		c.log.Warn("cluster: leaving failed; the lease expires by itself", "err", err)
-	}
-	c.log.Info("cluster: left", "cluster", c.cfg.Name)
-}
-
-// forget removes name from the sources this member holds, so that its
-// fence fails from now on, and returns what it held.
-func (c *coordinator) forget(name string) *ownedSource {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	own := c.owned[name]
-	delete(c.owned, name)
-	c.metrics.owned.Set(float64(len(c.owned)))
-	return own
-}
-
-// checkpoint writes the durable cursor of each source held whose cursor
-// moved since its last checkpoint. A checkpoint refused (the hold is gone)
-// stops the source.
-func (c *coordinator) checkpoint(ctx context.Context) {
-	c.mu.Lock()
-	owned := maps.Clone(c.owned)
-	c.mu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(owned)) {
-		own := owned[name]
-		cursor, ok, err := c.d.queue.Cursor(ctx, name)
-		if err != nil || !ok || cursor == own.checkpoint {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL)
-		err = own.o.Checkpoint(cctx, cursor)
-		cancel()
-		switch {
-		case errors.Is(err, cluster.ErrNotOwner):
-			c.metrics.checkpoints.WithLabelValues("refused").Inc()
-			c.drop(name, "its checkpoint was refused: another member holds it")
-		case err != nil:
-			c.metrics.checkpoints.WithLabelValues("failed").Inc()
-			c.log.Warn("cluster: checkpoint failed; retrying", "source", name, "err", err)
-		default:
-			c.metrics.checkpoints.WithLabelValues("written").Inc()
-			c.mu.Lock()
-			if cur := c.owned[name]; cur == own {
-				own.checkpoint = cursor
-			}
-			c.mu.Unlock()
-		}
-	}
-}
+// Forget implements cluster.Host.
+func (h *clusterHost) Forget(source string) { h.d.queue.ForgetSettled(source) }
 
 // apply changes the pipeline's running sources; placement and reloads
 // take turns.
-func (c *coordinator) apply(ctx context.Context, plan config.Plan) error {
-	c.applyMu.Lock()
-	defer c.applyMu.Unlock()
-	cfg := c.d.currentConfig()
-	if err := c.d.pipeline.Apply(ctx, plan, cfg.Sources, c.d.limiters); err != nil {
+func (h *clusterHost) apply(ctx context.Context, plan config.Plan) error {
+	h.applyMu.Lock()
+	defer h.applyMu.Unlock()
+	cfg := h.d.currentConfig()
+	if err := h.d.pipeline.Apply(ctx, plan, cfg.Sources, h.d.limiters); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil

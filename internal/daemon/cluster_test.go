@@ -48,6 +48,7 @@ etcd_endpoints = [%q]
 member_name = %q
 lease_ttl = "5s"
 checkpoint_interval = "1s"
+rebalance_delay = "0s"
 `, etcd.Endpoint, name)
 }
 
@@ -101,6 +102,10 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 	// then each source moves to the member the cluster places it on.
 	start := time.Now()
 	all := []string{"m1", "m2", "m3"}
+	names := make([]string, nSources)
+	for i := range names {
+		names[i] = fmt.Sprintf("s%02d", i)
+	}
 	testsync.WaitFor(t, "every source to run on its placed member", 60*time.Second, func() bool {
 		last := map[string]string{}
 		for _, r := range up.Requests() {
@@ -108,7 +113,7 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 		}
 		for i := range nSources {
 			src := fmt.Sprintf("s%02d", i)
-			if last[src] != cluster.Place(src, all) {
+			if last[src] != cluster.PlaceAll(names, all)[src] {
 				return false
 			}
 		}
@@ -117,7 +122,7 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 	t.Logf("placement settled after %v", time.Since(start).Round(time.Millisecond))
 	byMember := map[string]int{}
 	for i := range nSources {
-		byMember[cluster.Place(fmt.Sprintf("s%02d", i), all)]++
+		byMember[cluster.PlaceAll(names, all)[fmt.Sprintf("s%02d", i)]]++
 	}
 	if len(byMember) != 3 {
 		t.Fatalf("sources per member %v, want all three members running some", byMember)
@@ -139,7 +144,7 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 	// Each member's status shows where the sources it does not run are.
 	for _, name := range all {
 		for _, s := range members[name].d.status(t.Context()).Sources {
-			placed := cluster.Place(s.Name, all)
+			placed := cluster.PlaceAll(names, all)[s.Name]
 			if placed == name {
 				if s.Reason == actors.ReasonElsewhere {
 					t.Errorf("%s: its own source %s shown as elsewhere", name, s.Name)

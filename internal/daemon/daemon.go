@@ -24,6 +24,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/delivery"
@@ -68,9 +69,9 @@ type Daemon struct {
 	adminSrv *opsServer   // serves daemon.admin_addr when set
 	inbox    *push.Inbox  // nil without an enabled push source
 	pushSrv  *push.Server // serves push.addr when a push source is enabled
-	coord    *coordinator // nil outside cluster mode
-	// clusterMetrics are registered in every daemon (cluster.go).
-	clusterMetrics *clusterMetrics
+	coord    *clusterMode // nil outside cluster mode
+	// clusterMetrics are registered in every daemon.
+	clusterMetrics *cluster.Metrics
 	ready          atomic.Bool
 	// metrics, acks, acksRate and started feed GET /status (status.go).
 	metrics  *actors.Metrics
@@ -125,7 +126,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	}()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.reload = newReloader(d.reg)
-	d.clusterMetrics = newClusterMetrics(d.reg)
+	d.clusterMetrics = cluster.NewMetrics(d.reg)
 
 	if err := durable.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -147,7 +148,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	go d.disk.Run(diskDone)
 	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
 	if d.queue, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous,
-		EventsPerFrame: cfg.Publish.EventsPerFrame, DedupeWindow: cfg.Publish.DedupeWindow, Logger: log}); err != nil {
+		EventsPerFrame: cfg.Publish.EventsPerFrame, DedupeWindow: cfg.Publish.DedupeWindow, Logger: log,
+		TrackSettled: cfg.Cluster.Enabled}); err != nil {
 		return nil, damagedQueue(cfg, err)
 	}
 	if err := d.queue.QuickCheck(ctx); err != nil {
@@ -246,16 +248,16 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir, Disk: d.disk,
 	}
 	if cfg.Cluster.Enabled {
-		if d.coord, err = newCoordinator(d, cfg); err != nil {
+		if d.coord, err = newClusterMode(d, cfg); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		deps.Member, deps.Placed, deps.Fence = d.coord.name, true, d.coord.fence
+		deps.Member, deps.Placed, deps.Fence = d.coord.coord.Name(), true, d.coord.coord.Fence
 	}
 	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources, d.limiters); err != nil {
 		return nil, err
 	}
 	if d.coord != nil {
-		d.coord.start()
+		d.coord.coord.Start()
 	}
 	// Registered with or without a push source, like the CURVE counter.
 	pm := push.NewMetrics(d.reg)
@@ -463,9 +465,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.pushSrv = nil
 	}
 	if d.coord != nil {
-		// Cluster mode: every source this member runs is handed over
-		// (drained, final cursor checkpointed, released) before it leaves.
-		errs = append(errs, d.coord.shutdown())
+		// Cluster mode: the member stays one (processors keep acking it)
+		// while it drains; then its sources are handed over with their
+		// settled cursors, and it leaves.
+		d.coord.coord.Drain(ctx)
 	}
 	if err := d.pipeline.Drain(ctx); err != nil {
 		errs = append(errs, err)
@@ -480,6 +483,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	wait.Stop()
 	if n := d.sender.Inflight(); n > 0 {
 		d.log.Warn("grace period over with frames unacked; they stay queued and are resent on the next start", "frames", n)
+	}
+	if d.coord != nil {
+		lctx, cancel := context.WithTimeout(context.Background(), d.cfg.Cluster.LeaseTTL)
+		errs = append(errs, d.coord.shutdown(lctx))
+		cancel()
 	}
 	errs = append(errs, d.close())
 	d.log.Info("stopped", "pending_events", d.pendingOnStop())
@@ -513,7 +521,9 @@ func (d *Daemon) close() error {
 		d.inbox.Close()
 	}
 	if d.coord != nil {
-		errs = append(errs, d.coord.shutdown())
+		lctx, cancel := context.WithTimeout(context.Background(), d.cfg.Cluster.LeaseTTL)
+		errs = append(errs, d.coord.shutdown(lctx))
+		cancel()
 	}
 	if d.pipeline != nil {
 		errs = append(errs, d.pipeline.Stop())

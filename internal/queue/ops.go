@@ -167,6 +167,13 @@ func (q *Queue) appendRequest(b Batch, chain *Chain, done func([]Frame, error)) 
 			done(nil, fmt.Errorf("append batch of %q: %w", b.Source, err))
 			return
 		}
+		if q.opts.TrackSettled && b.SetCursor {
+			var last int64
+			if n := len(frames); n > 0 {
+				last = frames[n-1].Events[len(frames[n-1].Events)-1].Seq
+			}
+			q.marks.record(b.Source, last, b.Cursor, q.highSeq)
+		}
 		q.pendingEvents.Add(added)
 		q.pendingFrames.Add(int64(len(frames)))
 		q.duplicates.Add(dups)
@@ -454,6 +461,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				return nil, 0, fmt.Errorf("insert frame: %w", err)
 			}
 			added += int64(len(f.Events))
+			q.highSeq = max(q.highSeq, last)
 			frames = append(frames, f)
 		}
 		if err := q.insertVerdicts(tx, verdicts); err != nil {
@@ -497,7 +505,12 @@ func (q *Queue) SetCursor(ctx context.Context, source, cursor string) error {
 		_, err := tx.Stmt(q.storeCursor).Exec(source, cursor, time.Now().UnixNano())
 		return err
 	}}
-	if err := q.submit(ctx, r, nil); err != nil {
+	committed := func() {
+		if q.opts.TrackSettled {
+			q.marks.reset(source, q.highSeq, cursor)
+		}
+	}
+	if err := q.submit(ctx, r, committed); err != nil {
 		return fmt.Errorf("store cursor of %q: %w", source, err)
 	}
 	return nil

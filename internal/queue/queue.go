@@ -46,6 +46,9 @@ type Options struct {
 	DedupeWindow time.Duration
 	// Logger receives the queue's logs.
 	Logger *slog.Logger
+	// TrackSettled makes the queue remember which committed cursors are
+	// settled (SettledCursors). Cluster mode sets it.
+	TrackSettled bool
 }
 
 // ErrClosed is returned by calls made after Close.
@@ -90,6 +93,10 @@ type Queue struct {
 	// verdictStmts insert 1, 2, 4 ... rows of event_verdicts (verdict.go).
 	verdictStmts map[int]*sql.Stmt
 	settle       settleStmts
+	// highSeq is the highest seq given so far (writer goroutine), and
+	// marks the marks of settled cursors (settled.go).
+	highSeq int64
+	marks   *settledMarks
 }
 
 // Open opens (creating if needed) the queue at o.Path, applies migrations and
@@ -150,7 +157,7 @@ func Open(o Options) (*Queue, error) {
 		reqs: make(chan *request, 256),
 		done: make(chan struct{}),
 	}
-	if err := errors.Join(q.load(), q.prepareInserts(), q.prepareVerdicts(), q.prepareSettle()); err != nil {
+	if err := errors.Join(q.load(), q.loadSettled(), q.prepareInserts(), q.prepareVerdicts(), q.prepareSettle()); err != nil {
 		return nil, openErr(errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
