@@ -125,7 +125,10 @@ test: test-deps
 # starves); last the real path through the built binaries, each in its
 # own process: a firehose upstream polled by bin/ingestor, acked by
 # bin/processor (see README, "Performance"), then the same on a cluster
-# of 1, 2 and 3 members on etcd (installed by test-deps); and the 20-minute
+# of 1, 2 and 3 members on etcd (installed by test-deps), and cluster mode
+# at scale (20 in-process members sharing 10,000 stub sources on one etcd
+# for 10 minutes, then one killed, failing when etcd's writes or size, the
+# spread or the time to re-own miss their targets); and the 20-minute
 # soak (every kind of source at once with retentions of a minute, failing
 # when a store, the RSS, open files or goroutines grow or an event is
 # lost; its chart in $(BIN)/soak.svg).
@@ -145,6 +148,7 @@ bench: build test-deps
 	$(BIN)/ingestor-bench -mode overload -devices 1000
 	$(BIN)/ingestor-bench -mode real
 	$(BIN)/ingestor-bench -mode cluster
+	$(BIN)/ingestor-bench -mode cluster-scale
 	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg
 
 # fmt fails, listing the files, when gofmt would change anything.

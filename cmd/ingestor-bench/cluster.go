@@ -74,31 +74,11 @@ func printCluster(w io.Writer, o options, runs []*clusterResult) error {
 // benchCluster runs the cluster load on 1, 2, ... o.members members, one
 // after the other, against one etcd.
 func benchCluster(ctx context.Context, o options, dir string, stderr io.Writer) ([]*clusterResult, error) {
-	etcdBin, err := exec.LookPath("etcd")
-	if err != nil {
-		return nil, fmt.Errorf("-mode cluster runs etcd from $PATH: %w (apt-get install etcd-server; make bench installs it)", err)
-	}
-	etcdDir := filepath.Join(dir, "etcd")
-	client, peer := freeAddr(), freeAddr()
-	etcdCmd := exec.Command(etcdBin, "--name", "bench", "--data-dir", etcdDir,
-		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
-		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "bench=http://"+peer, "--logger", "zap", "--log-level", "error")
-	etcd, err := startChild("etcd", etcdCmd, filepath.Join(dir, "etcd.log"))
+	etcd, endpoint, err := startEtcd(ctx, dir, stderr)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		// etcd exits on SIGTERM with the signal as its status: only a
-		// failure to stop it is worth reporting.
-		if err := etcd.stop(10 * time.Second); err != nil && !strings.Contains(err.Error(), "signal: terminated") {
-			fmt.Fprintln(stderr, "ingestor-bench:", err)
-		}
-	}()
-	endpoint := "http://" + client
-	if err := waitEtcd(ctx, endpoint, etcd); err != nil {
-		return nil, err
-	}
+	defer etcd.stopLogged(stderr)
 	var runs []*clusterResult
 	for n := 1; n <= o.members; n++ {
 		rdir := filepath.Join(dir, fmt.Sprintf("members-%d", n))
@@ -384,6 +364,39 @@ func waitPlacement(ctx context.Context, urls, names []string, sources int, child
 			return context.Cause(ctx)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// startEtcd runs etcd from $PATH with its data in dir/etcd, on free
+// loopback ports, with extra flags, and waits until it is healthy; stop
+// it with stopLogged.
+func startEtcd(ctx context.Context, dir string, stderr io.Writer, extra ...string) (*child, string, error) {
+	etcdBin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, "", fmt.Errorf("the cluster modes run etcd from $PATH: %w (apt-get install etcd-server; make bench installs it)", err)
+	}
+	client, peer := freeAddr(), freeAddr()
+	args := append([]string{"--name", "bench", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", "http://" + client, "--advertise-client-urls", "http://" + client,
+		"--listen-peer-urls", "http://" + peer, "--initial-advertise-peer-urls", "http://" + peer,
+		"--initial-cluster", "bench=http://" + peer, "--logger", "zap", "--log-level", "error"}, extra...)
+	etcd, err := startChild("etcd", exec.Command(etcdBin, args...), filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	endpoint := "http://" + client
+	if err := waitEtcd(ctx, endpoint, etcd); err != nil {
+		etcd.stopLogged(stderr)
+		return nil, "", err
+	}
+	return etcd, endpoint, nil
+}
+
+// stopLogged stops etcd, reporting a failure to stop it on stderr: etcd
+// exits on SIGTERM with the signal as its status, which is no failure.
+func (c *child) stopLogged(stderr io.Writer) {
+	if err := c.stop(10 * time.Second); err != nil && !strings.Contains(err.Error(), "signal: terminated") {
+		fmt.Fprintln(stderr, "ingestor-bench:", err)
 	}
 }
 

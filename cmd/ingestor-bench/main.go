@@ -141,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
@@ -186,6 +186,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.mode == modeCluster && !set["sources"] {
 		o.sources = clusterSources
 	}
+	if o.mode == modeClusterScale {
+		if !set["members"] {
+			o.members = scaleMembers
+		}
+		if !set["sources"] {
+			o.sources = scaleSources
+		}
+		if !set["duration"] {
+			o.duration = scaleDuration
+		}
+	}
 	if o.mode == modeReal && !set["half-events"] {
 		o.halfEvents = max(o.events/4, int64(o.pageSize))
 	}
@@ -193,9 +204,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeSoak, modeOverload}, o.mode) {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeSoak, modeOverload, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
 	}
 	errs = append(errs, overloadFlags(&o, set)...)
 	if o.mode == modeSoak {
@@ -204,8 +215,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		errs = append(errs, o.soak.check(o.duration))
 	}
-	if o.mode == modeCluster && o.members < 1 {
-		errs = append(errs, fmt.Errorf("-members must be at least 1, not %d", o.members))
+	if o.mode == modeCluster && o.members < 1 || o.mode == modeClusterScale && o.members < 2 {
+		errs = append(errs, fmt.Errorf("-members must be at least 1 (cluster-scale: 2), not %d", o.members))
 	}
 	if (o.mode == modeReal || o.mode == modeFirehose) && (o.pageSize < 1 || o.eventSize < 1) {
 		errs = append(errs, fmt.Errorf("-page-size and -event-size must be at least 1, not %d and %d", o.pageSize, o.eventSize))
@@ -253,6 +264,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	if o.mode == modeOverload {
 		return runOverload(ctx, o, dir, stdout, stderr)
+	}
+	if o.mode == modeClusterScale {
+		return runClusterScale(ctx, o, dir, stdout, stderr)
 	}
 	if o.mode == modeCluster {
 		runs, err := benchCluster(ctx, o, dir, stderr)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
 
@@ -231,7 +232,7 @@ func (r *soakRun) soak(ctx context.Context, progress io.Writer) (*soakResult, er
 		if err == nil {
 			err = r.exited()
 		}
-		if err == nil && !waitCtx(ctx, min(time.Second, r.so.sample/4)) {
+		if err == nil && !backoff.Sleep(ctx, min(time.Second, r.so.sample/4)) {
 			err = ctx.Err()
 		}
 	}
@@ -288,7 +289,7 @@ func (r *soakRun) finish(ctx context.Context, res *soakResult) error {
 		if err := r.exited(); err != nil {
 			return err
 		}
-		if !waitCtx(ctx, 100*time.Millisecond) {
+		if !backoff.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
 		}
 	}

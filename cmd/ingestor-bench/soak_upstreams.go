@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -213,16 +212,4 @@ func (u *soakUpstreams) stopFeeds() (firehose, stream int64) {
 	u.fire.mu.Unlock()
 	u.fire.setSchedule(schedule{base: n, until: n, start: now})
 	return n, u.stream.stop()
-}
-
-// waitCtx sleeps d or until ctx ends, and reports whether ctx is still live.
-func waitCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

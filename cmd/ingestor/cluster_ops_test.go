@@ -113,10 +113,8 @@ func (r *clusterRig) checkpoints(c *clientv3.Client) map[string]int {
 func TestClusterLostDiskLosesNothing(t *testing.T) {
 	const nSources, total = 30, 400
 	r := newClusterRig(t, nSources, total)
-	r.start("m1", "m2", "m3")
+	r.startMidFeed("m1", "m2", "m3")
 	all := r.names()
-	r.waitPlaced(all, 60*time.Second)
-	testsync.WaitFor(t, "some events applied", 60*time.Second, func() bool { return r.applied() > nSources*total/8 })
 	r.signalProcessor(syscall.SIGSTOP)
 	stopped := true
 	defer func() {
@@ -168,10 +166,8 @@ func TestClusterLostDiskLosesNothing(t *testing.T) {
 func TestClusterMemberLeavesOnlyAfterItsAcks(t *testing.T) {
 	const nSources, total = 12, 600
 	r := newClusterRig(t, nSources, total)
-	r.start("m1", "m2")
+	r.startMidFeed("m1", "m2")
 	all := r.names()
-	r.waitPlaced(all, 60*time.Second)
-	testsync.WaitFor(t, "some events applied", 60*time.Second, func() bool { return r.applied() > nSources*total/8 })
 	m2 := r.members["m2"]
 	mine := r.placedOn("m2", all)
 	r.signalProcessor(syscall.SIGSTOP)

@@ -220,6 +220,15 @@ func (r *clusterRig) runs() map[string][]string {
 	return out
 }
 
+// startMidFeed starts the members of names and waits until each source
+// runs on its placed member and an eighth of the events are applied.
+func (r *clusterRig) startMidFeed(names ...string) {
+	r.t.Helper()
+	r.start(names...)
+	r.waitPlaced(names, 60*time.Second)
+	testsync.WaitFor(r.t, "some events applied", 60*time.Second, func() bool { return r.applied() > r.sources*r.total/8 })
+}
+
 // TestClusterFailoverAfterKill kills one of three members with SIGKILL
 // while thirty sources are mid-feed: its sources run again on the
 // survivors within 15 s, never while it could still poll them, and once
@@ -228,11 +237,8 @@ func (r *clusterRig) runs() map[string][]string {
 func TestClusterFailoverAfterKill(t *testing.T) {
 	const nSources, total = 30, 400
 	r := newClusterRig(t, nSources, total)
-	r.start("m1", "m2", "m3")
+	r.startMidFeed("m1", "m2", "m3")
 	all := r.names()
-	r.waitPlaced(all, 60*time.Second)
-	testsync.WaitFor(t, "some events applied", 60*time.Second, func() bool { return r.applied() > nSources*total/8 })
-
 	var moved []string
 	for i := range nSources {
 		if src := fmt.Sprintf("s%02d", i); r.placement(all)[src] == "m2" {

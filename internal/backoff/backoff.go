@@ -4,6 +4,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -48,4 +49,17 @@ func Jitter(d time.Duration, frac float64) time.Duration {
 	}
 	spread := float64(d) * frac
 	return time.Duration(float64(d) - spread + rand.Float64()*2*spread)
+}
+
+// Sleep waits d, or less when ctx ends; it reports whether ctx is still
+// live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -174,7 +174,7 @@ func (c *Coordinator) run(ctx context.Context) {
 			if attempt == 1 || attempt%10 == 0 {
 				c.log.Warn("cluster: joining failed; retrying", "cluster", c.o.Cluster, "err", err, "retry_in", wait.Round(time.Millisecond), "attempt", attempt)
 			}
-			if !sleep(ctx, wait) {
+			if !backoff.Sleep(ctx, wait) {
 				return
 			}
 			continue
@@ -193,18 +193,6 @@ func (c *Coordinator) run(ctx context.Context) {
 		c.m.leaseLost.Inc()
 		c.dropAll("the member's lease is lost")
 		stale = m
-	}
-}
-
-// sleep waits d, or less when ctx ends; it reports whether ctx is alive.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

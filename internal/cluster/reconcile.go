@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/backoff"
 )
 
 // parallel is how many takes or hand-overs run at once.
@@ -76,7 +78,9 @@ func (c *Coordinator) place(ctx context.Context, m *Member, relist bool) bool {
 		defer cancel()
 		members, _, err := m.Members(lctx)
 		if err != nil {
-			c.log.Warn("cluster: listing members failed; placement waits", "err", err)
+			if ctx.Err() == nil {
+				c.log.Warn("cluster: listing members failed; placement waits", "err", err)
+			}
 			return false
 		}
 		live = make(map[string]bool, len(members))
@@ -87,7 +91,9 @@ func (c *Coordinator) place(ctx context.Context, m *Member, relist bool) bool {
 		if c.o.RebalanceDelay > 0 {
 			seats, err := m.Seats(lctx)
 			if err != nil {
-				c.log.Warn("cluster: listing seats failed; placement waits", "err", err)
+				if ctx.Err() == nil {
+					c.log.Warn("cluster: listing seats failed; placement waits", "err", err)
+				}
 				return false
 			}
 			all = append(all, seats...)
@@ -134,7 +140,7 @@ func (c *Coordinator) take(ctx context.Context, m *Member, name string) {
 	defer cancel()
 	o, holder, err := m.Acquire(actx, name)
 	if err != nil || o == nil {
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			c.log.Warn("cluster: taking a source failed", "source", name, "err", err)
 		} else {
 			c.log.Debug("cluster: source placed here is still held; waiting for its release", "source", name, "holder", holder)
@@ -174,16 +180,25 @@ func (c *Coordinator) handOver(ctx context.Context, name string) {
 	if own == nil {
 		return
 	}
+	// The stop and the wait for acks each get the whole budget: stops
+	// of many sources take turns on the pipeline, and the last one must
+	// not find its wait for acks already spent.
 	dctx, cancel := context.WithTimeout(ctx, c.o.HandOverWait)
 	defer cancel()
 	if err := c.host.HandOver(dctx, name); err != nil {
 		c.log.Error("cluster: stopping a source to hand it over failed", "source", name, "err", err)
 	}
-	cursor := c.settledCursor(dctx, name)
+	actx, cancelAcks := context.WithTimeout(ctx, c.o.HandOverWait)
+	defer cancelAcks()
+	cursor := c.settledCursor(actx, name)
 	c.release(own.o, cursor)
 	c.host.Forget(name)
 	c.m.moves.WithLabelValues("handed_over").Inc()
-	c.log.Info("cluster: source handed over", "source", name, "cursor", cursor)
+	if committed, _, _ := c.host.Cursor(ctx, name); committed != cursor {
+		c.log.Warn("cluster: source handed over before its events were acked; the next owner fetches them again", "source", name, "cursor", cursor, "committed", committed)
+	} else {
+		c.log.Info("cluster: source handed over", "source", name, "cursor", cursor)
+	}
 }
 
 // settledCursor waits until name's committed cursor is settled, or ctx
@@ -201,7 +216,7 @@ func (c *Coordinator) settledCursor(ctx context.Context, name string) string {
 				settled = cur
 			}
 		}
-		if settled == committed || ctx.Err() != nil || !sleep(ctx, 50*time.Millisecond) {
+		if settled == committed || ctx.Err() != nil || !backoff.Sleep(ctx, 50*time.Millisecond) {
 			return settled
 		}
 	}

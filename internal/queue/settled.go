@@ -21,7 +21,13 @@ import (
 // restart each stored cursor starts as one mark at the highest seq ever
 // given, so it settles once every event queued before the restart has.
 // A source keeps one mark per commit that added events and is not
-// settled yet, plus one: bounded by its pending frames.
+// settled yet, plus one, and at most maxMarks: past that every second
+// mark between the oldest and the newest is dropped, which only makes the
+// settled cursor found coarser (older), never newer than it may be.
+
+// maxMarks bounds the marks of one source (a backlog of many small
+// commits while no processor acks): about 20 KiB a source at most.
+const maxMarks = 256
 
 // mark is one commit's cursor and the highest seq of the source's events
 // when it committed.
@@ -59,7 +65,20 @@ func (s *settledMarks) record(source string, last int64, cursor string, globalHi
 		ms[n-1].cursor = cursor
 		return
 	}
-	s.marks[source] = append(ms, mark{seq: seq, cursor: cursor})
+	ms = append(ms, mark{seq: seq, cursor: cursor})
+	if len(ms) > maxMarks {
+		ms = thin(ms)
+	}
+	s.marks[source] = ms
+}
+
+// thin drops every second mark between the oldest and the newest.
+func thin(ms []mark) []mark {
+	out := ms[:1]
+	for i := 2; i < len(ms)-1; i += 2 {
+		out = append(out, ms[i])
+	}
+	return append(out, ms[len(ms)-1])
 }
 
 // reset makes cursor the source's only mark, at seq.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -126,4 +127,40 @@ func TestSettledCursorsOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSettled(t, q, map[string]string{}, "a")
+}
+
+// TestSettledMarksStayBounded: a backlog of many small commits keeps at
+// most maxMarks marks per source; the settled cursor found is then older
+// than or equal to the exact one, never newer, and the newest is kept.
+func TestSettledMarksStayBounded(t *testing.T) {
+	q := openSettled(t, filepath.Join(t.TempDir(), "q.db"))
+	defer q.Close()
+	ctx := t.Context()
+	var frames [][]Frame
+	for i := range 3 * maxMarks {
+		fr, err := q.Append(ctx, batch("a", i, 1, fmt.Sprintf("c%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, fr)
+	}
+	if n := len(q.marks.marks["a"]); n > maxMarks {
+		t.Fatalf("%d marks kept, want at most %d", n, maxMarks)
+	}
+	// The first 100 commits acked: the settled cursor is at most c99.
+	for _, fr := range frames[:100] {
+		ackFrames(t, q, fr)
+	}
+	got, err := q.SettledCursors(ctx, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(got["a"], "c%d", &n); err != nil || n > 99 || n < 50 {
+		t.Fatalf("settled cursor %q after acking c0..c99, want c50..c99", got["a"])
+	}
+	for _, fr := range frames[100:] {
+		ackFrames(t, q, fr)
+	}
+	wantSettled(t, q, map[string]string{"a": fmt.Sprintf("c%d", 3*maxMarks-1)}, "a")
 }

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/cluster"
+)
+
+// modeClusterScale runs -members coordinators in this process (each with
+// its own etcd client, lease and seat) sharing -sources stub sources on one
+// real etcd for -duration, then kills one member, and reports what cluster
+// mode costs etcd and the members at that scale.
+const modeClusterScale = "cluster-scale"
+
+// The scale mode's defaults: the issue's 20 members and 10,000 sources
+// for ten minutes.
+const (
+	scaleMembers  = 20
+	scaleSources  = 10_000
+	scaleDuration = 10 * time.Minute
+)
+
+// scaleSettings are the members' [cluster] settings in the scale mode;
+// compaction runs every tenth of the run, at most every minute.
+var scaleSettings = struct {
+	ttl, checkpoint time.Duration
+	maxTxnOps       int
+}{ttl: 10 * time.Second, checkpoint: time.Second, maxTxnOps: 1024}
+
+// compactEvery is the members' compact_interval for a run of d.
+func compactEvery(d time.Duration) time.Duration { return min(time.Minute, max(2*time.Second, d/10)) }
+
+// scaleResult is what the scale mode measured.
+type scaleResult struct {
+	// Compact is the members' compact_interval.
+	Compact  float64 `json:"compact_interval_s"`
+	Members  int     `json:"members"`
+	Sources  int     `json:"sources"`
+	Duration float64 `json:"duration_s"`
+	// OwnedAfter is how long until every source was held after start.
+	OwnedAfter float64 `json:"owned_after_s"`
+	// WritesPerSec is etcd's revisions per second in the steady state,
+	// WritesTarget its target (2 x members per checkpoint interval).
+	WritesPerSec float64 `json:"etcd_writes_per_s"`
+	WritesTarget float64 `json:"etcd_writes_target_per_s"`
+	// DBSizes are etcd's database size (bytes) and in-use bytes at each
+	// sample, SampleEvery apart.
+	DBSizes     []int64 `json:"etcd_db_size_bytes"`
+	DBInUse     []int64 `json:"etcd_db_in_use_bytes"`
+	SampleEvery float64 `json:"sample_every_s"`
+	// MemberCPU is the process's CPU per member, as a share of one core;
+	// EtcdCPU etcd's, in the steady state.
+	MemberCPU float64 `json:"member_cpu_core_share"`
+	EtcdCPU   float64 `json:"etcd_cpu_core_share"`
+	// Spread is the fewest and most sources a member held.
+	SpreadMin int `json:"spread_min"`
+	SpreadMax int `json:"spread_max"`
+	// Reowned is how long after a member was killed every source was
+	// held again, ReownTarget its target (lease TTL + 2 s).
+	Reowned     float64 `json:"reowned_after_s"`
+	ReownTarget float64 `json:"reown_target_s"`
+}
+
+// failures lists the targets r misses.
+func (r *scaleResult) failures() []string {
+	var out []string
+	if r.WritesPerSec > r.WritesTarget {
+		out = append(out, fmt.Sprintf("etcd writes %.1f/s, above the target %.0f/s", r.WritesPerSec, r.WritesTarget))
+	}
+	if n := len(r.DBSizes); n >= 4 {
+		mid, end := slices.Max(r.DBSizes[:n/2]), slices.Max(r.DBSizes[n/2:])
+		if float64(end) > 1.1*float64(mid)+(1<<20) {
+			out = append(out, fmt.Sprintf("etcd's database grew from %d to %d bytes in the second half of the run: not flat", mid, end))
+		}
+	}
+	mean := float64(r.Sources) / float64(r.Members)
+	if float64(r.SpreadMin) < 0.9*mean || float64(r.SpreadMax) > 1.1*mean {
+		out = append(out, fmt.Sprintf("sources per member %d-%d, beyond ±10%% of %.0f", r.SpreadMin, r.SpreadMax, mean))
+	}
+	if r.Reowned > r.ReownTarget {
+		out = append(out, fmt.Sprintf("every source held again %.1fs after a member was killed, above the target %.0fs", r.Reowned, r.ReownTarget))
+	}
+	return out
+}
+
+// scaleHost is a member's stub sources: a running source's cursor moves
+// on every step, and is settled at once.
+type scaleHost struct {
+	sources []string
+	mu      sync.Mutex
+	cursor  map[string]int
+	running map[string]bool
+}
+
+func (h *scaleHost) Placeable() []string { return h.sources }
+
+func (h *scaleHost) Start(_ context.Context, source, cursor string, checkpointed bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	if checkpointed {
+		n, _ = strconv.Atoi(cursor)
+	}
+	h.cursor[source], h.running[source] = n, true
+	return nil
+}
+
+func (h *scaleHost) HandOver(ctx context.Context, source string) error { return h.Stop(ctx, source) }
+
+func (h *scaleHost) Stop(_ context.Context, source string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.running, source)
+	return nil
+}
+
+func (h *scaleHost) Cursor(_ context.Context, source string) (string, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, ok := h.cursor[source]
+	return strconv.Itoa(n), ok, nil
+}
+
+func (h *scaleHost) Settled(_ context.Context, names []string) (map[string]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]string, len(names))
+	for _, name := range names {
+		if n, ok := h.cursor[name]; ok {
+			out[name] = strconv.Itoa(n)
+		}
+	}
+	return out, nil
+}
+
+func (h *scaleHost) Forget(string) {}
+
+// step moves every running source's cursor.
+func (h *scaleHost) step() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name := range h.running {
+		h.cursor[name]++
+	}
+}
+
+func (h *scaleHost) held() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.running)
+}
+
+// scaleMember is one in-process member.
+type scaleMember struct {
+	host   *scaleHost
+	client *clientv3.Client
+	coord  *cluster.Coordinator
+}
+
+// runClusterScale runs the scale mode and prints its result.
+func runClusterScale(ctx context.Context, o options, dir string, stdout, stderr io.Writer) error {
+	etcd, endpoint, err := startEtcd(ctx, dir, stderr, "--max-txn-ops", strconv.Itoa(scaleSettings.maxTxnOps))
+	if err != nil {
+		return err
+	}
+	defer etcd.stopLogged(stderr)
+	res, err := clusterScale(ctx, o, endpoint, etcd.cmd.Process.Pid, stderr)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		err = printJSONLine(stdout, res)
+	} else {
+		err = printClusterScale(stdout, res)
+	}
+	if f := res.failures(); len(f) > 0 {
+		return fmt.Errorf("cluster scale targets missed: %v", f)
+	}
+	return err
+}
+
+// clusterScale starts the members, measures the steady state for
+// o.duration, then kills one member and measures until its sources are
+// held again.
+func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, stderr io.Writer) (*scaleResult, error) {
+	names := make([]string, o.sources)
+	for i := range names {
+		names[i] = fmt.Sprintf("src-%05d", i)
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	members := make([]*scaleMember, o.members)
+	defer func() {
+		for _, m := range members {
+			if m != nil {
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = m.coord.Shutdown(sctx)
+				cancel()
+				_ = m.client.Close()
+			}
+		}
+	}()
+	start := time.Now()
+	for i := range members {
+		client, err := cluster.Dial(config.Cluster{EtcdEndpoints: []string{endpoint}})
+		if err != nil {
+			return nil, err
+		}
+		h := &scaleHost{sources: names, cursor: map[string]int{}, running: map[string]bool{}}
+		name := fmt.Sprintf("member-%02d", i)
+		c := cluster.NewCoordinator(client, h, cluster.CoordinatorOptions{Cluster: "scale", Member: name,
+			LeaseTTL: scaleSettings.ttl, CheckpointInterval: scaleSettings.checkpoint, CompactInterval: compactEvery(o.duration),
+			MaxTxnOps: scaleSettings.maxTxnOps, HandOverWait: 5 * time.Second, Info: []byte(`{"member":"` + name + `"}`),
+			Logger: log.With("member", name)})
+		c.Start()
+		members[i] = &scaleMember{host: h, client: client, coord: c}
+	}
+	held := func(ms []*scaleMember) int {
+		n := 0
+		for _, m := range ms {
+			n += m.host.held()
+		}
+		return n
+	}
+	if err := waitUntil(ctx, 5*time.Minute, func() bool { return held(members) == o.sources }); err != nil {
+		return nil, fmt.Errorf("every source held: %w", err)
+	}
+	res := &scaleResult{Compact: compactEvery(o.duration).Seconds(), Members: o.members, Sources: o.sources, OwnedAfter: time.Since(start).Seconds(),
+		WritesTarget: 2 * float64(o.members) / scaleSettings.checkpoint.Seconds(), ReownTarget: (scaleSettings.ttl + 2*time.Second).Seconds()}
+	stopSteps := make(chan struct{})
+	var steps sync.WaitGroup
+	steps.Go(func() {
+		t := time.NewTicker(scaleSettings.checkpoint / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSteps:
+				return
+			case <-t.C:
+				for _, m := range members {
+					m.host.step()
+				}
+			}
+		}
+	})
+	defer func() {
+		close(stopSteps)
+		steps.Wait()
+	}()
+	if err := scaleSteady(ctx, o, members, endpoint, etcdPid, res); err != nil {
+		return nil, err
+	}
+	// The last member is killed: its client closes without a word, its
+	// lease and seat expire, the others take its sources.
+	victim := members[len(members)-1]
+	_ = victim.client.Close()
+	killed := time.Now()
+	rest := members[:len(members)-1]
+	if err := waitUntil(ctx, 2*time.Minute, func() bool { return held(rest) == o.sources }); err != nil {
+		return nil, fmt.Errorf("every source held again after a member was killed: %w", err)
+	}
+	res.Reowned = time.Since(killed).Seconds()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = victim.coord.Shutdown(sctx)
+	cancel()
+	members = rest
+	return res, nil
+}
+
+// scaleSteady samples etcd and the CPU for o.duration.
+func scaleSteady(ctx context.Context, o options, members []*scaleMember, endpoint string, etcdPid int, res *scaleResult) error {
+	client, err := cluster.Dial(config.Cluster{EtcdEndpoints: []string{endpoint}})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	sample := func() (*clientv3.StatusResponse, error) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return client.Status(sctx, endpoint)
+	}
+	every := min(30*time.Second, max(time.Second, o.duration/20))
+	res.SampleEvery = every.Seconds()
+	first, err := sample()
+	if err != nil {
+		return err
+	}
+	ticks := clockTicks()
+	cpu0, err := procCPUTicks(os.Getpid())
+	if err != nil {
+		return err
+	}
+	etcd0, err := procCPUTicks(etcdPid)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	for time.Since(t0) < o.duration {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+		st, err := sample()
+		if err != nil {
+			return err
+		}
+		res.DBSizes, res.DBInUse = append(res.DBSizes, st.DbSize), append(res.DBInUse, st.DbSizeInUse)
+	}
+	last, err := sample()
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(t0).Seconds()
+	cpu1, err := procCPUTicks(os.Getpid())
+	if err != nil {
+		return err
+	}
+	etcd1, err := procCPUTicks(etcdPid)
+	if err != nil {
+		return err
+	}
+	res.Duration = elapsed
+	res.WritesPerSec = float64(last.Header.Revision-first.Header.Revision) / elapsed
+	res.MemberCPU = (cpu1 - cpu0) / ticks / elapsed / float64(len(members))
+	res.EtcdCPU = (etcd1 - etcd0) / ticks / elapsed
+	res.SpreadMin, res.SpreadMax = o.sources, 0
+	for _, m := range members {
+		n := m.host.held()
+		res.SpreadMin, res.SpreadMax = min(res.SpreadMin, n), max(res.SpreadMax, n)
+	}
+	return nil
+}
+
+// waitUntil polls cond every 50 ms until it holds, ctx ends or timeout
+// passes.
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// printClusterScale prints res as a table.
+func printClusterScale(w io.Writer, r *scaleResult) error {
+	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+	sizes := make([]string, 0, len(r.DBSizes))
+	for i := range r.DBSizes {
+		sizes = append(sizes, mib(r.DBSizes[i])+"/"+mib(r.DBInUse[i]))
+	}
+	_, err := fmt.Fprintf(w, `ingestor-bench -mode cluster-scale: %d in-process members, %d stub sources whose cursors move every %v, one etcd (--max-txn-ops %d), lease_ttl %v, checkpoint_interval %v, compact_interval %.0fs, rebalance_delay 0s
+| measure | value | target |
+|---|---|---|
+| every source held after start | %.1f s | |
+| etcd writes (revisions) per second, %.0f s steady state | %.1f | <= %.0f |
+| etcd database size / in use, MiB, every %.0f s | %v | flat |
+| CPU per member (process CPU / members) | %.1f%% of a core | |
+| etcd CPU | %.1f%% of a core | |
+| sources per member | %d-%d (mean %.0f) | ±10%% |
+| every source held again after a member was killed | %.1f s | <= %.0f s |
+`, r.Members, r.Sources, scaleSettings.checkpoint/2, scaleSettings.maxTxnOps, scaleSettings.ttl, scaleSettings.checkpoint, r.Compact,
+		r.OwnedAfter, r.Duration, r.WritesPerSec, r.WritesTarget, r.SampleEvery, sizes, 100*r.MemberCPU, 100*r.EtcdCPU,
+		r.SpreadMin, r.SpreadMax, float64(r.Sources)/float64(r.Members), r.Reowned, r.ReownTarget)
+	return err
+}
