@@ -63,9 +63,11 @@ type scaleResult struct {
 	// EtcdCPU etcd's, in the steady state.
 	MemberCPU float64 `json:"member_cpu_core_share"`
 	EtcdCPU   float64 `json:"etcd_cpu_core_share"`
-	// Spread is the fewest and most sources a member held.
-	SpreadMin int `json:"spread_min"`
-	SpreadMax int `json:"spread_max"`
+	// Spread is the fewest and most sources a member held, Held what
+	// each held.
+	SpreadMin int   `json:"spread_min"`
+	SpreadMax int   `json:"spread_max"`
+	Held      []int `json:"held"`
 	// Reowned is how long after a member was killed every source was
 	// held again, ReownTarget its target (lease TTL + 2 s).
 	Reowned     float64 `json:"reowned_after_s"`
@@ -341,6 +343,7 @@ func scaleSteady(ctx context.Context, o options, members []*scaleMember, endpoin
 	res.SpreadMin, res.SpreadMax = o.sources, 0
 	for _, m := range members {
 		n := m.host.held()
+		res.Held = append(res.Held, n)
 		res.SpreadMin, res.SpreadMax = min(res.SpreadMin, n), max(res.SpreadMax, n)
 	}
 	return nil

@@ -245,7 +245,11 @@ func (c *Coordinator) serve(ctx context.Context, m *Member) {
 			relist = true
 		case <-tick.C:
 			c.checkpoint(ctx, m)
-			relist = watchMembers == nil || c.o.RebalanceDelay > 0 && watchSeats == nil
+			// The members are listed again on every tick too (a range
+			// read, no write): a watch starts on the server after the
+			// call returns, so a join in between is seen only here.
+			// Placement is computed again only if the list changed.
+			relist = true
 		case <-compact:
 			lastRev = c.compact(ctx, m, lastRev)
 			continue

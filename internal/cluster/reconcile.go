@@ -50,11 +50,7 @@ func (c *Coordinator) reconcile(ctx context.Context, m *Member, relist bool) {
 			take = append(take, name)
 		}
 	}
-	each(take, func(name string) {
-		if ctx.Err() == nil && m.Valid() {
-			c.take(ctx, m, name)
-		}
-	})
+	c.takeAll(ctx, m, take)
 	c.mu.Lock()
 	waiting := 0
 	for _, name := range take {
@@ -120,51 +116,55 @@ func (c *Coordinator) place(ctx context.Context, m *Member, relist bool) bool {
 	return true
 }
 
-// each calls f for every name, parallel at a time, and waits.
-func each(names []string, f func(string)) {
+// each calls f for every item, parallel at a time, and waits.
+func each[T any](items []T, f func(T)) {
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
-	for _, name := range names {
+	for _, item := range items {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			f(name)
+			f(item)
 		})
 	}
 	wg.Wait()
 }
 
-// take acquires name, installs its checkpointed cursor and starts it.
-func (c *Coordinator) take(ctx context.Context, m *Member, name string) {
+// takeAll acquires those of names that no one holds, with their
+// checkpoints, and starts them.
+func (c *Coordinator) takeAll(ctx context.Context, m *Member, names []string) {
+	if len(names) == 0 || ctx.Err() != nil || !m.Valid() {
+		return
+	}
 	actx, cancel := context.WithTimeout(ctx, c.o.LeaseTTL)
 	defer cancel()
-	o, holder, err := m.Acquire(actx, name)
-	if err != nil || o == nil {
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("cluster: taking a source failed", "source", name, "err", err)
-		} else {
-			c.log.Debug("cluster: source placed here is still held; waiting for its release", "source", name, "holder", holder)
+	taken, err := m.AcquireAll(actx, names, c.o.MaxTxnOps)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("cluster: taking sources failed; retrying", "err", err)
+	}
+	each(taken, func(t Taken) {
+		if t.O == nil {
+			c.log.Debug("cluster: source placed here is still held; waiting for its release", "source", t.Source, "holder", t.Holder)
+			return
 		}
-		return
-	}
-	cursor, ok, err := m.Checkpointed(actx, name)
-	if err != nil {
-		c.log.Warn("cluster: reading the handed-over cursor failed; releasing the source", "source", name, "err", err)
-		c.release(o, "")
-		return
-	}
+		c.start(actx, t)
+	})
+}
+
+// start installs t's checkpointed cursor and starts its source here.
+func (c *Coordinator) start(ctx context.Context, t Taken) {
 	c.mu.Lock()
-	c.owned[name] = &ownedSource{o: o, checkpoint: cursor}
+	c.owned[t.Source] = &ownedSource{o: t.O, checkpoint: t.Cursor}
 	c.m.owned.Set(float64(len(c.owned)))
 	c.mu.Unlock()
-	if err := c.host.Start(actx, name, cursor, ok); err != nil {
-		c.log.Error("cluster: starting a source placed here failed; releasing it", "source", name, "err", err)
-		c.forget(name)
-		c.release(o, "")
+	if err := c.host.Start(ctx, t.Source, t.Cursor, t.Checkpointed); err != nil {
+		c.log.Error("cluster: starting a source placed here failed; releasing it", "source", t.Source, "err", err)
+		c.forget(t.Source)
+		c.release(t.O, "")
 		return
 	}
 	c.m.moves.WithLabelValues("taken").Inc()
-	c.log.Info("cluster: source placed here", "source", name, "cursor", cursor, "checkpointed", ok)
+	c.log.Info("cluster: source placed here", "source", t.Source, "cursor", t.Cursor, "checkpointed", t.Checkpointed)
 }
 
 // HandOver stops the named sources held here gracefully, all at once:
