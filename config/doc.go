@@ -24,7 +24,7 @@
 // Error messages never contain a value taken from the environment.
 //
 // The edge forwarder (`ingestor edge -c FILE`) has a file of its own with
-// one [edge] table, read by LoadEdge with the same decoder and rules, and
+// one [edge] table, read by LoadEdge into edgeconfig.Config with the same decoder and rules, and
 // documented by EdgeExampleTOML (edge.example.toml).
 //
 // ExampleTOML, embedded from ingestor.example.toml, documents every key with

@@ -4,12 +4,10 @@ import (
 	_ "embed" // EdgeExampleTOML
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"slices"
-	"time"
 
-	"github.com/ingestorhq/ingestor/internal/edge"
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 )
 
 // EdgeExampleTOML is edge.example.toml: the file of `ingestor edge -c`,
@@ -18,58 +16,23 @@ import (
 //go:embed edge.example.toml
 var EdgeExampleTOML string
 
-// Edge is the [edge] section of the edge forwarder's own config file (not
+// Edge is the [edge] table of the edge forwarder's own config file (not
 // the daemon's): what `ingestor edge -c FILE` runs with.
 type Edge struct {
 	// File is the path the config was loaded from.
 	File string
-	// URL is the daemon's ws_ingress endpoint, ws:// or wss://. Required.
-	URL string
-	// Token is the bearer token, from token or token_file. Required. It is
-	// never logged.
-	Token string
-	// CAFile is a PEM file of the CAs that sign the daemon's certificate.
-	CAFile string
-	// DeviceID fills the device_id of events without one. Required.
-	DeviceID string
-	// Outbox is the outbox's SQLite file. Default ./edge/outbox.db.
-	Outbox string
-	// MaxOutboxBytes bounds the envelopes waiting for their ACK. Default 256 MiB.
-	MaxOutboxBytes int64
-	// MaxEnvelopeBytes bounds one envelope. Default 1 MiB.
-	MaxEnvelopeBytes int
-	// HTTP is the loopback address of POST /events; "" is off.
-	HTTP string
-	// Socket is the path of the Unix socket input; "" is off.
-	Socket string
-	// Stdin reads NDJSON from standard input.
-	Stdin bool
-	// Metrics is the address of GET /metrics; "" is off.
-	Metrics string
-	// Window is how many envelopes may wait for their ACK. Default 64.
-	Window int
-	// AckTimeout, ReconnectBase, ReconnectMax: see edge.Options.
-	AckTimeout, ReconnectBase, ReconnectMax time.Duration
+	// Config holds the table's keys, with token_file read into Token.
+	edgeconfig.Config
 }
 
-// edgeTOML is [edge] as written in the file.
-type edgeTOML struct {
-	URL              string   `toml:"url"`
-	Token            string   `toml:"token"`
-	TokenFile        string   `toml:"token_file"`
-	CAFile           string   `toml:"ca_file"`
-	DeviceID         string   `toml:"device_id"`
-	Outbox           string   `toml:"outbox"`
-	MaxOutboxBytes   int64    `toml:"max_outbox_bytes"`
-	MaxEnvelopeBytes int64    `toml:"max_envelope_bytes"`
-	HTTP             string   `toml:"http"`
-	Socket           string   `toml:"socket"`
-	Stdin            bool     `toml:"stdin"`
-	Metrics          string   `toml:"metrics"`
-	Window           int64    `toml:"window"`
-	AckTimeout       duration `toml:"ack_timeout"`
-	ReconnectBase    duration `toml:"reconnect_base"`
-	ReconnectMax     duration `toml:"reconnect_max"`
+// edgeDurations are the duration keys of [edge] as written, parsed by the
+// decoder so that a bad one is reported at its line as in the daemon's
+// file. Listed first among the decode targets, they take these keys from
+// edgeconfig.Config.
+type edgeDurations struct {
+	AckTimeout    duration `toml:"ack_timeout"`
+	ReconnectBase duration `toml:"reconnect_base"`
+	ReconnectMax  duration `toml:"reconnect_max"`
 }
 
 // LoadEdge reads and parses the edge forwarder's config file at path,
@@ -84,8 +47,9 @@ func LoadEdge(path string) (*Edge, error) {
 
 // ParseEdgeWithEnv parses data, the edge forwarder's config file named
 // file, with lookup resolving ${NAME}: defaults, strict decode, then
-// validation, every problem returned at once as Errors, as ParseWithEnv
-// does for the daemon's file. The file has one table, [edge].
+// validation (edgeconfig.Config.Validate), every problem returned at once
+// as Errors, as ParseWithEnv does for the daemon's file. The file has one
+// table, [edge].
 func ParseEdgeWithEnv(file string, data []byte, lookup func(string) (string, bool)) (*Edge, error) {
 	d, top, err := newDecoder(file, data, lookup)
 	if err != nil {
@@ -96,68 +60,39 @@ func ParseEdgeWithEnv(file string, data []byte, lookup func(string) (string, boo
 			d.unknown([]string{k})
 		}
 	}
-	t := edgeTOML{
-		Outbox:           edge.DefaultOutbox,
-		MaxOutboxBytes:   edge.DefaultMaxOutboxBytes,
-		MaxEnvelopeBytes: edge.DefaultMaxEnvelopeBytes,
-		Window:           edge.DefaultWindow,
-		AckTimeout:       duration(edge.DefaultAckTimeout.String()),
-		ReconnectBase:    duration(edge.DefaultReconnectBase.String()),
-		ReconnectMax:     duration(edge.DefaultReconnectMax.String()),
-	}
+	c := edgeconfig.Default()
+	durs := edgeDurations{AckTimeout: duration(c.AckTimeout.String()), ReconnectBase: duration(c.ReconnectBase.String()),
+		ReconnectMax: duration(c.ReconnectMax.String())}
 	p := []string{"edge"}
 	if _, ok := top["edge"]; !ok {
 		d.errAt(p, "the file needs an [edge] table with at least url, token or token_file, and device_id")
 	}
-	d.section(top, "edge", &t)
-	at := func(key string) []string { return child(p, key) }
-	switch msg := edge.CheckURL(t.URL); {
-	case msg == "" || d.covered(at("url")):
-	case t.URL == "":
-		d.errAt(at("url"), "%s", msg)
-	default:
-		d.errAt(at("url"), "%s, not %s", msg, d.show(at("url"), t.URL))
-	}
-	token := d.token(at("token"), at("token_file"), t.Token, t.TokenFile, "token", edge.CheckToken)
-	if token == "" && !d.covered(at("token")) && !d.covered(at("token_file")) {
-		d.errAt(at("token"), `is required (the daemon answers 401 without it): set token = "${EDGE_TOKEN}" or token_file`)
-	}
-	if msg := edge.CheckID(t.DeviceID); msg != "" {
-		d.errAt(at("device_id"), "%s", msg)
-	}
-	if t.Outbox == "" {
-		d.errAt(at("outbox"), "must not be empty")
-	}
-	d.intRange(at("max_envelope_bytes"), t.MaxEnvelopeBytes, 1024, 64<<20)
-	d.intRange(at("max_outbox_bytes"), t.MaxOutboxBytes, max(t.MaxEnvelopeBytes, 1024), 1<<50)
-	d.intRange(at("window"), t.Window, 1, 10_000)
-	if t.HTTP != "" {
-		if msg := edge.CheckHTTPAddr(t.HTTP); msg != "" {
-			d.errAt(at("http"), "%s", msg)
+	d.section(top, "edge", &durs, &c)
+	// at is the path of key; "" is the table itself.
+	at := func(key string) []string {
+		if key == "" {
+			return p
 		}
+		return child(p, key)
 	}
-	if t.Metrics != "" {
-		if _, _, err := net.SplitHostPort(t.Metrics); err != nil {
-			d.errAt(at("metrics"), `must be host:port such as "127.0.0.1:9466", not %s`, d.show(at("metrics"), t.Metrics))
-		}
-	}
-	if t.HTTP == "" && t.Socket == "" && !t.Stdin && !d.covered(p) {
-		d.errAt(p, "no input: set http, socket or stdin = true")
-	}
-	e := &Edge{
-		File: file, URL: t.URL, Token: token, CAFile: t.CAFile, DeviceID: t.DeviceID, Outbox: t.Outbox,
-		MaxOutboxBytes: t.MaxOutboxBytes, MaxEnvelopeBytes: int(t.MaxEnvelopeBytes),
-		HTTP: t.HTTP, Socket: t.Socket, Stdin: t.Stdin, Metrics: t.Metrics, Window: int(t.Window),
-		AckTimeout:    d.duration(at("ack_timeout"), t.AckTimeout, edge.DefaultAckTimeout),
-		ReconnectBase: d.duration(at("reconnect_base"), t.ReconnectBase, edge.DefaultReconnectBase),
-		ReconnectMax:  d.duration(at("reconnect_max"), t.ReconnectMax, edge.DefaultReconnectMax),
-	}
-	if e.ReconnectMax < e.ReconnectBase {
-		d.errAt(at("reconnect_max"), "%v is less than reconnect_base %v", e.ReconnectMax, e.ReconnectBase)
+	c.AckTimeout = d.duration(at("ack_timeout"), durs.AckTimeout, c.AckTimeout)
+	c.ReconnectBase = d.duration(at("reconnect_base"), durs.ReconnectBase, c.ReconnectBase)
+	c.ReconnectMax = d.duration(at("reconnect_max"), durs.ReconnectMax, c.ReconnectMax)
+	c.Token = d.token(at("token"), at("token_file"), c.Token, c.TokenFile, "token", edgeconfig.CheckToken)
+	// A key that already has an error keeps that one, and so does a token
+	// whose token_file has one. Which ones is decided before any problem
+	// is reported, so that one about the table (no input) hides none
+	// about its keys.
+	show := func(key, v string) string { return d.show(at(key), v) }
+	problems := slices.DeleteFunc(c.Validate(show), func(fe edgeconfig.FieldError) bool {
+		return d.covered(at(fe.Key)) || fe.Key == "token" && d.covered(at("token_file"))
+	})
+	for _, fe := range problems {
+		d.errAt(at(fe.Key), "%s", fe.Msg)
 	}
 	d.undecoded()
 	if err := d.result(); err != nil {
 		return nil, err
 	}
-	return e, nil
+	return &Edge{File: file, Config: c}, nil
 }

@@ -1,13 +1,20 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 )
 
 const edgeTestdata = "../testdata/config/edge"
@@ -32,10 +39,10 @@ func TestEdgeGoodFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Edge{File: filepath.Join(edgeTestdata, "minimal.good.toml"), URL: "wss://ingest.example.com/ingest/devices/ws",
-		Token: "s3cret-token", DeviceID: "dev-1", Outbox: "./edge/outbox.db", MaxOutboxBytes: 256 << 20,
-		MaxEnvelopeBytes: 1 << 20, Stdin: true, Window: 64, AckTimeout: 30 * time.Second,
-		ReconnectBase: 500 * time.Millisecond, ReconnectMax: 30 * time.Second}
+	want := &Edge{File: filepath.Join(edgeTestdata, "minimal.good.toml"), Config: edgeconfig.Config{
+		URL: "wss://ingest.example.com/ingest/devices/ws", Token: "s3cret-token", DeviceID: "dev-1", Outbox: "./edge/outbox.db",
+		MaxOutboxBytes: 256 << 20, MaxEnvelopeBytes: 1 << 20, Stdin: true, Window: 64, AckTimeout: 30 * time.Second,
+		ReconnectBase: 500 * time.Millisecond, ReconnectMax: 30 * time.Second}}
 	if !reflect.DeepEqual(e, want) {
 		t.Errorf("got  %+v\nwant %+v", e, want)
 	}
@@ -95,13 +102,91 @@ func TestEdgeExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Token != "t0ken" || e.HTTP != "127.0.0.1:9470" || e.DeviceID != "sensor-0042" {
+	if e.Token != "t0ken" || e.HTTPAddr != "127.0.0.1:9470" || e.DeviceID != "sensor-0042" {
 		t.Errorf("example = %+v", e)
 	}
-	for _, f := range reflect.VisibleFields(reflect.TypeFor[edgeTOML]()) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[edgeconfig.Config]()) {
 		key := f.Tag.Get("toml")
 		if !strings.Contains(EdgeExampleTOML, "\n"+key+" = ") && !strings.Contains(EdgeExampleTOML, "\n# "+key+" = ") {
 			t.Errorf("edge.example.toml does not document %s", key)
 		}
 	}
+}
+
+// TestEdgeNoInputHidesNoKey checks that the problem of the [edge] table
+// itself (no input) does not hide those of its keys.
+func TestEdgeNoInputHidesNoKey(t *testing.T) {
+	data := "[edge]\nurl = \"ws://127.0.0.1:9465/ingest/d/ws\"\ntoken = \"t\"\ndevice_id = \"d\"\nack_timeout = \"soon\"\nreconnect_base = \"1m\"\nreconnect_max = \"1s\"\n"
+	_, err := ParseEdgeWithEnv("edge.toml", []byte(data), envOf(nil))
+	for _, want := range []string{
+		`edge.toml:1: edge: no input: set http, socket or stdin = true`,
+		`edge.toml:5: edge.ack_timeout: must be a duration such as "500ms", "30s" or "1m30s", not "soon"`,
+		`edge.toml:7: edge.reconnect_max: 1s is less than reconnect_base 1m0s`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+// sqlitePackage is the import path of the SQLite driver, which only the
+// forwarder's outbox and the daemon's queue need.
+const sqlitePackage = "github.com/mattn/go-sqlite3"
+
+// TestConfigImportsNoSQLite keeps SQLite out of the config package, which
+// reading the edge forwarder's file needs: it walks the imports of config
+// as `go list -deps` reports them and fails naming the path from config to
+// the SQLite driver. (The edge options once lived in internal/edge, whose
+// outbox is SQLite.)
+func TestConfigImportsNoSQLite(t *testing.T) {
+	const root = "github.com/ingestorhq/ingestor/config"
+	// The go command of the toolchain that built this test.
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.CommandContext(t.Context(), goCmd, "list", "-deps", "-json=ImportPath,Imports", root).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", root, err)
+	}
+	imports := map[string][]string{}
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list -deps %s: %v", root, err)
+		}
+		imports[p.ImportPath] = p.Imports
+	}
+	// The walk must find what config does import, or it proves nothing.
+	if importPath(imports, root, "github.com/BurntSushi/toml") == nil {
+		t.Fatalf("go list -deps %s: no path to github.com/BurntSushi/toml in %d packages", root, len(imports))
+	}
+	if chain := importPath(imports, root, sqlitePackage); chain != nil {
+		t.Errorf("config imports SQLite: %s", strings.Join(chain, " -> "))
+	}
+}
+
+// importPath returns the shortest chain of imports from one package to
+// another (or to a package below it), or nil when there is none.
+func importPath(imports map[string][]string, from, to string) []string {
+	prev := map[string]string{from: ""}
+	for queue := []string{from}; len(queue) > 0; queue = queue[1:] {
+		pkg := queue[0]
+		if pkg == to || strings.HasPrefix(pkg, to+"/") {
+			var chain []string
+			for p := pkg; p != ""; p = prev[p] {
+				chain = append([]string{p}, chain...)
+			}
+			return chain
+		}
+		for _, imp := range imports[pkg] {
+			if _, seen := prev[imp]; !seen {
+				prev[imp] = pkg
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return nil
 }

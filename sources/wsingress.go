@@ -7,16 +7,18 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 )
 
 // WSIngressSpec configures kind "ws_ingress": devices connect to
 // /ingest/NAME/ws on the push listener and send envelopes, each
-// acknowledged only once it is durable. The wire protocol is in README,
-// "Devices over WebSocket".
+// acknowledged only once it is durable. The wire protocol is in
+// PROTOCOL.md, "Device ingress (ws_ingress)" (internal/devicewire).
 type WSIngressSpec struct {
 	PushGuard
-	// MaxMessageBytes caps one envelope; a larger message closes the
-	// connection with 1008. Default 1 MiB.
+	// MaxMessageBytes caps one envelope; a larger message is answered
+	// "rejected". Default 1 MiB (devicewire.DefaultMaxEnvelopeBytes).
 	MaxMessageBytes int64 `toml:"max_message_bytes"`
 	// Token is a bearer token shared by every device (typically
 	// "${ENV_NAME}"): a device presenting it may send envelopes of any
@@ -30,7 +32,8 @@ type WSIngressSpec struct {
 	// MaxInflight is how many envelopes of one connection may wait for
 	// their commit at once; at that many, the connection is not read until
 	// one is answered (backpressure). An envelope answered "retry" keeps
-	// its place until its retry_after_ms has passed. Default 64.
+	// its place until its retry_after_ms has passed. Default 64
+	// (devicewire.DefaultWindow).
 	MaxInflight int `toml:"max_inflight"`
 	// ReadTimeout is how long a connection may stay silent (no message and
 	// no pong) while the daemon waits for it before it is dropped; it also
@@ -50,8 +53,8 @@ type WSIngressSpec struct {
 }
 
 func newWSIngressSpec() *WSIngressSpec {
-	return &WSIngressSpec{MaxMessageBytes: 1 << 20, MaxInflight: 64, ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000,
-		SeqGapGrace: "1m"}
+	return &WSIngressSpec{MaxMessageBytes: devicewire.DefaultMaxEnvelopeBytes, MaxInflight: devicewire.DefaultWindow,
+		ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000, SeqGapGrace: "1m"}
 }
 
 // maxSeqGapGrace bounds seq_gap_grace.
@@ -67,14 +70,11 @@ func (s *WSIngressSpec) SeqGrace() time.Duration {
 	return d
 }
 
-// MaxDeviceIDLen is the longest device id (and envelope string field).
-const MaxDeviceIDLen = 256
-
 // Validate implements Spec.
 func (s *WSIngressSpec) Validate() []FieldError {
 	errs := s.PushGuard.Validate()
-	if s.MaxMessageBytes < 1 || s.MaxMessageBytes > 64<<20 {
-		errs = append(errs, FieldError{"max_message_bytes", "must be between 1 and 67108864 (64 MiB)"})
+	if s.MaxMessageBytes < 1 || s.MaxMessageBytes > devicewire.MaxEnvelopeBytes {
+		errs = append(errs, FieldError{"max_message_bytes", fmt.Sprintf("must be between 1 and %d (64 MiB)", devicewire.MaxEnvelopeBytes)})
 	}
 	if s.Token != "" {
 		if msg := CheckToken(s.Token); msg != "" {
@@ -125,8 +125,8 @@ func ReadDeviceTokens(path string) (map[string]string, error) {
 			return nil, fmt.Errorf("%s:%d: want \"DEVICE_ID TOKEN\", found %d fields", path, n, len(fields))
 		}
 		device, token := fields[0], fields[1]
-		if len(device) > MaxDeviceIDLen {
-			return nil, fmt.Errorf("%s:%d: the device id is longer than %d bytes", path, n, MaxDeviceIDLen)
+		if len(device) > devicewire.MaxIDBytes {
+			return nil, fmt.Errorf("%s:%d: the device id is longer than %d bytes", path, n, devicewire.MaxIDBytes)
 		}
 		if msg := CheckToken(token); msg != "" {
 			return nil, fmt.Errorf("%s:%d: the token of device %q %s", path, n, device, msg)

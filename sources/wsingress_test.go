@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 )
 
 // TestReadDeviceTokens reads a good tokens file and refuses each kind of
@@ -29,7 +31,7 @@ func TestReadDeviceTokens(t *testing.T) {
 		{"short token", "dev-a tiny\n", `:1: the token of device "dev-a" must be at least 16 characters`},
 		{"device twice", "dev-a " + a + "\ndev-a " + b + "\n", `:2: device "dev-a" already has a token on line 1`},
 		{"token twice", "dev-a " + a + "\ndev-b " + a + "\n", `:2: device "dev-b" has the same token as device "dev-a"`},
-		{"long device id", strings.Repeat("d", MaxDeviceIDLen+1) + " " + a + "\n", ":1: the device id is longer than 256 bytes"},
+		{"long device id", strings.Repeat("d", devicewire.MaxIDBytes+1) + " " + a + "\n", ":1: the device id is longer than 256 bytes"},
 		{"no line", "# nothing yet\n", `holds no "DEVICE_ID TOKEN" line`},
 	} {
 		_, err := ReadDeviceTokens(write(tc.name, tc.text))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/edge"
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 )
 
 const edgeUsage = `usage:
@@ -65,8 +66,8 @@ type edgeFlags struct {
 }
 
 // newEdgeFlags returns the flag set of `ingestor edge`, its flags bound to
-// the fields of o and to stdinOn, each defaulting to the field's value.
-func newEdgeFlags(o *edge.Options, stdinOn *bool, f *edgeFlags, out io.Writer) *flag.FlagSet {
+// the fields of o, each defaulting to the field's value.
+func newEdgeFlags(o *edgeconfig.Config, f *edgeFlags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.path, "c", "", "config `file` with an [edge] table (see config/edge.example.toml)")
@@ -80,7 +81,7 @@ func newEdgeFlags(o *edge.Options, stdinOn *bool, f *edgeFlags, out io.Writer) *
 	fs.IntVar(&o.MaxEnvelopeBytes, "max-envelope-bytes", o.MaxEnvelopeBytes, "refuse events larger than `n` bytes")
 	fs.StringVar(&o.HTTPAddr, "http", o.HTTPAddr, "serve POST /events on this loopback `address`, e.g. 127.0.0.1:9470")
 	fs.StringVar(&o.Socket, "socket", o.Socket, "take NDJSON on a Unix socket at `path` (mode 0600), one reply line per event")
-	fs.BoolVar(stdinOn, "stdin", *stdinOn, "read NDJSON events from standard input")
+	fs.BoolVar(&o.Stdin, "stdin", o.Stdin, "read NDJSON events from standard input")
 	fs.StringVar(&o.MetricsAddr, "metrics", o.MetricsAddr, "serve GET /metrics on this `address`, e.g. 127.0.0.1:9466")
 	fs.IntVar(&o.Window, "window", o.Window, "send at most `n` envelopes ahead of their ACKs")
 	fs.DurationVar(&o.AckTimeout, "ack-timeout", o.AckTimeout, "reconnect and resend when an envelope has no answer within `d`")
@@ -99,12 +100,9 @@ func newEdgeFlags(o *edge.Options, stdinOn *bool, f *edgeFlags, out io.Writer) *
 // are parsed twice when -c names a file: once to find it, then over the
 // file's values, so that a flag given overrides the file's key.
 func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edge.Options, int) {
-	o := edge.Options{Outbox: edge.DefaultOutbox, MaxOutboxBytes: edge.DefaultMaxOutboxBytes,
-		MaxEnvelopeBytes: edge.DefaultMaxEnvelopeBytes, Window: edge.DefaultWindow, AckTimeout: edge.DefaultAckTimeout,
-		ReconnectBase: edge.DefaultReconnectBase, ReconnectMax: edge.DefaultReconnectMax}
-	var stdinOn bool
+	o := edge.Options{Config: edgeconfig.Default(), StdinReader: stdin}
 	var f edgeFlags
-	fs := newEdgeFlags(&o, &stdinOn, &f, stderr)
+	fs := newEdgeFlags(&o.Config, &f, stderr)
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fs.SetOutput(stdout)
@@ -126,8 +124,8 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 			printConfigError(stderr, err)
 			return edge.Options{}, 1
 		}
-		o, stdinOn = edgeOptions(cfg), cfg.Stdin
-		if err := newEdgeFlags(&o, &stdinOn, &f, stderr).Parse(args); err != nil {
+		o.Config = cfg.Config
+		if err := newEdgeFlags(&o.Config, &f, stderr).Parse(args); err != nil {
 			return edge.Options{}, 2 // parsed once already: not reached
 		}
 	}
@@ -139,23 +137,16 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 	if token != "" {
 		o.Token = token
 	}
-	if stdinOn {
-		o.Stdin = stdin
-	}
 	o.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	if err := o.Validate(); err != nil {
 		fmt.Fprintf(stderr, "ingestor edge: invalid settings:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		if o.Token == "" {
+			// The message names the file's keys; these are the flags'.
+			fmt.Fprintln(stderr, "  (on the command line, -token-file or -token-env gives the token)")
+		}
 		return edge.Options{}, 2
 	}
 	return o, -1
-}
-
-// edgeOptions returns the forwarder options of a loaded [edge] table.
-func edgeOptions(c *config.Edge) edge.Options {
-	return edge.Options{URL: c.URL, Token: c.Token, CAFile: c.CAFile, DeviceID: c.DeviceID, Outbox: c.Outbox,
-		MaxOutboxBytes: c.MaxOutboxBytes, MaxEnvelopeBytes: c.MaxEnvelopeBytes, HTTPAddr: c.HTTP, Socket: c.Socket,
-		MetricsAddr: c.Metrics, Window: c.Window, AckTimeout: c.AckTimeout,
-		ReconnectBase: c.ReconnectBase, ReconnectMax: c.ReconnectMax}
 }
 
 // flagToken returns the token of -token-file or -token-env, "" when
@@ -184,7 +175,7 @@ func flagToken(file, env string) (string, error) {
 	if token == "" {
 		return "", fmt.Errorf("the token in %s is empty", from)
 	}
-	if msg := edge.CheckToken(token); msg != "" {
+	if msg := edgeconfig.CheckToken(token); msg != "" {
 		return "", fmt.Errorf("the token in %s %s", from, msg)
 	}
 	return token, nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/edge"
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 )
 
 // TestEdgeHelp checks that `ingestor edge -h` prints the forwarder's
@@ -67,6 +68,12 @@ func TestEdgeRefusesBadSettings(t *testing.T) {
 		!strings.Contains(errb.String(), "edge.toml:6: edge.bogus: unknown key") {
 		t.Errorf("exit %d, stderr:\n%s", code, errb.String())
 	}
+	errb.Reset()
+	if code := run([]string{"edge", "-url", "ws://127.0.0.1:1/ingest/d/ws", "-device-id", "d", "-stdin"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "token: is required (the daemon answers 401 without it)") ||
+		!strings.Contains(errb.String(), "-token-file or -token-env gives the token") {
+		t.Errorf("no token: exit %d, stderr:\n%s", code, errb.String())
+	}
 }
 
 // TestEdgeStatus stores an event with a forwarder whose daemon is
@@ -76,8 +83,8 @@ func TestEdgeStatus(t *testing.T) {
 	dir := t.TempDir()
 	outbox := filepath.Join(dir, "outbox.db")
 	ctx, cancel := context.WithCancel(context.Background())
-	f, err := edge.Start(ctx, edge.Options{URL: "ws://127.0.0.1:1/ingest/devices/ws", Token: "t", DeviceID: "d",
-		Outbox: outbox, HTTPAddr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f, err := edge.Start(ctx, edge.Options{Config: edgeconfig.Config{URL: "ws://127.0.0.1:1/ingest/devices/ws", Token: "t", DeviceID: "d",
+		Outbox: outbox, HTTPAddr: "127.0.0.1:0"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,16 +146,16 @@ ack_timeout = "5s"
 	}
 	if o.URL != "ws://127.0.0.1:9465/ingest/devices/ws" || o.DeviceID != "from-flag" || o.Token != "env-token" ||
 		o.Outbox != "/var/lib/edge/outbox.db" || o.HTTPAddr != "127.0.0.1:9470" || o.Window != 8 ||
-		o.AckTimeout != 5*time.Second || o.Stdin != stdin || o.MaxOutboxBytes != edge.DefaultMaxOutboxBytes ||
-		o.ReconnectMax != 2*time.Second || o.ReconnectBase != edge.DefaultReconnectBase {
+		o.AckTimeout != 5*time.Second || !o.Stdin || o.StdinReader != stdin || o.MaxOutboxBytes != edgeconfig.DefaultMaxOutboxBytes ||
+		o.ReconnectMax != 2*time.Second || o.ReconnectBase != edgeconfig.DefaultReconnectBase {
 		t.Errorf("options = %+v", o)
 	}
 	o, code = edgeSettings([]string{"-c", cfg}, stdin, &out, &errb)
-	if code != -1 || o.Token != "file-token" || o.DeviceID != "from-file" || o.Stdin != nil {
+	if code != -1 || o.Token != "file-token" || o.DeviceID != "from-file" || o.Stdin {
 		t.Errorf("file only: exit %d, options %+v", code, o)
 	}
 	o, code = edgeSettings([]string{"-url", "wss://h/ingest/d/ws", "-token-env", "OTHER_EDGE_TOKEN", "-device-id", "d", "-socket", filepath.Join(dir, "s")}, stdin, &out, &errb)
-	if code != -1 || o.URL != "wss://h/ingest/d/ws" || o.Outbox != edge.DefaultOutbox || o.Socket == "" || o.Window != edge.DefaultWindow {
+	if code != -1 || o.URL != "wss://h/ingest/d/ws" || o.Outbox != edgeconfig.DefaultOutbox || o.Socket == "" || o.Window != edgeconfig.DefaultWindow {
 		t.Errorf("flags only: exit %d, options %+v (%s)", code, o, errb.String())
 	}
 }

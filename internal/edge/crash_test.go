@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -35,9 +36,11 @@ func runChild() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	err := Run(ctx, Options{
-		URL: os.Getenv("EDGE_URL"), Token: testToken, DeviceID: "dev-crash",
-		Outbox: os.Getenv("EDGE_OUTBOX"), HTTPAddr: os.Getenv("EDGE_HTTP"), Window: 16,
-		ReconnectBase: 10 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+		Config: edgeconfig.Config{
+			URL: os.Getenv("EDGE_URL"), Token: testToken, DeviceID: "dev-crash",
+			Outbox: os.Getenv("EDGE_OUTBOX"), HTTPAddr: os.Getenv("EDGE_HTTP"), Window: 16,
+			ReconnectBase: 10 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+		},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {

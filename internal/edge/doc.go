@@ -2,7 +2,8 @@
 // `ingestor edge` runs. It takes events from local producers, keeps them
 // in its own SQLite outbox, and sends them over one WebSocket connection
 // to a daemon's ws_ingress source (the protocol is in PROTOCOL.md,
-// "Device ingress (ws_ingress)").
+// "Device ingress (ws_ingress)", and in internal/devicewire, which makes
+// the envelopes and reads the answers).
 //
 // # What is guaranteed
 //
@@ -47,6 +48,9 @@
 //
 // Run starts a forwarder and returns when its context ends; Start returns
 // a running Forwarder, for tests and for callers that need its addresses.
+// Both take Options: the settings of the [edge] table (edgeconfig.Config,
+// which config.LoadEdge reads without bringing in this package's SQLite)
+// and what only a program gives (a logger, a registerer, a stdin).
 // ReadStatus reads an outbox's backlog, whether a forwarder runs on it or
 // not. The outbox's directory holds a LOCK file so that two forwarders
 // never share one outbox.

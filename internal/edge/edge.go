@@ -10,9 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,61 +18,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
+	"github.com/ingestorhq/ingestor/internal/devicewire"
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 	"github.com/ingestorhq/ingestor/internal/unixsock"
 )
 
-// The defaults of Options.
-const (
-	DefaultOutbox           = "./edge/outbox.db"
-	DefaultMaxOutboxBytes   = 256 << 20
-	DefaultMaxEnvelopeBytes = 1 << 20
-	DefaultWindow           = 64
-	DefaultAckTimeout       = 30 * time.Second
-	DefaultWriteTimeout     = 10 * time.Second
-	DefaultReconnectBase    = 500 * time.Millisecond
-	DefaultReconnectMax     = 30 * time.Second
-)
+// DefaultWriteTimeout bounds the handshake and the write of one envelope.
+const DefaultWriteTimeout = 10 * time.Second
 
-// Options configure a forwarder. The zero value of a field means its
-// default, except for URL, Token and DeviceID, which are required.
+// Options configure a forwarder: the settings of its [edge] table
+// (edgeconfig.Config, whose zero fields mean their defaults here), and
+// what only a program gives. URL, Token and DeviceID are required.
 type Options struct {
-	// URL is the daemon's ws_ingress endpoint,
-	// ws://HOST:PORT/ingest/NAME/ws or wss://....
-	URL string
-	// Token is the bearer token sent on the handshake. It is never logged.
-	Token string
-	// CAFile, when set, is a PEM file of the CAs that sign the daemon's
-	// certificate (wss:// with a private CA); default the system's.
-	CAFile string
-	// DeviceID fills the device_id of events that have none.
-	DeviceID string
-	// Outbox is the SQLite file of the outbox. Default DefaultOutbox.
-	Outbox string
-	// MaxOutboxBytes bounds the bytes of the envelopes waiting for their
-	// ACK; new events are refused beyond it. Default 256 MiB.
-	MaxOutboxBytes int64
-	// MaxEnvelopeBytes bounds one envelope; it must not exceed what the
-	// daemon accepts in one message. Default 1 MiB.
-	MaxEnvelopeBytes int
-	// HTTPAddr, when set, serves POST /events on this loopback address.
-	HTTPAddr string
-	// Socket, when set, is the path of a Unix socket (mode 0600) taking
-	// NDJSON, one reply line per event.
-	Socket string
-	// Stdin, when set, is read as NDJSON (os.Stdin for -stdin).
-	Stdin io.Reader
-	// MetricsAddr, when set, serves GET /metrics.
-	MetricsAddr string
-	// Window is how many envelopes may wait for their ACK at once.
-	// Default 64.
-	Window int
-	// AckTimeout is how long an envelope may wait for its answer before
-	// the connection is dropped and made again (which resends it).
-	// Default 30s.
-	AckTimeout time.Duration
-	// ReconnectBase and ReconnectMax are the capped exponential backoff,
-	// with full jitter, between connection attempts. Default 500ms, 30s.
-	ReconnectBase, ReconnectMax time.Duration
+	edgeconfig.Config
+	// StdinReader is what the stdin input reads when Stdin is set;
+	// default os.Stdin.
+	StdinReader io.Reader
 	// Logger receives the forwarder's log; default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the metrics instead of a registry of the
@@ -85,26 +44,10 @@ type Options struct {
 
 // withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
-	set := func(p *time.Duration, d time.Duration) {
-		if *p == 0 {
-			*p = d
-		}
+	o.Config = o.Config.WithDefaults()
+	if o.Stdin && o.StdinReader == nil {
+		o.StdinReader = os.Stdin
 	}
-	if o.Outbox == "" {
-		o.Outbox = DefaultOutbox
-	}
-	if o.MaxOutboxBytes == 0 {
-		o.MaxOutboxBytes = DefaultMaxOutboxBytes
-	}
-	if o.MaxEnvelopeBytes == 0 {
-		o.MaxEnvelopeBytes = DefaultMaxEnvelopeBytes
-	}
-	if o.Window == 0 {
-		o.Window = DefaultWindow
-	}
-	set(&o.AckTimeout, DefaultAckTimeout)
-	set(&o.ReconnectBase, DefaultReconnectBase)
-	set(&o.ReconnectMax, DefaultReconnectMax)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -113,98 +56,11 @@ func (o Options) withDefaults() Options {
 
 // Validate returns every problem with o (after its defaults), joined.
 func (o Options) Validate() error {
-	o = o.withDefaults()
 	var errs []error
-	if msg := CheckURL(o.URL); msg != "" {
-		errs = append(errs, fmt.Errorf("url: %s", msg))
-	}
-	if o.Token == "" {
-		errs = append(errs, errors.New("token: is required (the daemon answers 401 without it): set -token-file or -token-env, or token or token_file in the [edge] table"))
-	} else if msg := CheckToken(o.Token); msg != "" {
-		errs = append(errs, fmt.Errorf("token: %s", msg))
-	}
-	if msg := CheckID(o.DeviceID); msg != "" {
-		errs = append(errs, fmt.Errorf("device_id: %s", msg))
-	}
-	if o.MaxOutboxBytes < int64(o.MaxEnvelopeBytes) {
-		errs = append(errs, fmt.Errorf("max_outbox_bytes: %d is less than max_envelope_bytes %d", o.MaxOutboxBytes, o.MaxEnvelopeBytes))
-	}
-	if o.MaxEnvelopeBytes < 1024 {
-		errs = append(errs, fmt.Errorf("max_envelope_bytes: must be at least 1024, not %d", o.MaxEnvelopeBytes))
-	}
-	if o.HTTPAddr != "" {
-		if msg := CheckHTTPAddr(o.HTTPAddr); msg != "" {
-			errs = append(errs, fmt.Errorf("http: %s", msg))
-		}
-	}
-	if o.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
-			errs = append(errs, fmt.Errorf("metrics: must be host:port such as \"127.0.0.1:9466\", not %q", o.MetricsAddr))
-		}
-	}
-	if o.HTTPAddr == "" && o.Socket == "" && o.Stdin == nil {
-		errs = append(errs, errors.New("no input: set http, socket or stdin"))
-	}
-	if o.Window < 1 || o.Window > 10_000 {
-		errs = append(errs, fmt.Errorf("window: must be between 1 and 10000, not %d", o.Window))
-	}
-	for name, d := range map[string]time.Duration{"ack_timeout": o.AckTimeout, "reconnect_base": o.ReconnectBase, "reconnect_max": o.ReconnectMax} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s: must be positive, not %v", name, d))
-		}
-	}
-	if o.ReconnectMax < o.ReconnectBase {
-		errs = append(errs, fmt.Errorf("reconnect_max: %v is less than reconnect_base %v", o.ReconnectMax, o.ReconnectBase))
+	for _, fe := range o.Config.WithDefaults().Validate(nil) {
+		errs = append(errs, fe)
 	}
 	return errors.Join(errs...)
-}
-
-// CheckURL returns what is wrong with a daemon URL, or "".
-func CheckURL(s string) string {
-	if s == "" {
-		return `is required, e.g. "ws://127.0.0.1:9465/ingest/NAME/ws"`
-	}
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return `must be a ws:// or wss:// URL such as "wss://ingest.example.com:9465/ingest/NAME/ws"`
-	}
-	return ""
-}
-
-// CheckToken returns what is wrong with a bearer token, or "". Messages
-// never quote the token.
-func CheckToken(token string) string {
-	for i := range len(token) {
-		if c := token[i]; c <= ' ' || c > '~' {
-			return "must be printable ASCII without spaces (it is sent in an HTTP header)"
-		}
-	}
-	return ""
-}
-
-// CheckID returns what is wrong with a device id, or "".
-func CheckID(id string) string {
-	switch {
-	case id == "":
-		return "is required: it fills the device_id of every event that has none"
-	case len(id) > maxIDBytes:
-		return fmt.Sprintf("is %d bytes long, over the limit of %d", len(id), maxIDBytes)
-	}
-	return ""
-}
-
-// CheckHTTPAddr returns what is wrong with the address of the HTTP input,
-// or "". It has no authentication, so it must be loopback.
-func CheckHTTPAddr(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Sprintf("must be a loopback host:port such as \"127.0.0.1:9470\", not %q", addr)
-	}
-	if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Sprintf("must be a loopback address such as \"127.0.0.1:9470\", not %q: the HTTP input has no authentication "+
-			"(use a Unix socket, whose mode is 0600, to take events from other users' processes)", addr)
-	}
-	return ""
 }
 
 // Forwarder is a running edge forwarder: started by Start, stopped by
@@ -213,7 +69,7 @@ type Forwarder struct {
 	opts  Options
 	log   *slog.Logger
 	ob    *outbox
-	fill  *filler
+	enc   *devicewire.Encoder
 	m     *metrics
 	retry backoff.Policy
 
@@ -260,7 +116,7 @@ func Start(ctx context.Context, o Options) (*Forwarder, error) {
 	}
 	f := &Forwarder{opts: o, log: o.Logger, ob: ob, done: make(chan struct{}),
 		retry: backoff.Policy{Base: o.ReconnectBase, Max: o.ReconnectMax},
-		fill:  &filler{deviceID: o.DeviceID, sessionID: newID(), maxBytes: o.MaxEnvelopeBytes, now: time.Now}}
+		enc:   &devicewire.Encoder{DeviceID: o.DeviceID, SessionID: devicewire.NewID(), MaxBytes: o.MaxEnvelopeBytes, Now: time.Now}}
 	reg, gather := o.Registerer, prometheus.Gatherer(nil)
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		gather = g
@@ -280,7 +136,7 @@ func Start(ctx context.Context, o Options) (*Forwarder, error) {
 		ob: ob, log: o.Logger, m: f.m}
 	events, bytes := ob.backlog()
 	f.log.Info("edge forwarder started", "outbox", o.Outbox, "pending_events", events, "pending_bytes", bytes,
-		"url", o.URL, "device_id", o.DeviceID, "session_id", f.fill.sessionID)
+		"url", o.URL, "device_id", o.DeviceID, "session_id", f.enc.SessionID)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -366,11 +222,11 @@ func (f *Forwarder) serve(ctx context.Context) {
 			f.acceptSocket(ctx)
 		}()
 	}
-	if f.opts.Stdin != nil {
+	if f.opts.Stdin {
 		// Not in wg: a read of stdin cannot be interrupted, so a stop
 		// does not wait for it. The outbox refuses its commits once closed.
 		go func() {
-			if err := f.readStdin(ctx, f.opts.Stdin); err != nil {
+			if err := f.readStdin(ctx, f.opts.StdinReader); err != nil {
 				f.log.Error("stdin input stopped", "err", err)
 			}
 		}()

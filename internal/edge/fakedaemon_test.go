@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -232,14 +233,16 @@ func (d *fakeDaemon) storedPayloads() map[string]bool {
 // new temporary directory and the HTTP input on a free loopback port.
 func testOptions(t testing.TB, d *fakeDaemon) Options {
 	return Options{
-		URL:           d.url(),
-		Token:         testToken,
-		DeviceID:      "dev-1",
-		Outbox:        filepath.Join(t.TempDir(), "outbox.db"),
-		HTTPAddr:      "127.0.0.1:0",
-		ReconnectBase: 10 * time.Millisecond,
-		ReconnectMax:  200 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config: edgeconfig.Config{
+			URL:           d.url(),
+			Token:         testToken,
+			DeviceID:      "dev-1",
+			Outbox:        filepath.Join(t.TempDir(), "outbox.db"),
+			HTTPAddr:      "127.0.0.1:0",
+			ReconnectBase: 10 * time.Millisecond,
+			ReconnectMax:  200 * time.Millisecond,
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 

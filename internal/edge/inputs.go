@@ -102,7 +102,7 @@ func (f *Forwarder) parseLines(lines []line) (envs []*envelope, problems []error
 			problems[i] = l.err
 			continue
 		}
-		envs[i], problems[i] = f.fill.parse(l.data)
+		envs[i], problems[i] = parse(f.enc, l.data)
 	}
 	return envs, problems
 }
@@ -129,7 +129,7 @@ func (f *Forwarder) store(ctx context.Context, envs []*envelope) error {
 // pauses and the same lines are tried again until they are stored, so a
 // producer writing to a pipe is held back rather than losing events.
 func (f *Forwarder) readStdin(ctx context.Context, r io.Reader) error {
-	err := readBatches(r, f.fill.maxBytes, func(lines []line) error {
+	err := readBatches(r, f.enc.MaxBytes, func(lines []line) error {
 		envs, problems := f.parseLines(lines)
 		var valid []*envelope
 		for i, p := range problems {
@@ -175,7 +175,7 @@ func (f *Forwarder) readStdin(ctx context.Context, r io.Reader) error {
 // NDJSON line, in order, each written after the event's commit.
 func (f *Forwarder) serveSocket(ctx context.Context, conn net.Conn) error {
 	enc := json.NewEncoder(conn)
-	err := readBatches(conn, f.fill.maxBytes, func(lines []line) error {
+	err := readBatches(conn, f.enc.MaxBytes, func(lines []line) error {
 		envs, problems := f.parseLines(lines)
 		var valid []*envelope
 		for i, p := range problems {
@@ -196,7 +196,7 @@ func (f *Forwarder) serveSocket(ctx context.Context, conn net.Conn) error {
 			case stored != nil:
 				r = reply{Status: replyError, Error: stored.Error()}
 			default:
-				r.EventID = envs[i].eventID
+				r.EventID = envs[i].EventID
 			}
 			if err := enc.Encode(r); err != nil {
 				return err
@@ -239,7 +239,7 @@ func (f *Forwarder) handleEvents(w http.ResponseWriter, r *http.Request) {
 	var lines []line
 	if trimmed := bytes.TrimSpace(body); json.Valid(trimmed) {
 		lines = []line{{n: 1, data: trimmed}}
-	} else if err := readBatches(bytes.NewReader(body), f.fill.maxBytes, func(b []line) error {
+	} else if err := readBatches(bytes.NewReader(body), f.enc.MaxBytes, func(b []line) error {
 		lines = append(lines, b...)
 		return nil
 	}); err != nil {
@@ -272,7 +272,7 @@ func (f *Forwarder) handleEvents(w http.ResponseWriter, r *http.Request) {
 	default:
 		ids := make([]string, len(envs))
 		for i, e := range envs {
-			ids[i] = e.eventID
+			ids[i] = e.EventID
 		}
 		f.writeReply(w, http.StatusOK, reply{Status: replyAccepted, EventIDs: ids})
 	}

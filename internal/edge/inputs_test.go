@@ -194,7 +194,7 @@ func TestStdinPausesWhenFull(t *testing.T) {
 	o.MaxEnvelopeBytes = 1024
 	o.MaxOutboxBytes = 2048
 	pr, pw := io.Pipe()
-	o.Stdin = pr
+	o.Stdin, o.StdinReader = true, pr
 	var logs testsync.LockedBuffer
 	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	f := startForwarder(t, o)

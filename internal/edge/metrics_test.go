@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -53,7 +54,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	for name, want := range map[string]float64{
 		"ingestor_edge_outbox_events": 1, "ingestor_edge_connected": 1, "ingestor_edge_accepted_total": 1,
 		`ingestor_edge_refused_total{reason="invalid"}`: 1, "ingestor_edge_acked_total": 0, "ingestor_edge_connects_total": 1,
-		"ingestor_edge_outbox_max_bytes": DefaultMaxOutboxBytes,
+		"ingestor_edge_outbox_max_bytes": edgeconfig.DefaultMaxOutboxBytes,
 	} {
 		if m[name] != want {
 			t.Errorf("%s = %v, want %v", name, m[name], want)

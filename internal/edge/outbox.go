@@ -13,6 +13,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the outbox database
 
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/durable"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
@@ -283,14 +284,14 @@ func (o *outbox) store(ctx context.Context, tx *sql.Tx, items []*envelope, now, 
 	}
 	var size int64
 	for _, e := range items {
-		e.raw = e.base
-		if e.needSeq {
+		e.raw = e.Base
+		if e.NeedSeq {
 			var seq int64
 			if err := tx.QueryRowContext(ctx, `INSERT INTO seq (device_id, last) VALUES (?, 1)
-				ON CONFLICT (device_id) DO UPDATE SET last = last + 1 RETURNING last`, e.deviceID).Scan(&seq); err != nil {
-				return 0, fmt.Errorf("outbox: next seq of device %q: %w", e.deviceID, err)
+				ON CONFLICT (device_id) DO UPDATE SET last = last + 1 RETURNING last`, e.DeviceID).Scan(&seq); err != nil {
+				return 0, fmt.Errorf("outbox: next seq of device %q: %w", e.DeviceID, err)
 			}
-			e.raw = withSeq(e.base, seq)
+			e.raw = e.WithSeq(seq)
 		}
 		size += int64(len(e.raw))
 	}
@@ -303,8 +304,8 @@ func (o *outbox) store(ctx context.Context, tx *sql.Tx, items []*envelope, now, 
 	}
 	for _, e := range items {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO outbox (event_id, envelope, size, created_at) VALUES (?, ?, ?, ?)`,
-			e.eventID, e.raw, len(e.raw), now); err != nil {
-			return 0, fmt.Errorf("outbox: store event %s: %w", e.eventID, err)
+			e.EventID, e.raw, len(e.raw), now); err != nil {
+			return 0, fmt.Errorf("outbox: store event %s: %w", e.EventID, err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `RELEASE add_request`); err != nil {
@@ -398,14 +399,14 @@ func (o *outbox) settle(ctx context.Context, sent []int64, outs []outcome) (drop
 		for _, out := range outs {
 			var size int64
 			switch out.status {
-			case statusStored:
+			case devicewire.StatusStored:
 				if err := tx.QueryRowContext(ctx, `DELETE FROM outbox WHERE id = ? RETURNING size`, out.id).Scan(&size); err != nil {
 					if errors.Is(err, sql.ErrNoRows) {
 						continue
 					}
 					return err
 				}
-			case statusRejected:
+			case devicewire.StatusRejected:
 				if _, err := tx.ExecContext(ctx, `INSERT INTO dead_letters (event_id, envelope, reason, attempts, created_at, failed_at)
 					SELECT event_id, envelope, ?, attempts, created_at, ? FROM outbox WHERE id = ?`, out.reason, now, out.id); err != nil {
 					return err
@@ -416,7 +417,7 @@ func (o *outbox) settle(ctx context.Context, sent []int64, outs []outcome) (drop
 					}
 					return err
 				}
-			case statusRetry:
+			case devicewire.StatusRetry:
 				if _, err := tx.ExecContext(ctx, `UPDATE outbox SET next_attempt = ?, last_error = ? WHERE id = ?`,
 					out.retryAt.UnixMilli(), out.reason, out.id); err != nil {
 					return err

@@ -10,11 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/devicewire"
+	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
 )
 
-// testFiller completes items for the outbox tests.
-func testFiller() *filler {
-	return &filler{deviceID: "dev-1", sessionID: "s1", maxBytes: DefaultMaxEnvelopeBytes, now: time.Now}
+// testEncoder makes the envelopes of the outbox tests.
+func testEncoder() *devicewire.Encoder {
+	return &devicewire.Encoder{DeviceID: "dev-1", SessionID: "s1", MaxBytes: edgeconfig.DefaultMaxEnvelopeBytes, Now: time.Now}
 }
 
 func openTestOutbox(t *testing.T, path string, maxBytes int64) *outbox {
@@ -29,10 +32,10 @@ func openTestOutbox(t *testing.T, path string, maxBytes int64) *outbox {
 // envelopes parses items, failing the test on a bad one.
 func envelopes(t *testing.T, items ...string) []*envelope {
 	t.Helper()
-	fl := testFiller()
+	enc := testEncoder()
 	var out []*envelope
 	for _, it := range items {
-		e, err := fl.parse([]byte(it))
+		e, err := parse(enc, []byte(it))
 		if err != nil {
 			t.Fatalf("parse %s: %v", it, err)
 		}
@@ -67,7 +70,7 @@ func TestOutboxCommitSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rows) != 2 || !bytes.Equal(rows[0].env, envs[0].raw) || !bytes.Equal(rows[1].env, envs[1].raw) ||
-		rows[0].eventID != envs[0].eventID {
+		rows[0].eventID != envs[0].EventID {
 		t.Fatalf("rows = %+v", rows)
 	}
 	if !bytes.HasPrefix(rows[0].env, []byte(`{"seq":1,`)) || !bytes.HasPrefix(rows[1].env, []byte(`{"seq":2,`)) {
@@ -126,7 +129,7 @@ func TestOutboxFullRefusesAndStoresNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ob.settle(t.Context(), nil, []outcome{{id: rows[0].id, status: statusStored}}); err != nil {
+	if _, err := ob.settle(t.Context(), nil, []outcome{{id: rows[0].id, status: devicewire.StatusStored}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ob.add(t.Context(), batch); err != nil {
@@ -154,9 +157,9 @@ func TestOutboxSettle(t *testing.T) {
 	}
 	retryAt := time.Now().Add(time.Hour)
 	if _, err := ob.settle(t.Context(), []int64{rows[1].id, rows[2].id}, []outcome{
-		{id: rows[0].id, status: statusStored},
-		{id: rows[1].id, status: statusRejected, reason: "bad type"},
-		{id: rows[2].id, status: statusRetry, reason: "busy", retryAt: retryAt},
+		{id: rows[0].id, status: devicewire.StatusStored},
+		{id: rows[1].id, status: devicewire.StatusRejected, reason: "bad type"},
+		{id: rows[2].id, status: devicewire.StatusRetry, reason: "busy", retryAt: retryAt},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -226,50 +229,6 @@ func TestReadStatus(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "none.db")
 	if _, err := ReadStatus(context.Background(), missing); err == nil || fileExists(missing) {
 		t.Errorf("ReadStatus of a missing file: %v (created: %v)", err, fileExists(missing))
-	}
-}
-
-// TestParseEnvelope checks how input items become envelopes, and that
-// every item the daemon would reject is refused with the reason.
-func TestParseEnvelope(t *testing.T) {
-	fl := testFiller()
-	fl.maxBytes = 2048
-	e, err := fl.parse([]byte(`{"type":"t","payload":null,"extra":{"k":[1,2]},"event_id":"e1","ts":"2026-01-02T03:04:05.5+01:00","seq":7}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.eventID != "e1" || e.needSeq || e.deviceID != "dev-1" {
-		t.Errorf("envelope = %+v", e)
-	}
-	for _, want := range []string{`"extra":{"k":[1,2]}`, `"ts":"2026-01-02T03:04:05.5+01:00"`, `"session_id":"s1"`, `"schema_version":1`, `"seq":7`, `"payload":null`} {
-		if !bytes.Contains(e.base, []byte(want)) {
-			t.Errorf("envelope %s lacks %s", e.base, want)
-		}
-	}
-	long := strings.Repeat("x", 257)
-	for _, tc := range []struct{ in, want string }{
-		{``, "empty"},
-		{`[1]`, "not a JSON object"},
-		{`null`, "not a JSON object"},
-		{`{"type":"t"`, "not a JSON object"},
-		{"{\"type\":\"\xff\",\"payload\":1}", "UTF-8"},
-		{`{"payload":1}`, `"type" is required`},
-		{`{"type":"","payload":1}`, `"type" must be a non-empty string`},
-		{`{"type":3,"payload":1}`, `"type" must be a non-empty string`},
-		{`{"type":"t"}`, `"payload" is required`},
-		{`{"type":"t","payload":1,"event_id":""}`, `"event_id" must be a non-empty string`},
-		{`{"type":"t","payload":1,"event_id":"` + long + `"}`, `"event_id" is 257 bytes long`},
-		{`{"type":"t","payload":1,"device_id":7}`, `"device_id" must be`},
-		{`{"type":"t","payload":1,"session_id":null}`, `"session_id" must be`},
-		{`{"type":"t","payload":1,"ts":"yesterday"}`, `"ts" must be an RFC 3339 time`},
-		{`{"type":"t","payload":1,"ts":5}`, `"ts" must be an RFC 3339 time string`},
-		{`{"type":"t","payload":1,"schema_version":2}`, `"schema_version" must be 1`},
-		{`{"type":"t","payload":1,"seq":1.5}`, `"seq" must be an integer`},
-		{`{"type":"t","payload":"` + strings.Repeat("x", 2048) + `"}`, "over max_envelope_bytes 2048"},
-	} {
-		if _, err := fl.parse([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("parse %.60q: %v, want %q", tc.in, err, tc.want)
-		}
 	}
 }
 

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,25 +12,11 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
-)
-
-// The statuses of a ws_ingress ACK.
-const (
-	statusStored   = "stored"
-	statusRejected = "rejected"
-	statusRetry    = "retry"
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 )
 
 // maxRetryAfter caps how long a "retry" answer can hold an envelope back.
 const maxRetryAfter = 10 * time.Minute
-
-// ackMessage is one daemon -> device message of the ws_ingress protocol.
-type ackMessage struct {
-	EventID      string `json:"event_id"`
-	Status       string `json:"status"`
-	Reason       string `json:"reason"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-}
 
 // sender keeps one WebSocket connection to the daemon and sends it the
 // outbox's rows, at most window of them unacknowledged at a time.
@@ -112,7 +97,7 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 	// The reader's context is not ctx: coder/websocket closes a connection
 	// whose Read is cancelled, and a shutdown closes it properly below.
 	rctx, stopReader := context.WithCancel(context.Background())
-	acks := make(chan ackMessage, s.window)
+	acks := make(chan devicewire.Ack, s.window)
 	readErr := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
@@ -196,7 +181,7 @@ func ignoreClosed(err error) error {
 
 // readAcks reads the daemon's messages into acks until the connection
 // fails.
-func readAcks(ctx context.Context, conn *websocket.Conn, acks chan<- ackMessage) error {
+func readAcks(ctx context.Context, conn *websocket.Conn, acks chan<- devicewire.Ack) error {
 	for {
 		typ, data, err := conn.Read(ctx)
 		if err != nil {
@@ -207,8 +192,8 @@ func readAcks(ctx context.Context, conn *websocket.Conn, acks chan<- ackMessage)
 			}
 			return fmt.Errorf("read from the daemon: %w", err)
 		}
-		var a ackMessage
-		if typ != websocket.MessageText || json.Unmarshal(data, &a) != nil {
+		a, err := devicewire.DecodeAck(data)
+		if typ != websocket.MessageText || err != nil {
 			return fmt.Errorf("the daemon sent a message that is not a JSON ACK: %.200q", data)
 		}
 		select {
@@ -249,9 +234,9 @@ func (s *sender) fill(ctx context.Context, conn *websocket.Conn, w *window) erro
 
 // settle applies first and every other ACK already waiting to the outbox
 // in one transaction, with the attempts not counted yet.
-func (s *sender) settle(ctx context.Context, first ackMessage, acks <-chan ackMessage, w *window) error {
+func (s *sender) settle(ctx context.Context, first devicewire.Ack, acks <-chan devicewire.Ack, w *window) error {
 	var outs []outcome
-	add := func(a ackMessage) {
+	add := func(a devicewire.Ack) {
 		f, ok := w.inflight[a.EventID]
 		if !ok {
 			s.log.Warn("ACK for an event not in flight, ignored", "event_id", a.EventID, "status", a.Status, "reason", a.Reason)
@@ -259,12 +244,12 @@ func (s *sender) settle(ctx context.Context, first ackMessage, acks <-chan ackMe
 		}
 		out := outcome{id: f.id, status: a.Status, reason: a.Reason}
 		switch a.Status {
-		case statusStored:
+		case devicewire.StatusStored:
 			s.m.acked.Inc()
-		case statusRejected:
+		case devicewire.StatusRejected:
 			s.m.rejected.Inc()
 			s.log.Error("the daemon rejected an event, moved to the local dead letters", "event_id", a.EventID, "reason", a.Reason)
-		case statusRetry:
+		case devicewire.StatusRetry:
 			s.m.retried.Inc()
 			wait := time.Duration(a.RetryAfterMS) * time.Millisecond
 			if wait <= 0 {

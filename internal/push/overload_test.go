@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -83,7 +84,7 @@ func TestWSIngressOverloadKeepsCommitting(t *testing.T) {
 				select {
 				case a := <-d.acks:
 					switch a.Status {
-					case ackRetry:
+					case devicewire.StatusRetry:
 						// Sent again after the wait it was told, while the
 						// device goes on reading answers.
 						retries.Add(1)
@@ -94,9 +95,9 @@ func TestWSIngressOverloadKeepsCommitting(t *testing.T) {
 							_ = d.conn.Write(context.Background(), websocket.MessageText, msg) // fails only once the test ended
 						})
 						continue
-					case ackStored:
+					case devicewire.StatusStored:
 						stored.Add(1)
-					case ackRejected:
+					case devicewire.StatusRejected:
 						rejected.Add(1)
 					}
 					answered++

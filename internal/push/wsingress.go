@@ -17,8 +17,9 @@ import (
 
 // wsIngress serves a kind "ws_ingress" source: GET /ingest/NAME/ws upgrades
 // to a WebSocket on which a device sends envelopes and gets one answer per
-// envelope (wsingress_conn.go). Each connection is served by its own
-// goroutines, so a slow or silent device holds up nobody else.
+// envelope (wsingress_conn.go; the envelopes and answers themselves are
+// internal/devicewire's). Each connection is served by its own goroutines,
+// so a slow or silent device holds up nobody else.
 type wsIngress struct {
 	env          handlerEnv
 	maxMessage   int64

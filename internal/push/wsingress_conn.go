@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
 )
 
@@ -164,18 +165,18 @@ func (c *wsConn) readLoop() closeReason {
 		c.pending.Add(1)
 		c.mu.Unlock()
 		if oversize {
-			c.answer(ack{EventID: oversizeEventID(msg), Status: ackRejected,
+			c.answer(devicewire.Ack{EventID: oversizeEventID(msg), Status: devicewire.StatusRejected,
 				Reason: "message over max_message_bytes (" + strconv.FormatInt(c.h.maxMessage, 10) + ")"}, c.device, 413)
 			continue
 		}
-		env, err := decodeEnvelope(msg)
+		env, err := devicewire.DecodeEnvelope(msg)
 		if err == nil && c.device != "" && env.DeviceID != c.device {
 			err = fmt.Errorf("device_id %q is not the device of the token (%q)", env.DeviceID, c.device)
 		}
 		if err != nil {
 			// Counted under the token's device: an invalid envelope's
 			// device_id is not to be trusted as a label.
-			c.answer(ack{EventID: env.EventID, Status: ackRejected, Reason: err.Error()}, c.device, 400)
+			c.answer(devicewire.Ack{EventID: env.EventID, Status: devicewire.StatusRejected, Reason: err.Error()}, c.device, 400)
 			continue
 		}
 		c.commit(msg, env)
@@ -225,7 +226,7 @@ func (c *wsConn) read() (msg []byte, oversize bool, why closeReason, ok bool) {
 // no place for was answered "retry" at once, and 1,000 devices sending at
 // full speed had most of their envelopes read, refused and sent again,
 // which took the CPU the commits needed (ingestor-bench -mode overload).
-func (c *wsConn) commit(msg []byte, env envelope) {
+func (c *wsConn) commit(msg []byte, env devicewire.Envelope) {
 	h := c.h
 	in, err := h.env.inbox.enter(c.stop, h.env.source.Name, msg,
 		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg), Device: env.DeviceID, Seq: env.Seq}})
@@ -244,7 +245,7 @@ func (c *wsConn) commit(msg []byte, env envelope) {
 }
 
 // answerCommit answers an envelope with what its commit did.
-func (c *wsConn) answerCommit(env envelope, outs []Outcome, err error) {
+func (c *wsConn) answerCommit(env devicewire.Envelope, outs []Outcome, err error) {
 	h := c.h
 	var busy *BusyError
 	switch {
@@ -252,20 +253,20 @@ func (c *wsConn) answerCommit(env envelope, outs []Outcome, err error) {
 		if env.Seq > 0 {
 			h.lastSeq(env.DeviceID, env.Seq)
 		}
-		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 202)
+		c.answer(devicewire.Ack{EventID: env.EventID, Status: devicewire.StatusStored, AckTS: now()}, env.DeviceID, 202)
 	case err == nil:
-		c.answer(ack{EventID: env.EventID, Status: ackStored, AckTS: now()}, env.DeviceID, 200)
+		c.answer(devicewire.Ack{EventID: env.EventID, Status: devicewire.StatusStored, AckTS: now()}, env.DeviceID, 200)
 	case errors.As(err, &busy):
 		code := 429
 		if busy.Unavailable {
 			code = 503
 		}
-		c.answerRetry(ack{EventID: env.EventID, Status: ackRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, code)
+		c.answerRetry(devicewire.Ack{EventID: env.EventID, Status: devicewire.StatusRetry, Reason: busy.Reason, RetryAfterMS: busy.RetryAfter.Milliseconds()}, env.DeviceID, code)
 	case errors.Is(err, ErrClosed):
-		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: "the daemon is shutting down", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
+		c.answer(devicewire.Ack{EventID: env.EventID, Status: devicewire.StatusRetry, Reason: "the daemon is shutting down", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
 	default:
 		h.env.log.Error("ws_ingress: commit failed; the device is told to retry", "remote", c.remote, "event_id", env.EventID, "err", err)
-		c.answer(ack{EventID: env.EventID, Status: ackRetry, Reason: "the daemon could not store it", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
+		c.answer(devicewire.Ack{EventID: env.EventID, Status: devicewire.StatusRetry, Reason: "the daemon could not store it", RetryAfterMS: busyRetryAfter.Milliseconds()}, env.DeviceID, 503)
 	}
 }
 
@@ -274,7 +275,7 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // answer writes a's answer, counts it and frees the envelope's slot. code
 // is the HTTP status the answer stands for in the request metrics.
-func (c *wsConn) answer(a ack, device string, code int) {
+func (c *wsConn) answer(a devicewire.Ack, device string, code int) {
 	defer func() { <-c.slots }()
 	c.reply(a, device, code)
 }
@@ -286,13 +287,13 @@ func (c *wsConn) answer(a ack, device string, code int) {
 // device refused its window's envelopes sent its next ones at once, and
 // 1,000 devices had every envelope refused in the first seconds of an
 // overload, the refusals taking the CPU the commits needed.
-func (c *wsConn) answerRetry(a ack, device string, code int) {
+func (c *wsConn) answerRetry(a devicewire.Ack, device string, code int) {
 	time.AfterFunc(time.Duration(a.RetryAfterMS)*time.Millisecond, func() { <-c.slots })
 	c.reply(a, device, code)
 }
 
 // reply writes a's answer and counts it.
-func (c *wsConn) reply(a ack, device string, code int) {
+func (c *wsConn) reply(a devicewire.Ack, device string, code int) {
 	defer c.pending.Done()
 	h := c.h
 	status := a.Status
@@ -303,7 +304,7 @@ func (c *wsConn) reply(a ack, device string, code int) {
 	h.env.metrics.ws.envelopes.WithLabelValues(h.env.source.Name, h.labels.label(device), status).Inc()
 	ctx, cancel := context.WithTimeout(context.Background(), h.writeTimeout)
 	defer cancel()
-	if err := c.conn.Write(ctx, websocket.MessageText, a.encode()); err != nil {
+	if err := c.conn.Write(ctx, websocket.MessageText, a.Encode()); err != nil {
 		h.env.log.Debug("ws_ingress: answer not delivered; the device sends the envelope again", "remote", c.remote,
 			"event_id", a.EventID, "status", a.Status, "err", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -46,7 +47,7 @@ func TestWSIngressManyDevices(t *testing.T) {
 			for len(got) < each {
 				select {
 				case a := <-d.acks:
-					if a.Status == ackRetry {
+					if a.Status == devicewire.StatusRetry {
 						// 5,000 envelopes at once are more than the
 						// inbox takes (4,096 waiting commits): a slow
 						// machine answers some "retry", and a device
@@ -60,7 +61,7 @@ func TestWSIngressManyDevices(t *testing.T) {
 						}
 						continue
 					}
-					if a.Status != ackStored || got[a.EventID] {
+					if a.Status != devicewire.StatusStored || got[a.EventID] {
 						t.Errorf("%s: answer %+v (already answered: %v)", dev, a, got[a.EventID])
 					}
 					got[a.EventID] = true
@@ -98,7 +99,7 @@ func TestWSIngressManyDevices(t *testing.T) {
 			t.Errorf("event %s handed %d times", k, n)
 		}
 	}
-	if got := metricValue(t, r.metrics.ws.envelopes.WithLabelValues("devices", "dev-199", ackStored)); got != each {
+	if got := metricValue(t, r.metrics.ws.envelopes.WithLabelValues("devices", "dev-199", devicewire.StatusStored)); got != each {
 		t.Errorf("envelopes{device=dev-199,status=stored} = %v, want %d", got, each)
 	}
 }
@@ -128,7 +129,7 @@ func TestWSIngressSilentDeviceIsDropped(t *testing.T) {
 	testsync.WaitFor(t, "3 devices to be connected", 10*time.Second, func() bool { return r.connected(t) == 3 })
 	for n := range 20 {
 		active.send(envelopeFor("dev-c", fmt.Sprint("c", n)))
-		if a := active.next(); a.Status != ackStored {
+		if a := active.next(); a.Status != devicewire.StatusStored {
 			t.Fatalf("active device: %+v, want stored", a)
 		}
 	}
@@ -140,7 +141,7 @@ func TestWSIngressSilentDeviceIsDropped(t *testing.T) {
 		t.Fatal("the silent device's connection still works")
 	}
 	active.send(envelopeFor("dev-c", "after"))
-	if a := active.next(); a.Status != ackStored {
+	if a := active.next(); a.Status != devicewire.StatusStored {
 		t.Fatalf("active device after the drop: %+v, want stored", a)
 	}
 	if got := r.connected(t); got != 2 {
@@ -167,7 +168,7 @@ func TestWSIngressMaxConnections(t *testing.T) {
 	testsync.WaitFor(t, "the first connection to be gone", 10*time.Second, func() bool { return r.connected(t) == 1 })
 	d := dialDevice(t, r.url, sharedToken)
 	d.send(envelopeFor("dev-z", "z1"))
-	if a := d.next(); a.Status != ackStored {
+	if a := d.next(); a.Status != devicewire.StatusStored {
 		t.Fatalf("after a connection closed: %+v, want stored", a)
 	}
 }
@@ -178,12 +179,12 @@ func TestWSIngressRetryWhenQueueFull(t *testing.T) {
 	r := startWSPending(t, 1, nil)
 	d := dialDevice(t, r.url, tokenA)
 	d.send(envelopeFor("dev-a", "first"))
-	if a := d.next(); a.Status != ackStored {
+	if a := d.next(); a.Status != devicewire.StatusStored {
 		t.Fatalf("first: %+v, want stored", a)
 	}
 	d.send(envelopeFor("dev-a", "second"))
 	a := d.next()
-	if a.Status != ackRetry || a.EventID != "second" || a.RetryAfterMS <= 0 || !strings.Contains(a.Reason, "max_pending_events") {
+	if a.Status != devicewire.StatusRetry || a.EventID != "second" || a.RetryAfterMS <= 0 || !strings.Contains(a.Reason, "max_pending_events") {
 		t.Fatalf("second: %+v, want retry with retry_after_ms and the reason", a)
 	}
 	if r.stored(t, "second") {

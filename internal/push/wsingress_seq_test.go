@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -28,7 +29,7 @@ func TestWSIngressSeqGaps(t *testing.T) {
 	store := func(msg string) {
 		t.Helper()
 		d.send(msg)
-		if a := d.next(); a.Status != ackStored {
+		if a := d.next(); a.Status != devicewire.StatusStored {
 			t.Fatalf("answer %+v, want stored", a)
 		}
 	}
@@ -68,7 +69,7 @@ func TestWSIngressSeqOutOfOrderIsNoGap(t *testing.T) {
 	d := dialDevice(t, r.url, tokenB)
 	for _, seq := range []int64{1, 3, 5, 2, 4, 6} {
 		d.send(envelopeSeq("dev-b", fmt.Sprint("e", seq), seq))
-		if a := d.next(); a.Status != ackStored {
+		if a := d.next(); a.Status != devicewire.StatusStored {
 			t.Fatalf("answer %+v, want stored", a)
 		}
 	}

@@ -2,7 +2,6 @@ package push
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/queue/queuetest"
 	"github.com/ingestorhq/ingestor/internal/testsync"
@@ -115,7 +115,7 @@ func (r *wsRig) stored(t *testing.T, key string) bool {
 type testDevice struct {
 	t      testing.TB
 	conn   *websocket.Conn
-	acks   chan ack
+	acks   chan devicewire.Ack
 	closed chan error // the read error that ended the connection
 }
 
@@ -125,7 +125,7 @@ func dialDevice(t testing.TB, url, token string) *testDevice {
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
-	d := &testDevice{t: t, conn: conn, acks: make(chan ack, 4096), closed: make(chan error, 1)}
+	d := &testDevice{t: t, conn: conn, acks: make(chan devicewire.Ack, 4096), closed: make(chan error, 1)}
 	go func() {
 		for {
 			_, msg, err := conn.Read(context.Background())
@@ -133,9 +133,9 @@ func dialDevice(t testing.TB, url, token string) *testDevice {
 				d.closed <- err
 				return
 			}
-			var a ack
-			if err := json.Unmarshal(msg, &a); err != nil {
-				t.Errorf("answer %q is not JSON: %v", msg, err)
+			a, err := devicewire.DecodeAck(msg)
+			if err != nil {
+				t.Errorf("answer %q: %v", msg, err)
 			}
 			d.acks <- a
 		}
@@ -182,7 +182,7 @@ func (d *testDevice) send(msg string) {
 }
 
 // next returns the next answer, failing the test if none comes within 30 s.
-func (d *testDevice) next() ack {
+func (d *testDevice) next() devicewire.Ack {
 	d.t.Helper()
 	select {
 	case a := <-d.acks:
@@ -192,7 +192,7 @@ func (d *testDevice) next() ack {
 	case <-time.After(30 * time.Second):
 		d.t.Fatal("no answer within 30s")
 	}
-	return ack{}
+	return devicewire.Ack{}
 }
 
 // closeStatus waits for the daemon to close the connection and returns
@@ -236,7 +236,7 @@ func TestWSIngressAcksOnlyAfterCommit(t *testing.T) {
 	}
 	release()
 	a := d.next()
-	if a.EventID != "e1" || a.Status != ackStored || a.AckTS == "" {
+	if a.EventID != "e1" || a.Status != devicewire.StatusStored || a.AckTS == "" {
 		t.Fatalf("answer = %+v, want stored e1 with ack_ts", a)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, a.AckTS); err != nil {
@@ -259,7 +259,7 @@ func TestWSIngressDuplicateIsStoredAgain(t *testing.T) {
 	for i := range 2 {
 		d := dialDevice(t, r.url, tokenA)
 		d.send(msg)
-		if a := d.next(); a.EventID != "dup" || a.Status != ackStored {
+		if a := d.next(); a.EventID != "dup" || a.Status != devicewire.StatusStored {
 			t.Fatalf("answer %d = %+v, want stored", i, a)
 		}
 	}
@@ -341,7 +341,7 @@ func TestWSIngressRejectsInvalidEnvelopes(t *testing.T) {
 	for _, tc := range cases {
 		d.send(tc.msg)
 		a := d.next()
-		if a.Status != ackRejected || a.EventID != tc.eventID || !strings.Contains(a.Reason, tc.reason) || a.AckTS != "" {
+		if a.Status != devicewire.StatusRejected || a.EventID != tc.eventID || !strings.Contains(a.Reason, tc.reason) || a.AckTS != "" {
 			t.Errorf("%s: answer = %+v, want rejected, event_id %q, reason with %q", tc.name, a, tc.eventID, tc.reason)
 		}
 	}
@@ -351,14 +351,14 @@ func TestWSIngressRejectsInvalidEnvelopes(t *testing.T) {
 	if got := r.frames.events(); got != 0 {
 		t.Errorf("sender got %d events after rejections, want 0", got)
 	}
-	if got := metricValue(t, r.metrics.ws.envelopes.WithLabelValues("devices", "dev-a", ackRejected)); got != float64(len(cases)) {
+	if got := metricValue(t, r.metrics.ws.envelopes.WithLabelValues("devices", "dev-a", devicewire.StatusRejected)); got != float64(len(cases)) {
 		t.Errorf("rejected envelopes counted %v, want %d", got, len(cases))
 	}
 	if got := metricValue(t, r.metrics.Requests.WithLabelValues("devices", "400")); got != float64(len(cases)) {
 		t.Errorf("requests{code=400} = %v, want %d", got, len(cases))
 	}
 	d.send(without("", ""))
-	if a := d.next(); a.Status != ackStored || a.EventID != "x1" {
+	if a := d.next(); a.Status != devicewire.StatusStored || a.EventID != "x1" {
 		t.Fatalf("valid envelope after the rejections: %+v, want stored", a)
 	}
 }
@@ -381,17 +381,17 @@ func TestWSIngressTokens(t *testing.T) {
 	shared := dialDevice(t, r.url, sharedToken)
 	for i, dev := range []string{"dev-a", "dev-b", "gateway-7"} {
 		shared.send(envelopeFor(dev, fmt.Sprint("s", i)))
-		if a := shared.next(); a.Status != ackStored {
+		if a := shared.next(); a.Status != devicewire.StatusStored {
 			t.Errorf("shared token, device %s: %+v, want stored", dev, a)
 		}
 	}
 	b := dialDevice(t, r.url, tokenB)
 	b.send(envelopeFor("dev-b", "b1"))
-	if a := b.next(); a.Status != ackStored {
+	if a := b.next(); a.Status != devicewire.StatusStored {
 		t.Errorf("dev-b's token, its own envelope: %+v, want stored", a)
 	}
 	b.send(envelopeFor("dev-a", "b2"))
-	if a := b.next(); a.Status != ackRejected || r.stored(t, "b2") {
+	if a := b.next(); a.Status != devicewire.StatusRejected || r.stored(t, "b2") {
 		t.Errorf("dev-b's token, dev-a's envelope: %+v, want rejected and not stored", a)
 	}
 }
@@ -413,11 +413,11 @@ func TestWSIngressProtocolViolations(t *testing.T) {
 	big := envelopeFor("dev-a", "big")
 	big = big[:len(big)-1] + `,"pad":"` + strings.Repeat("p", 4096) + `"}`
 	d.send(big)
-	if a := d.next(); a.Status != ackRejected || a.EventID != "big" || !strings.Contains(a.Reason, "max_message_bytes") {
+	if a := d.next(); a.Status != devicewire.StatusRejected || a.EventID != "big" || !strings.Contains(a.Reason, "max_message_bytes") {
 		t.Errorf("oversize message: answer %+v, want big rejected over max_message_bytes", a)
 	}
 	d.send(envelopeFor("dev-a", "after"))
-	if a := d.next(); a.Status != ackStored || a.EventID != "after" {
+	if a := d.next(); a.Status != devicewire.StatusStored || a.EventID != "after" {
 		t.Errorf("the envelope after an oversize one: answer %+v, want stored", a)
 	}
 	if r.stored(t, "bin") || r.stored(t, "big") {
@@ -442,10 +442,10 @@ func TestWSIngressWindowPausesReading(t *testing.T) {
 		return err == nil && len(entries) > 0
 	})
 	release()
-	if a := d.next(); a.Status != ackStored || a.EventID != "w1" {
+	if a := d.next(); a.Status != devicewire.StatusStored || a.EventID != "w1" {
 		t.Fatalf("first answer = %+v, want w1 stored: the window did not pause reading", a)
 	}
-	if a := d.next(); a.Status != ackRejected {
+	if a := d.next(); a.Status != devicewire.StatusRejected {
 		t.Fatalf("second answer = %+v, want rejected", a)
 	}
 }
@@ -465,7 +465,7 @@ func TestWSIngressShutdownAnswersPendingThenGoingAway(t *testing.T) {
 	shut := make(chan error, 1)
 	go func() { shut <- r.srv.Shutdown(context.Background()) }()
 	release()
-	if a := d.next(); a.Status != ackStored || a.EventID != "last" {
+	if a := d.next(); a.Status != devicewire.StatusStored || a.EventID != "last" {
 		t.Fatalf("answer = %+v, want last stored", a)
 	}
 	if got := d.closeStatus(); got != websocket.StatusGoingAway {

@@ -1,7 +1,6 @@
-package push
+package devicewire
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,12 +8,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
-	"github.com/ingestorhq/ingestor/sources"
 )
 
-// envelope is what the daemon reads of a device's envelope; the envelope
+// Envelope is what the daemon reads of a device's envelope; the envelope
 // itself, as received, is the event.
-type envelope struct {
+type Envelope struct {
 	EventID, Type, SessionID, DeviceID string
 	TS                                 time.Time
 	// Seq is the envelope's seq, 0 when it has none or one that is not a
@@ -27,12 +25,12 @@ type envelope struct {
 // every one but schema_version and seq is required.
 var envelopeFields = [...]string{"schema_version", "event_id", "type", "ts", "session_id", "device_id", "payload", "seq"}
 
-// decodeEnvelope reads and validates one envelope (see README, "Devices
-// over WebSocket"). On error, env holds the event_id if one could be read,
-// so that the rejection names it. Unknown top-level keys are allowed and
-// kept; a known key written twice is an error, since readers of the stored
-// envelope could disagree on which one counts.
-func decodeEnvelope(msg []byte) (env envelope, err error) {
+// DecodeEnvelope reads and validates one envelope (PROTOCOL.md, "Device
+// ingress (ws_ingress)"). On error, env holds the event_id if one could be
+// read, so that the rejection names it. Unknown top-level keys are allowed
+// and kept; a known key written twice is an error, since readers of the
+// stored envelope could disagree on which one counts.
+func DecodeEnvelope(msg []byte) (env Envelope, err error) {
 	if !utf8.Valid(msg) {
 		return env, errors.New("the envelope is not valid UTF-8")
 	}
@@ -81,10 +79,10 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 		}
 		if key == "schema_version" {
 			if kind != jsonscan.Number {
-				return fmt.Errorf("schema_version must be the number 1, not %s", kindPhrase(kind))
+				return fmt.Errorf("schema_version must be the number %d, not %s", SchemaVersion, kindPhrase(kind))
 			}
-			if v, perr := strconv.ParseFloat(string(val), 64); perr != nil || v != 1 {
-				return fmt.Errorf("schema_version %s is not supported (only 1 is)", val)
+			if v, perr := strconv.ParseFloat(string(val), 64); perr != nil || v != SchemaVersion {
+				return fmt.Errorf("schema_version %s is not supported (only %d is)", val, SchemaVersion)
 			}
 			return nil
 		}
@@ -117,8 +115,8 @@ func decodeEnvelope(msg []byte) (env envelope, err error) {
 		switch v := *strs[key]; {
 		case v == "":
 			return env, fmt.Errorf("%s is empty", key)
-		case len(v) > sources.MaxDeviceIDLen:
-			return env, fmt.Errorf("%s is longer than %d bytes", key, sources.MaxDeviceIDLen)
+		case len(v) > MaxIDBytes:
+			return env, fmt.Errorf("%s is longer than %d bytes", key, MaxIDBytes)
 		}
 	}
 	if env.TS, err = time.Parse(time.RFC3339, ts); err != nil {
@@ -148,29 +146,4 @@ func kindPhrase(k jsonscan.Kind) string {
 		return "an " + k.String()
 	}
 	return "a " + k.String()
-}
-
-// The statuses of an answer to an envelope.
-const (
-	ackStored   = "stored"
-	ackRejected = "rejected"
-	ackRetry    = "retry"
-)
-
-// ack is the daemon's answer to one envelope.
-type ack struct {
-	EventID      string `json:"event_id"`
-	Status       string `json:"status"`
-	AckTS        string `json:"ack_ts,omitempty"`
-	Reason       string `json:"reason,omitempty"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-}
-
-// encode returns the answer as the text of a WebSocket message.
-func (a ack) encode() []byte {
-	b, err := json.Marshal(a)
-	if err != nil { // a struct of strings and an integer: cannot happen
-		panic(fmt.Sprintf("encode an envelope answer: %v", err))
-	}
-	return b
 }

@@ -1,4 +1,4 @@
-package push
+package devicewire
 
 import (
 	"bytes"
@@ -10,41 +10,48 @@ import (
 	"unicode/utf8"
 )
 
-// FuzzEnvelope checks decodeEnvelope against a reference built on
+// FuzzEnvelope checks DecodeEnvelope against a reference built on
 // encoding/json: both accept the same messages, read the same fields from
 // them, and every rejection makes a valid answer. The seed corpus is in
 // testdata/fuzz/FuzzEnvelope.
 func FuzzEnvelope(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		env, err := decodeEnvelope(msg)
+		env, err := DecodeEnvelope(msg)
 		want, wantOK := referenceEnvelope(msg)
 		if err != nil {
 			if wantOK {
-				t.Fatalf("decodeEnvelope rejected a valid envelope: %v", err)
+				t.Fatalf("DecodeEnvelope rejected a valid envelope: %v", err)
 			}
-			answer := ack{EventID: env.EventID, Status: ackRejected, Reason: err.Error()}.encode()
+			answer := Ack{EventID: env.EventID, Status: StatusRejected, Reason: err.Error()}.Encode()
 			if !json.Valid(answer) || err.Error() == "" {
 				t.Fatalf("rejection %q is not a valid answer", answer)
 			}
 			return
 		}
 		if !wantOK {
-			t.Fatalf("decodeEnvelope accepted %q, which encoding/json finds invalid", msg)
+			t.Fatalf("DecodeEnvelope accepted %q, which encoding/json finds invalid", msg)
 		}
-		_, offset := env.TS.Zone()
-		_, wantOffset := want.TS.Zone()
-		sameTime := env.TS.Equal(want.TS) && offset == wantOffset
-		env.TS, want.TS = time.Time{}, time.Time{} // each parse makes its own *Location
-		if env != want || !sameTime {
-			t.Fatalf("decodeEnvelope read %+v, encoding/json %+v (same time: %v)", env, want, sameTime)
+		if !sameEnvelope(env, want) {
+			t.Fatalf("DecodeEnvelope read %+v, encoding/json %+v", env, want)
 		}
 	})
 }
 
+// sameEnvelope reports whether a and b hold the same fields, their times
+// the same instant in the same zone offset (each parse makes its own
+// *time.Location, so == cannot compare them).
+func sameEnvelope(a, b Envelope) bool {
+	_, offset := a.TS.Zone()
+	_, wantOffset := b.TS.Zone()
+	sameTime := a.TS.Equal(b.TS) && offset == wantOffset
+	a.TS, b.TS = time.Time{}, time.Time{}
+	return a == b && sameTime
+}
+
 // referenceEnvelope validates an envelope with encoding/json, as the
 // protocol describes it.
-func referenceEnvelope(msg []byte) (envelope, bool) {
-	var env envelope
+func referenceEnvelope(msg []byte) (Envelope, bool) {
+	var env Envelope
 	if !utf8.Valid(msg) || !json.Valid(msg) {
 		return env, false
 	}
