@@ -244,7 +244,7 @@ func (m *Member) lose(why string) {
 		close(m.lost)
 	}
 	m.mu.Unlock()
-	if first {
+	if first && why != leftReason {
 		m.log.Error("cluster: lease lost; this member stops its sources and joins again", "member", m.name, "reason", why)
 	}
 }
@@ -257,7 +257,7 @@ func (m *Member) lose(why string) {
 func (m *Member) Leave(ctx context.Context) error {
 	m.stop()
 	<-m.done
-	m.lose("left the cluster")
+	m.lose(leftReason)
 	m.mu.Lock()
 	seat := m.seat
 	m.mu.Unlock()
@@ -279,7 +279,7 @@ func (m *Member) Leave(ctx context.Context) error {
 func (m *Member) Revoke(ctx context.Context) error {
 	m.stop()
 	<-m.done
-	m.lose("left the cluster")
+	m.lose(leftReason)
 	_, err := m.client.Revoke(ctx, m.lease)
 	return ignoreNotFound(err)
 }
@@ -291,6 +291,9 @@ func (m *Member) SetInfo(ctx context.Context, info []byte) error {
 	}
 	return nil
 }
+
+// leftReason is why a member that left on purpose is lost: not an error.
+const leftReason = "left the cluster"
 
 // ignoreNotFound drops the error of revoking a lease etcd no longer has.
 func ignoreNotFound(err error) error {
