@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/daemon"
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
@@ -44,8 +45,8 @@ itself (holding the data dir lock) and replayed events go out on the next start.
 type dlqBackend interface {
 	// List returns a page of the dead letters f selects and how many it
 	// selects in all.
-	List(ctx context.Context, f queue.DLQFilter) ([]queue.DLQEntry, int, error)
-	Show(ctx context.Context, id int64) (queue.DLQEntry, error)
+	List(ctx context.Context, f queue.DLQFilter) ([]queue.DeadLetter, int, error)
+	Show(ctx context.Context, id int64) (queue.DeadLetter, error)
 	Replay(ctx context.Context, r queue.DLQRequest) (int, error)
 	Drop(ctx context.Context, r queue.DLQRequest) (int, error)
 }
@@ -276,7 +277,7 @@ func newHTTPDLQ(addr, token, file string) *httpDLQ {
 	return h
 }
 
-func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]queue.DLQEntry, int, error) {
+func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]queue.DeadLetter, int, error) {
 	v := url.Values{}
 	for _, id := range f.IDs {
 		v.Add("id", strconv.FormatInt(id, 10))
@@ -303,20 +304,20 @@ func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]queue.DLQEntry
 	if f.IncludeReplayed {
 		v.Set("replayed", "1")
 	}
-	var out []queue.DLQEntry
+	var out []queue.DeadLetter
 	resp, err := h.do(ctx, http.MethodGet, "/dlq?"+v.Encode(), nil, &out)
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := strconv.Atoi(resp.Get(queue.TotalCountHeader))
+	total, err := strconv.Atoi(resp.Get(daemon.TotalCountHeader))
 	if err != nil {
-		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", queue.TotalCountHeader, err)
+		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", daemon.TotalCountHeader, err)
 	}
 	return out, total, nil
 }
 
-func (h *httpDLQ) Show(ctx context.Context, id int64) (queue.DLQEntry, error) {
-	var e queue.DLQEntry
+func (h *httpDLQ) Show(ctx context.Context, id int64) (queue.DeadLetter, error) {
+	var e queue.DeadLetter
 	_, err := h.do(ctx, http.MethodGet, "/dlq/"+strconv.FormatInt(id, 10), nil, &e)
 	return e, err
 }
@@ -397,7 +398,7 @@ func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) (h
 
 // printDLQTable prints a page of dead letters, saying how many there are
 // in all when the page holds fewer.
-func printDLQTable(w io.Writer, list []queue.DLQEntry, total int) {
+func printDLQTable(w io.Writer, list []queue.DeadLetter, total int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSOURCE\tSEQ/KEY\tREASON\tDELIVERIES\tCOUNT\tCREATED\tLAST SEEN")
 	for _, e := range list {
@@ -422,7 +423,7 @@ func printDLQTable(w io.Writer, list []queue.DLQEntry, total int) {
 	fmt.Fprintf(w, "%d dead letter(s)\n", len(list))
 }
 
-func printDLQEntry(w io.Writer, e queue.DLQEntry) {
+func printDLQEntry(w io.Writer, e queue.DeadLetter) {
 	fmt.Fprintf(w, "id:          %d\nkind:        %s\nsource:      %s\nreason:      %s\nraw object:  %s\n", e.ID, e.Kind, e.Source, e.Reason, e.RawKey)
 	if e.Kind == "event" {
 		fmt.Fprintf(w, "key:         %s\nseq:         %d\nframe:       %d\nraw range:   [%d,+%d)\n", e.Key, e.Seq, e.Frame, e.RawOff, e.RawLen)

@@ -12,6 +12,10 @@ import (
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
+// TotalCountHeader is the response header of GET /dlq giving how many dead
+// letters the filter selects in all, beyond the page returned.
+const TotalCountHeader = "X-Total-Count"
+
 // registerAdmin adds the dead-letter and quarantine endpoints to mux, each
 // behind guard.
 func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
@@ -42,7 +46,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 			d.writeError(w, http.StatusInternalServerError, err)
 			return
 		}
-		w.Header().Set(queue.TotalCountHeader, strconv.Itoa(total))
+		w.Header().Set(TotalCountHeader, strconv.Itoa(total))
 		d.writeJSON(w, list)
 	})
 	handle("GET /dlq/{id}", func(w http.ResponseWriter, r *http.Request) {

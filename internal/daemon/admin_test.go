@@ -62,7 +62,7 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	mu.Unlock()
 
 	base := "http://" + h.d.HTTPAddr()
-	var list []queue.DLQEntry
+	var list []queue.DeadLetter
 	getJSON(t, base+"/dlq?source=api", http.StatusOK, &list)
 	if len(list) != 2 || list[0].Key != rejected || list[1].Key != poison {
 		t.Fatalf("GET /dlq = %+v", list)
@@ -77,7 +77,7 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	if len(list) != 1 {
 		t.Errorf("GET /dlq?reason=schema = %d entries, want 1", len(list))
 	}
-	var show queue.DLQEntry
+	var show queue.DeadLetter
 	getJSON(t, base+"/dlq/"+strconv.FormatInt(list[0].ID, 10), http.StatusOK, &show)
 	if len(show.History) != 1 || show.History[0].Action != "dead-lettered" || !strings.Contains(show.Payload, `"`+rejected+`"`) {
 		t.Errorf("GET /dlq/%d = %+v; want history and the event's payload", list[0].ID, show)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 )
@@ -13,36 +14,43 @@ import (
 // DeadLetter is one entry of the dead-letter list: a payload that could
 // not be parsed (Key empty; its bytes are the whole raw object RawKey), or
 // one event that was nacked permanently, never acked, or lost its raw
-// object.
+// object. The admin endpoints and `ingestor dlq` show it as JSON.
 type DeadLetter struct {
-	ID     int64
-	Source string
-	Reason string
+	ID     int64  `json:"id"`
+	Source string `json:"source"`
+	// Kind is "event" or "payload" (a malformed upstream response).
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
 	// RawKey is the raw object holding the payload.
-	RawKey string
+	RawKey string `json:"raw_key"`
 	// Frame is the frame the event was last delivered in (0 for a payload).
-	Frame int64
+	Frame int64 `json:"frame,omitempty"`
 	// Seq and Key identify an event dead letter; both are zero for a payload.
-	Seq int64
-	Key string
+	Seq int64  `json:"seq,omitempty"`
+	Key string `json:"key,omitempty"`
 	// RawOff and RawLen locate the event in RawKey; RawLen is 0 for a
 	// payload dead letter (the whole object) and once the event is gone.
-	RawOff, RawLen int
+	RawOff int `json:"raw_off,omitempty"`
+	RawLen int `json:"raw_len,omitempty"`
 	// Deliveries is how many times the event's frame had been delivered.
-	Deliveries int
+	Deliveries int `json:"deliveries"`
 	// Count is how many times the payload (the same bytes from the same
 	// source) failed while the entry was active, 1 for an event; LastSeen
 	// is the last time, equal to CreatedAt for one.
-	Count     int
-	LastSeen  time.Time
-	CreatedAt time.Time
+	Count     int       `json:"count"`
+	LastSeen  time.Time `json:"last_seen"`
+	CreatedAt time.Time `json:"created_at"`
 	// ReplayedAt is when the entry was replayed, or zero.
-	ReplayedAt time.Time
+	ReplayedAt time.Time `json:"replayed_at,omitzero"`
 	// ResolvedAt is when a later fetch of the payload's request succeeded,
 	// or zero. An entry is active while both are zero.
-	ResolvedAt time.Time
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
 	// History is set by DeadLetterByID only.
-	History []HistoryEntry
+	History []HistoryEntry `json:"history,omitempty"`
+	// Payload is the dead-lettered bytes, read from the raw store, and
+	// PayloadError why they could not be read (DLQ.Show only).
+	Payload      string `json:"payload,omitempty"`
+	PayloadError string `json:"payload_error,omitempty"`
 }
 
 // IsPayload reports whether d is a malformed payload rather than an event.
@@ -123,6 +131,10 @@ func scanDeadLetter(s scanner, withHistory bool) (DeadLetter, error) {
 	if err := s.Scan(&d.ID, &d.Source, &d.Reason, &d.RawKey, &d.Frame, &d.Seq, &d.Key, &d.Deliveries, &d.Count, &lastSeen, &at, &replayed, &resolved, &history,
 		&d.RawOff, &d.RawLen); err != nil {
 		return d, err
+	}
+	d.Kind = "event"
+	if d.IsPayload() {
+		d.Kind = "payload"
 	}
 	d.CreatedAt = time.Unix(0, at).UTC()
 	d.LastSeen = d.CreatedAt
@@ -404,4 +416,298 @@ func (q *Queue) DropDeadLetters(ctx context.Context, f DLQFilter) (int, error) {
 		return 0, fmt.Errorf("drop dead letters: %w", err)
 	}
 	return n, nil
+}
+
+// DLQRequest selects the dead letters to replay or drop: IDs, a filter, or
+// All. An empty request is refused, so that a slip never selects
+// everything.
+type DLQRequest struct {
+	IDs    []int64   `json:"ids,omitempty"`
+	Source string    `json:"source,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	Until  time.Time `json:"until,omitzero"`
+	All    bool      `json:"all,omitempty"`
+}
+
+// ErrEmptyDLQRequest is returned for a request naming no ids, no filter
+// and not All.
+var ErrEmptyDLQRequest = errors.New("name dead-letter ids, a filter (source, reason, since, until) or all")
+
+// filter returns the DLQFilter r selects, refusing an empty request.
+func (r DLQRequest) filter() (DLQFilter, error) {
+	f := DLQFilter{IDs: r.IDs, Source: r.Source, Reason: r.Reason, Since: r.Since, Until: r.Until}
+	if f.IsZero() && !r.All {
+		return f, ErrEmptyDLQRequest
+	}
+	return f, nil
+}
+
+// RawReader reads raw objects by key from the raw store that dead letters
+// point into; rawstore.Store is one.
+type RawReader interface {
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// DLQ operates on a queue's dead-letter list. The daemon serves it on its
+// admin endpoints; `ingestor dlq` uses it directly when no daemon runs.
+type DLQ struct {
+	q   *Queue
+	raw RawReader
+	// submit hands replayed frames to a running sender; nil when none runs
+	// (the frames are then delivered by the next daemon start).
+	submit func([]Frame)
+}
+
+// NewDLQ returns a DLQ over q whose payloads are read from raw. submit,
+// when not nil, receives the frames of replayed events.
+func NewDLQ(q *Queue, raw RawReader, submit func([]Frame)) *DLQ {
+	return &DLQ{q: q, raw: raw, submit: submit}
+}
+
+// List returns the dead letters f selects, up to f.Limit, and how many
+// it selects in all (whatever f.Limit and f.AfterID).
+func (d *DLQ) List(ctx context.Context, f DLQFilter) ([]DeadLetter, int, error) {
+	dls, err := d.q.ListDeadLetters(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := d.q.CountDeadLetters(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	return dls, total, nil
+}
+
+// Show returns one dead letter with its history and payload.
+func (d *DLQ) Show(ctx context.Context, id int64) (DeadLetter, error) {
+	dl, err := d.q.DeadLetterByID(ctx, id)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	e := dl
+	body, err := d.raw.Get(ctx, dl.RawKey)
+	switch {
+	case err != nil:
+		e.PayloadError = fmt.Sprintf("read raw object %s: %v", dl.RawKey, err)
+	case dl.IsPayload():
+		e.Payload = string(body)
+	case dl.RawLen == 0:
+		e.PayloadError = "the event is no longer held (replayed); see raw_key"
+	case dl.RawOff < 0 || dl.RawOff+dl.RawLen > len(body):
+		e.PayloadError = fmt.Sprintf("raw object %s: range [%d,+%d) outside %d bytes", dl.RawKey, dl.RawOff, dl.RawLen, len(body))
+	default:
+		e.Payload = string(body[dl.RawOff : dl.RawOff+dl.RawLen])
+	}
+	return e, nil
+}
+
+// Replay queues the events of the selected dead letters again and returns
+// how many.
+func (d *DLQ) Replay(ctx context.Context, r DLQRequest) (int, error) {
+	f, err := r.filter()
+	if err != nil {
+		return 0, err
+	}
+	n, frames, err := d.q.ReplayDeadLetters(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	if d.submit != nil {
+		d.submit(frames)
+	}
+	return n, nil
+}
+
+// Drop deletes the selected dead letters and returns how many.
+func (d *DLQ) Drop(ctx context.Context, r DLQRequest) (int, error) {
+	f, err := r.filter()
+	if err != nil {
+		return 0, err
+	}
+	return d.q.DropDeadLetters(ctx, f)
+}
+
+// DeadLetter records a payload that could not be queued (for example a
+// malformed upstream response), whose bytes are in the raw store at rawKey.
+// cursor is the source's cursor the payload was fetched with, so that a
+// later good fetch of it can resolve the entry (see ResolveDeadLetters);
+// "" if unknown. The same bytes from the same source again, while their
+// entry is active, count on it (count, last seen, the latest reason and
+// request) instead of adding one: an upstream that serves the same bad
+// page at every poll makes one entry, not one a poll. The bytes are known
+// by the content hash their raw key ends with (rawstore.Key).
+func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey, cursor string) error {
+	digest := payloadDigest(rawKey)
+	r := &request{apply: func(tx *sql.Tx) error {
+		now := time.Now()
+		if digest != "" {
+			res, err := tx.Exec(`UPDATE dead_letters SET count = count + 1, last_seen = ?, reason = ?, request = ?
+				WHERE source = ? AND digest = ? AND event_key = '' AND resolved_at = 0 AND replayed_at = 0`,
+				now.UnixNano(), reason, cursor, source, digest)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n > 0 {
+				return err
+			}
+		}
+		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, request, created_at, history, digest) VALUES (?,?,?,?,?,?,?)`,
+			source, reason, rawKey, cursor, now.UnixNano(), historyLine(now, "dead-lettered", reason), digest)
+		return err
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return fmt.Errorf("dead-letter payload of %q: %w", source, err)
+	}
+	return nil
+}
+
+// payloadDigest returns the content hash a raw key names
+// (".../<unix-nanos>-<hex>.json", rawstore.Key), or "" for a key of
+// another shape.
+func payloadDigest(rawKey string) string {
+	base := path.Base(rawKey)
+	name, ok := strings.CutSuffix(base, ".json")
+	if !ok {
+		return ""
+	}
+	_, digest, ok := strings.Cut(name, "-")
+	if !ok || digest == "" {
+		return ""
+	}
+	return digest
+}
+
+// ResolveDeadLetters marks the active payload dead letters of source that
+// were fetched with cursor resolved: a later fetch with the same cursor
+// succeeded, so the payload was a transient fault. They leave the default
+// list and stay readable by id, with a "resolved" history entry. It
+// returns how many it resolved.
+func (q *Queue) ResolveDeadLetters(ctx context.Context, source, cursor string) (int, error) {
+	var n int
+	r := &request{apply: func(tx *sql.Tx) error {
+		now := time.Now()
+		res, err := tx.Exec(`UPDATE dead_letters SET resolved_at = ?, history = history || ?
+			WHERE source = ? AND request = ? AND event_key = '' AND resolved_at = 0 AND replayed_at = 0`,
+			now.UnixNano(), historyLine(now, "resolved", "a later fetch of the same request succeeded"), source, cursor)
+		if err != nil {
+			return err
+		}
+		rows, err := res.RowsAffected()
+		n = int(rows)
+		return err
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return 0, fmt.Errorf("resolve dead letters of %q: %w", source, err)
+	}
+	return n, nil
+}
+
+// DeadLetterFrame dead-letters every event of pending frame id not yet
+// acked, one dead letter per event. Each dead letter's reason is reason,
+// followed by the event's last error when a retryable nack recorded one.
+// The frame is then cleared. It returns how many events it dead-lettered
+// (0 when the frame is no longer pending).
+func (q *Queue) DeadLetterFrame(ctx context.Context, id int64, reason string) (int, error) {
+	n, err := q.deadLetter(ctx, id, func(int64, string, string) bool { return true }, func(lastErr string) string {
+		if lastErr == "" {
+			return reason
+		}
+		return reason + "; last error: " + lastErr
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter frame %d: %w", id, err)
+	}
+	return n, nil
+}
+
+// DeadLetterEvents dead-letters the pending events of frame id whose seqs
+// are given, with reason; the frame is cleared if none is left. It returns
+// how many it dead-lettered.
+func (q *Queue) DeadLetterEvents(ctx context.Context, id int64, seqs []int64, reason string) (int, error) {
+	want := make(map[int64]bool, len(seqs))
+	for _, s := range seqs {
+		want[s] = true
+	}
+	n, err := q.deadLetter(ctx, id, func(seq int64, _, _ string) bool { return want[seq] }, func(string) string { return reason })
+	if err != nil {
+		return 0, fmt.Errorf("dead-letter events of frame %d: %w", id, err)
+	}
+	return n, nil
+}
+
+// deadLetter runs deadLetterWhere in a request of its own.
+func (q *Queue) deadLetter(ctx context.Context, id int64, match func(seq int64, source, key string) bool, reason func(lastErr string) string) (int, error) {
+	var st *settler
+	r := &request{apply: func(tx *sql.Tx) error {
+		st = q.newSettler(tx)
+		return st.deadLetterWhere(id, match, reason)
+	}}
+	if err := q.submit(ctx, r, func() { q.settled(st) }); err != nil {
+		return 0, err
+	}
+	return st.out.DeadLettered, nil
+}
+
+// deadLetterWhere dead-letters the pending events of frame id that match,
+// one dead letter each, as a permanent nack does, and lowers the frame's
+// count as an ack does.
+func (st *settler) deadLetterWhere(id int64, match func(seq int64, source, key string) bool, reason func(lastErr string) string) error {
+	var first, last int64
+	err := st.tx.Stmt(st.stmts.frameSpan).QueryRow(id).Scan(&first, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	type victim struct {
+		seq     int64
+		ref     eventRef
+		lastErr string
+	}
+	rows, err := st.tx.Stmt(st.stmts.unacked).Query(first, last)
+	if err != nil {
+		return err
+	}
+	var vs []victim
+	for rows.Next() {
+		v := victim{ref: eventRef{frame: id}}
+		if err := rows.Scan(&v.seq, &v.ref.source, &v.ref.key, &v.lastErr); err != nil {
+			return errors.Join(err, rows.Close())
+		}
+		if match(v.seq, v.ref.source, v.ref.key) {
+			vs = append(vs, v)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	if len(vs) == 0 {
+		return nil
+	}
+	bury := st.burier()
+	for _, v := range vs {
+		if err := bury(v.seq, v.ref, reason(v.lastErr)); err != nil {
+			return err
+		}
+	}
+	st.out.DeadLettered += len(vs)
+	return st.take(map[int64]int{id: len(vs)})
+}
+
+// HistoryEntry is one thing that happened to a dead letter.
+type HistoryEntry struct {
+	At     time.Time `json:"at"`
+	Action string    `json:"action"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// historyLine is one JSON line of a dead letter's history.
+func historyLine(at time.Time, action, detail string) string {
+	b, err := json.Marshal(HistoryEntry{At: at.UTC(), Action: action, Detail: detail})
+	if err != nil { // a struct of strings and a time always marshals
+		panic(err)
+	}
+	return string(b) + "\n"
 }

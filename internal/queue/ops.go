@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -584,81 +583,6 @@ func (q *Queue) CountDeliveries(ctx context.Context, ids []int64) error {
 		return nil
 	}}
 	return q.submit(ctx, r, nil)
-}
-
-// DeadLetter records a payload that could not be queued (for example a
-// malformed upstream response), whose bytes are in the raw store at rawKey.
-// cursor is the source's cursor the payload was fetched with, so that a
-// later good fetch of it can resolve the entry (see ResolveDeadLetters);
-// "" if unknown. The same bytes from the same source again, while their
-// entry is active, count on it (count, last seen, the latest reason and
-// request) instead of adding one: an upstream that serves the same bad
-// page at every poll makes one entry, not one a poll. The bytes are known
-// by the content hash their raw key ends with (rawstore.Key).
-func (q *Queue) DeadLetter(ctx context.Context, source, reason, rawKey, cursor string) error {
-	digest := payloadDigest(rawKey)
-	r := &request{apply: func(tx *sql.Tx) error {
-		now := time.Now()
-		if digest != "" {
-			res, err := tx.Exec(`UPDATE dead_letters SET count = count + 1, last_seen = ?, reason = ?, request = ?
-				WHERE source = ? AND digest = ? AND event_key = '' AND resolved_at = 0 AND replayed_at = 0`,
-				now.UnixNano(), reason, cursor, source, digest)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n > 0 {
-				return err
-			}
-		}
-		_, err := tx.Exec(`INSERT INTO dead_letters(source, reason, raw_key, request, created_at, history, digest) VALUES (?,?,?,?,?,?,?)`,
-			source, reason, rawKey, cursor, now.UnixNano(), historyLine(now, "dead-lettered", reason), digest)
-		return err
-	}}
-	if err := q.submit(ctx, r, nil); err != nil {
-		return fmt.Errorf("dead-letter payload of %q: %w", source, err)
-	}
-	return nil
-}
-
-// payloadDigest returns the content hash a raw key names
-// (".../<unix-nanos>-<hex>.json", rawstore.Key), or "" for a key of
-// another shape.
-func payloadDigest(rawKey string) string {
-	base := path.Base(rawKey)
-	name, ok := strings.CutSuffix(base, ".json")
-	if !ok {
-		return ""
-	}
-	_, digest, ok := strings.Cut(name, "-")
-	if !ok || digest == "" {
-		return ""
-	}
-	return digest
-}
-
-// ResolveDeadLetters marks the active payload dead letters of source that
-// were fetched with cursor resolved: a later fetch with the same cursor
-// succeeded, so the payload was a transient fault. They leave the default
-// list and stay readable by id, with a "resolved" history entry. It
-// returns how many it resolved.
-func (q *Queue) ResolveDeadLetters(ctx context.Context, source, cursor string) (int, error) {
-	var n int
-	r := &request{apply: func(tx *sql.Tx) error {
-		now := time.Now()
-		res, err := tx.Exec(`UPDATE dead_letters SET resolved_at = ?, history = history || ?
-			WHERE source = ? AND request = ? AND event_key = '' AND resolved_at = 0 AND replayed_at = 0`,
-			now.UnixNano(), historyLine(now, "resolved", "a later fetch of the same request succeeded"), source, cursor)
-		if err != nil {
-			return err
-		}
-		rows, err := res.RowsAffected()
-		n = int(rows)
-		return err
-	}}
-	if err := q.submit(ctx, r, nil); err != nil {
-		return 0, fmt.Errorf("resolve dead letters of %q: %w", source, err)
-	}
-	return n, nil
 }
 
 // Stats is a snapshot for startup logs and metrics.
