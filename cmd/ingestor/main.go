@@ -227,7 +227,11 @@ func cmdRun(args []string, stderr io.Writer) int {
 		case <-hup:
 			log.Info("SIGHUP: reloading the config")
 			rctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownGrace)
-			_, _ = d.Reload(rctx, false) // Reload logs the outcome
+			// Reload logs its outcome, every problem of a refused file
+			// included, except when there is nothing to reload.
+			if _, err := d.Reload(rctx, false); errors.Is(err, daemon.ErrNoConfigFile) || errors.Is(err, daemon.ErrStopping) {
+				log.Warn("SIGHUP: nothing reloaded", "reason", err)
+			}
 			cancel()
 		}
 	}

@@ -94,6 +94,9 @@ func newReloader(reg prometheus.Registerer) *reloader {
 	return r
 }
 
+// ErrStopping is returned by a Reload asked for while the daemon stops.
+var ErrStopping = errors.New("the daemon is stopping")
+
 // Reload reads the daemon's config file again and applies it: sources
 // added start, sources removed drain and stop, sources whose settings
 // changed drain and start again from their durable cursor, and the others
@@ -103,6 +106,9 @@ func newReloader(reg prometheus.Registerer) *reloader {
 // file:line and returned (as config.Errors), and
 // ingestor_config_last_reload_successful drops to 0. With dryRun, Reload
 // only says what it would do.
+//
+// Reload logs every outcome but two, which it only returns: ErrStopping
+// and ErrNoConfigFile.
 func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) {
 	r := d.reload
 	r.mu.Lock()
@@ -110,7 +116,7 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 	old := d.currentConfig()
 	res := ReloadResult{File: old.File}
 	if r.stopped {
-		return res, errors.New("the daemon is stopping")
+		return res, ErrStopping
 	}
 	if old.File == "" {
 		return res, ErrNoConfigFile
@@ -227,7 +233,12 @@ func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
 		rctx, cancel := context.WithTimeout(ctx, d.cfg.Daemon.ShutdownGrace)
 		if res, err := d.Reload(rctx, true); err != nil || res.Changes() {
 			d.log.Info("config file changed; reloading", "file", file)
-			_, _ = d.Reload(rctx, false) // Reload logs the outcome
+			// Reload logs its outcome; while the daemon stops there is
+			// nothing more to watch.
+			if _, err := d.Reload(rctx, false); errors.Is(err, ErrStopping) {
+				cancel()
+				return
+			}
 		}
 		cancel()
 	}
