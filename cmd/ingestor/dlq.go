@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -57,9 +56,12 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file")
+	if isHelp(sub) {
+		fmt.Fprint(stdout, dlqUsage)
+		return 0
+	}
+	sc := newSubcommand("dlq "+sub, "", "config file", stderr)
+	fs := sc.fs
 	source := fs.String("source", "", "only dead letters of this source")
 	reason := fs.String("reason", "", "only dead letters whose reason contains this text")
 	since := fs.String("since", "", "only dead letters created at or after this time (RFC 3339)")
@@ -69,12 +71,11 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	replayed := fs.Bool("replayed", false, "list replayed and resolved dead letters too")
 	all := fs.Bool("all", false, "replay or drop every active dead letter the filters select")
 	yes := fs.Bool("yes", false, "drop without asking")
-	pos, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return 2
+	pos, code, done := sc.parse(args[1:])
+	if done {
+		return code
 	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "ingestor dlq: -c FILE is required")
+	if !sc.needPath() {
 		return 2
 	}
 	var ids []int64
@@ -118,9 +119,8 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	cfg, err := config.Load(*path)
-	if err != nil {
-		printConfigError(stderr, err)
+	cfg := sc.load()
+	if cfg == nil {
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

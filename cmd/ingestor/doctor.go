@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -22,27 +21,22 @@ import (
 // cmdDoctor is `ingestor doctor`: check the queue database and the raw
 // bytes it references, with the daemon stopped.
 func cmdDoctor(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: ingestor doctor -c FILE\n\n"+
-			"Checks the data dir of FILE with the daemon stopped: PRAGMA integrity_check on queue.db, then every raw\n"+
-			"object and page that pending and dead-lettered events reference exists and matches its checksum.\n"+
-			"Prints a report; exit 0 when all is sound, 1 on a problem or when the check cannot run.\n\n")
-		fs.PrintDefaults()
+	sc := newSubcommand("doctor", "usage: ingestor doctor -c FILE\n\n"+
+		"Checks the data dir of FILE with the daemon stopped: PRAGMA integrity_check on queue.db, then every raw\n"+
+		"object and page that pending and dead-lettered events reference exists and matches its checksum.\n"+
+		"Prints a report; exit 0 when all is sound, 1 on a problem or when the check cannot run.\n\n",
+		"config `file` (required)", stderr)
+	pos, code, done := sc.parse(args)
+	if done {
+		return code
 	}
-	path := fs.String("c", "", "config `file` (required)")
-	if err := fs.Parse(args); err != nil {
+	if *sc.path == "" || len(pos) > 0 {
+		sc.fail("-c FILE is required, and nothing else")
+		sc.fs.Usage()
 		return 2
 	}
-	if *path == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "ingestor doctor: -c FILE is required, and nothing else")
-		fs.Usage()
-		return 2
-	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		printConfigError(stderr, err)
+	cfg := sc.load()
+	if cfg == nil {
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -144,21 +144,21 @@ func printConfigError(stderr io.Writer, err error) {
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file to check")
-	if err := fs.Parse(args); err != nil {
+	sc := newSubcommand("validate", "", "config file to check", stderr)
+	pos, code, done := sc.parse(args)
+	switch {
+	case done:
+		return code
+	case len(pos) > 0:
+		return sc.fail("unexpected argument %q", pos[0])
+	case !sc.needPath():
 		return 2
 	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "ingestor validate: -c FILE is required")
-		return 2
-	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		printConfigError(stderr, err)
+	cfg := sc.load()
+	if cfg == nil {
 		return 1
 	}
+	path := sc.path
 	enabled := 0
 	for _, s := range cfg.Sources {
 		if s.Enabled {

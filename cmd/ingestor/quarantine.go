@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,20 +45,20 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("quarantine "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file")
+	if isHelp(sub) {
+		fmt.Fprint(stdout, quarantineUsage)
+		return 0
+	}
+	sc := newSubcommand("quarantine "+sub, "", "config file", stderr)
+	fs, path := sc.fs, sc.path
 	source := fs.String("source", "", "only deliveries of this source")
 	limit := fs.Int("limit", 100, "list at most this many")
 	output := fs.String("o", "", `output format: "json", or a table by default`)
-	pos, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return 2
+	pos, code, done := sc.parse(args[1:])
+	if done {
+		return code
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "ingestor quarantine %s: %s\n", sub, fmt.Sprintf(format, a...))
-		return 2
-	}
+	fail := sc.fail
 	switch {
 	case !slices.Contains([]string{"list", "show", "clear"}, sub):
 		fmt.Fprintf(stderr, "ingestor quarantine: unknown command %q\n%s", sub, quarantineUsage)
@@ -84,9 +83,8 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		id = n
 	}
 
-	cfg, err := config.Load(*path)
-	if err != nil {
-		printConfigError(stderr, err)
+	cfg := sc.load()
+	if cfg == nil {
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/daemon"
 )
 
@@ -18,21 +16,19 @@ import (
 // admin address of that file) to reload its own config file, and prints
 // what started, stopped, restarted and stayed.
 func cmdReload(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file: validated first; its daemon.admin_addr (or http_addr) and admin token reach the daemon")
-	dry := fs.Bool("dry-run", false, "only print what a reload would start, stop and restart")
-	output := fs.String("o", "text", "output: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	sc := newSubcommand("reload", "", "config file: validated first; its daemon.admin_addr (or http_addr) and admin token reach the daemon", stderr)
+	dry := sc.fs.Bool("dry-run", false, "only print what a reload would start, stop and restart")
+	output := sc.fs.String("o", "text", "output: text or json")
+	pos, code, done := sc.parse(args)
+	if done {
+		return code
 	}
-	if *path == "" || (*output != "text" && *output != "json") {
-		fmt.Fprintln(stderr, "ingestor reload: -c FILE is required; -o is text or json")
-		return 2
+	if *sc.path == "" || len(pos) > 0 || (*output != "text" && *output != "json") {
+		return sc.fail("-c FILE is required; -o is text or json")
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		printConfigError(stderr, err)
+	path := sc.path
+	cfg := sc.load()
+	if cfg == nil {
 		return 1
 	}
 	addr := cfg.Daemon.AdminListenAddr()

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/ingestorhq/ingestor/config"
+)
+
+// subcommand is the preamble every `ingestor NAME -c FILE ...` shares: its
+// flag set writing to stderr, the -c flag, parsing with flags before or
+// after the positional arguments, -h answered with the usage and exit 0,
+// and the config loaded with every problem printed.
+type subcommand struct {
+	name   string
+	fs     *flag.FlagSet
+	path   *string
+	stderr io.Writer
+}
+
+// newSubcommand returns the preamble of `ingestor name`; usage, when not
+// empty, is printed above the flags' defaults by -h and after a usage
+// error, and pathHelp is the -c flag's help.
+func newSubcommand(name, usage, pathHelp string, stderr io.Writer) *subcommand {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if usage != "" {
+		fs.Usage = func() {
+			fmt.Fprint(stderr, usage)
+			fs.PrintDefaults()
+		}
+	}
+	return &subcommand{name: name, fs: fs, path: fs.String("c", "", pathHelp), stderr: stderr}
+}
+
+// parse parses args and returns the positional arguments. When it returns
+// done, the command ends with code: 0 after -h, 2 after a flag error (the
+// flag package printed it and the usage).
+func (s *subcommand) parse(args []string) (pos []string, code int, done bool) {
+	pos, err := parseInterspersed(s.fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return nil, 0, true
+	case err != nil:
+		return nil, 2, true
+	}
+	return pos, 0, false
+}
+
+// fail prints "ingestor NAME: message" and returns 2, the exit code of a
+// usage error.
+func (s *subcommand) fail(format string, a ...any) int {
+	fmt.Fprintf(s.stderr, "ingestor %s: %s\n", s.name, fmt.Sprintf(format, a...))
+	return 2
+}
+
+// needPath reports whether -c was given, printing the usage error when
+// not.
+func (s *subcommand) needPath() bool {
+	if *s.path == "" {
+		s.fail("-c FILE is required")
+		return false
+	}
+	return true
+}
+
+// load loads the -c file; on a problem it prints every one (file:line)
+// and returns nil, and the command exits 1.
+func (s *subcommand) load() *config.Config {
+	cfg, err := config.Load(*s.path)
+	if err != nil {
+		printConfigError(s.stderr, err)
+		return nil
+	}
+	return cfg
+}
+
+// isHelp reports whether arg asks for help in place of a subcommand
+// (`ingestor dlq -h`).
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
