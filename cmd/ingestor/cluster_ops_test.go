@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -111,10 +110,14 @@ func (r *clusterRig) checkpoints(c *clientv3.Client) map[string]int {
 // member's unacked events were gone with its disk and the test timed out
 // waiting for them.
 func TestClusterLostDiskLosesNothing(t *testing.T) {
-	const nSources, total = 30, 400
+	const nSources, total = 30, 1000
 	r := newClusterRig(t, nSources, total)
-	r.startMidFeed("m1", "m2", "m3")
+	r.start("m1", "m2", "m3")
 	all := r.names()
+	r.waitPlaced(all, 60*time.Second)
+	// Stopped while the sources are mid-feed: on a loaded machine they
+	// could otherwise reach their end, every event acked, before m2 holds
+	// any unacked.
 	r.signalProcessor(syscall.SIGSTOP)
 	stopped := true
 	defer func() {
@@ -206,7 +209,7 @@ func TestClusterMemberLeavesOnlyAfterItsAcks(t *testing.T) {
 	case <-time.After(8 * time.Second):
 		t.Fatalf("m2 still running 8s after the processor came back\n%s", tail(m2.logs.String()))
 	}
-	t.Logf("m2 left %v after the processor was back, %v after SIGTERM (shutdown_grace 10s)",
+	t.Logf("m2 left %v after the processor was back, %v after SIGTERM (shutdown_grace 30s)",
 		time.Since(resumed).Round(time.Millisecond), time.Since(termed).Round(time.Millisecond))
 	logs := m2.logs.String()
 	if strings.Contains(logs, "grace period over") || !strings.Contains(logs, `"pending_events":0`) {
@@ -224,23 +227,7 @@ func TestClusterMemberLeavesOnlyAfterItsAcks(t *testing.T) {
 	r.waitPlaced([]string{"m1"}, 30*time.Second)
 	r.waitEnd(120 * time.Second)
 	r.waitApplied(120 * time.Second)
-	pages := map[string]int{}
-	for _, q := range r.up.Requests() {
-		if since := q.Query.Get("since"); since != fmt.Sprint(total) {
-			pages[q.Query.Get("src")+"@"+since]++
-		}
-	}
-	for p, n := range pages {
-		if n > 1 {
-			t.Errorf("page %s fetched %d times across the drained hand-over", p, n)
-			src, _, _ := strings.Cut(p, "@")
-			for _, q := range r.up.Requests() {
-				if q.Query.Get("src") == src {
-					t.Logf("  %s %s since=%s", q.Time.Format("15:04:05.000"), q.Header.Get(sources.MemberHeader), q.Query.Get("since"))
-				}
-			}
-		}
-	}
+	r.checkNoPageMoved("across the drained hand-over")
 }
 
 // TestClusterRestartWithinRebalanceDelayMovesNothing restarts one of three
