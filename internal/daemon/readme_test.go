@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite README.md's metrics list from the registry")
+var updateDocs = flag.Bool("update-docs", false, "rewrite the metrics list of docs/operations.md from the registry")
 
 const (
-	metricsBegin = "<!-- metrics: generated from the registry by internal/daemon TestREADMEMetricsList; rerun it with -update-readme -->\n"
+	metricsBegin = "<!-- metrics: generated from the registry by internal/daemon TestDocsMetricsList; rerun it with -update-docs -->\n"
 	metricsEnd   = "<!-- /metrics -->\n"
 )
 
@@ -60,9 +60,9 @@ func metricsList(t *testing.T, reg *prometheus.Registry) string {
 	return strings.Join(slices.Compact(lines), "")
 }
 
-// TestREADMEMetricsList keeps README.md's list of metrics equal to what the
-// daemon registers, so the two cannot drift apart.
-func TestREADMEMetricsList(t *testing.T) {
+// TestDocsMetricsList keeps the list of metrics in docs/operations.md
+// equal to what the daemon registers, so the two cannot drift apart.
+func TestDocsMetricsList(t *testing.T) {
 	h := startDaemon(t, "", "", `
 [source.gen]
 kind = "demo"
@@ -72,7 +72,7 @@ interval = "1h"
 	if strings.Count(want, "\n") < 20 {
 		t.Fatalf("only %d metrics described:\n%s", strings.Count(want, "\n"), want)
 	}
-	const path = "../../README.md"
+	const path = "../../docs/operations.md"
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -82,19 +82,19 @@ interval = "1h"
 		_, rest, ok = strings.Cut(rest, metricsEnd)
 	}
 	if !ok {
-		t.Fatalf("README.md lacks the metrics markers %q ... %q", metricsBegin, metricsEnd)
+		t.Fatalf("%s lacks the metrics markers %q ... %q", path, metricsBegin, metricsEnd)
 	}
 	got := strings.TrimPrefix(string(doc), before+metricsBegin)
 	got = strings.TrimSuffix(got, metricsEnd+rest)
 	if got == want {
 		return
 	}
-	if *updateREADME {
+	if *updateDocs {
 		if err := os.WriteFile(path, []byte(before+metricsBegin+want+metricsEnd+rest), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Log("README.md's metrics list rewritten")
+		t.Logf("%s: metrics list rewritten", path)
 		return
 	}
-	t.Fatalf("README.md's metrics list differs from the registry; rerun with -update-readme. Want:\n%s", want)
+	t.Fatalf("%s: the metrics list differs from the registry; rerun with -update-docs. Want:\n%s", path, want)
 }

@@ -121,14 +121,14 @@ func TestWSIngressThroughTheDaemon(t *testing.T) {
 	}
 }
 
-// TestREADMEDeviceExample runs the Go device of README's "Devices over
-// WebSocket" section, as written there, against a daemon: it prints the
-// "stored" answer and the envelope is counted for its device.
-func TestREADMEDeviceExample(t *testing.T) {
-	code := docBlock(t, "../../README.md", "### Devices over WebSocket (`kind = \"ws_ingress\"`)", "go")
+// TestDocsDeviceExample runs the Go device of docs/push.md's "Devices
+// over WebSocket" section, as written there, against a daemon: it prints
+// the "stored" answer and the envelope is counted for its device.
+func TestDocsDeviceExample(t *testing.T) {
+	code := docBlock(t, "../../docs/push.md", "## Devices over WebSocket (`kind = \"ws_ingress\"`)", "go")
 	// Inside the module, so that the program builds with its go.mod; a
 	// directory starting with "_" is ignored by ./... patterns.
-	dir, err := os.MkdirTemp(".", "_readme-device-")
+	dir, err := os.MkdirTemp(".", "_docs-device-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,10 +146,10 @@ func TestREADMEDeviceExample(t *testing.T) {
 	cmd.Env = append(os.Environ(), "INGEST_URL=ws://"+h.d.PushAddr()+"/ingest/devices/ws", "DEVICE_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go run the README device: %v\n%s", err, out)
+		t.Fatalf("go run the docs device: %v\n%s", err, out)
 	}
 	if !strings.Contains(string(out), `{"event_id":"pump-1-boot-7-000042","status":"stored","ack_ts":`) {
-		t.Fatalf("the README device printed %s, want its stored answer", out)
+		t.Fatalf("the docs device printed %s, want its stored answer", out)
 	}
 	if v := metric(t, h.d.Registry(), "ingestor_push_device_envelopes_total", "source", "devices", "device", "pump-1", "status", "stored"); v != 1 {
 		t.Errorf("envelopes of pump-1 = %v, want 1", v)
