@@ -458,8 +458,12 @@ func TestClusterStopsPollingWhileEtcdIsDown(t *testing.T) {
 		if d := at.Sub(up); d > slowest {
 			slowest = d
 		}
-		if d := at.Sub(up); d > 2*time.Second+50*time.Millisecond {
-			t.Errorf("source %s polled again %v after etcd was back, want within 2s plus the interval", src, d.Round(time.Millisecond))
+		// 2 s plus the interval is the target (0.5-1.5 s measured on a
+		// quiet machine; internal/cluster TestCoordinatorRejoinsAtOnceAfterAnEtcdOutage
+		// holds the member to 2 s); a second more absorbs make test's
+		// load, where 2.7 s was seen with other packages running.
+		if d := at.Sub(up); d > 3*time.Second+50*time.Millisecond {
+			t.Errorf("source %s polled again %v after etcd was back, want within 2s plus the interval (3s on a loaded machine)", src, d.Round(time.Millisecond))
 		}
 	}
 	t.Logf("every source polled again within %v of etcd's return", slowest.Round(time.Millisecond))
@@ -486,7 +490,7 @@ func firstPollsAfter(r *clusterRig, t time.Time) map[string]time.Time {
 // places on it, each moved gracefully (no page fetched twice), and every
 // event is applied exactly once.
 func TestClusterFourthMemberTakesAFairShare(t *testing.T) {
-	const nSources, total = 30, 1500
+	const nSources, total = 30, 3000
 	r := newClusterRig(t, nSources, total)
 	r.start("m1", "m2", "m3")
 	r.waitPlaced(r.names(), 60*time.Second)

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
-	"github.com/ingestorhq/ingestor/internal/daemon"
+	"github.com/ingestorhq/ingestor/internal/adminapi"
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
@@ -309,9 +309,9 @@ func (h *httpDLQ) List(ctx context.Context, f queue.DLQFilter) ([]queue.DeadLett
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := strconv.Atoi(resp.Get(daemon.TotalCountHeader))
+	total, err := strconv.Atoi(resp.Get(adminapi.TotalCountHeader))
 	if err != nil {
-		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", daemon.TotalCountHeader, err)
+		return nil, 0, fmt.Errorf("GET /dlq: header %s: %w", adminapi.TotalCountHeader, err)
 	}
 	return out, total, nil
 }

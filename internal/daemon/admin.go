@@ -9,12 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/adminapi"
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
-// TotalCountHeader is the response header of GET /dlq giving how many dead
-// letters the filter selects in all, beyond the page returned.
-const TotalCountHeader = "X-Total-Count"
 
 // registerAdmin adds the dead-letter and quarantine endpoints to mux, each
 // behind guard.
@@ -46,7 +44,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 			d.writeError(w, http.StatusInternalServerError, err)
 			return
 		}
-		w.Header().Set(TotalCountHeader, strconv.Itoa(total))
+		w.Header().Set(adminapi.TotalCountHeader, strconv.Itoa(total))
 		d.writeJSON(w, list)
 	})
 	handle("GET /dlq/{id}", func(w http.ResponseWriter, r *http.Request) {
