@@ -13,7 +13,6 @@ import (
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
-
 // registerAdmin adds the dead-letter and quarantine endpoints to mux, each
 // behind guard.
 func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
