@@ -242,12 +242,18 @@ func openStores(t *testing.T) (*queue.Queue, rawstore.Store) {
 // socket connected to it that waits up to 10s for a frame.
 func startSender(t *testing.T, q *queue.Queue, raw rawstore.Store) (*Sender, *zmq.Socket) {
 	t.Helper()
+	return startSenderAckTimeout(t, q, raw, time.Minute)
+}
+
+// startSenderAckTimeout is startSender with the sender's ack timeout.
+func startSenderAckTimeout(t *testing.T, q *queue.Queue, raw rawstore.Store, ackTimeout time.Duration) (*Sender, *zmq.Socket) {
+	t.Helper()
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		t.Fatal(err)
 	}
 	endpoint := fmt.Sprintf("inproc://sender-%d", time.Now().UnixNano())
-	s, err := NewSender(zctx, q, raw, SenderOptions{Endpoint: endpoint, HighWaterMark: 100, AckTimeout: time.Minute})
+	s, err := NewSender(zctx, q, raw, SenderOptions{Endpoint: endpoint, HighWaterMark: 100, AckTimeout: ackTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +489,10 @@ func TestDeliveringCoversSubmittedFrames(t *testing.T) {
 	if err := raw.Put(ctx, "src/a", body); err != nil {
 		t.Fatal(err)
 	}
-	s, pull := startSender(t, q, raw)
+	// A short ack timeout: a frame that ZeroMQ hands to the processor
+	// closing below, before it notices the peer is gone (seen on a loaded
+	// machine), is taken back after it instead of a minute later.
+	s, pull := startSenderAckTimeout(t, q, raw, 2*time.Second)
 	testsync.WaitFor(t, "the start-up scan of an empty queue", 10*time.Second, func() bool { return !s.Delivering() })
 	frames, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: "src/a", FetchedAt: time.Now(),
 		Events: []queue.NewEvent{{Key: "a", RawOff: 1, RawLen: 10, Payload: body[1:11]}}})
