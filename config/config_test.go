@@ -83,9 +83,8 @@ func TestGoodFiles(t *testing.T) {
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
-				Push: Push{Addr: "127.0.0.1:9465"},
-				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second,
-					RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
+				Push:    Push{Addr: "127.0.0.1:9465"},
+				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second, RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
@@ -284,8 +283,7 @@ func TestGoodFiles(t *testing.T) {
 			check: func(t *testing.T, cfg *Config) {
 				want := Cluster{Enabled: true, Name: "prod-eu", EtcdEndpoints: []string{"http://127.0.0.1:2379", "https://etcd-1.example:2379"},
 					EtcdUsername: "ingestor", EtcdPassword: "etcd-s3cret", MemberName: "ingestor-0", AdvertiseHost: "ingestor-0.ingestor.svc",
-					LeaseTTL: 15 * time.Second, CheckpointInterval: 2 * time.Second,
-					RebalanceDelay: 0, CompactInterval: 10 * time.Minute, MaxTxnOps: 1024}
+					LeaseTTL: 15 * time.Second, CheckpointInterval: 2 * time.Second, RebalanceDelay: 0, CompactInterval: 10 * time.Minute, MaxTxnOps: 1024}
 				if !reflect.DeepEqual(cfg.Cluster, want) {
 					t.Errorf("cluster = %+v\nwant %+v", cfg.Cluster, want)
 				}
