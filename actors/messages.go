@@ -3,6 +3,7 @@ package actors
 import (
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -35,13 +36,11 @@ type persistRaw struct {
 
 // rawPersisted is PersistRaw's reply to persistRaw.
 type rawPersisted struct {
-	gen    uint64
-	seq    uint64
-	rawKey string
-	// rawOff is the offset of the batch's body in rawKey's object: 0 for
-	// an object of its own, past the record header in a page segment.
-	rawOff int
-	err    error
+	gen uint64
+	seq uint64
+	// raw is where the batch's body is in the raw store.
+	raw ingest.Ref
+	err error
 }
 
 // deadLetterPayload asks PersistRaw to keep a malformed payload and record
@@ -73,8 +72,7 @@ type appendBatch struct {
 	gen     uint64
 	seq     uint64
 	source  string
-	rawKey  string
-	rawOff  int // the body's offset in rawKey's object
+	raw     ingest.Ref // where the batch's body is in the raw store
 	batch   *sources.Batch
 	records []sources.Record
 	last    bool

@@ -12,16 +12,20 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
-	"github.com/ingestorhq/ingestor/internal/delivery"
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
-	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
 
 // Deps are the shared components the actors use.
 type Deps struct {
-	Queue            *queue.Queue
-	Raw              rawstore.Store
-	Sender           *delivery.Sender
+	// Queue is read for the sources' cursors, waits and pending events,
+	// and written for their waits and resolved dead letters; batches
+	// reach it only through Ingest.
+	Queue *queue.Queue
+	// Ingest makes batches durable (raw bytes, then events and cursor)
+	// and hands their frames to delivery; it also says when disk space is
+	// too low for new polls.
+	Ingest           *ingest.Ingest
 	Metrics          *Metrics
 	Logger           *slog.Logger
 	MaxPendingEvents int64
@@ -43,46 +47,9 @@ type Deps struct {
 	// source and until when: a source polls only while it does, and ends
 	// each poll by that deadline. Nil outside cluster mode.
 	Fence func(source string) (deadline time.Time, ok bool)
-	// Disk, when set, pauses polls while disk space is low and is told of
-	// writes that failed for lack of space.
-	Disk DiskGuard
 
 	// Set by the Supervisor when it spawns the shared actors.
 	PersistRaw, Publisher *actor.PID
-}
-
-// DiskGuard says when disk space is too low for new work
-// (internal/diskspace.Guard).
-type DiskGuard interface {
-	// Low reports whether new work must wait for space, and why.
-	Low() (reason string, low bool)
-	// Failed takes note of a write's error and reports whether it failed
-	// for lack of space.
-	Failed(err error) bool
-}
-
-// diskFull reports whether err is a write that failed for lack of space,
-// telling the guard.
-func (d *Deps) diskFull(err error) bool {
-	return d.Disk != nil && d.Disk.Failed(err)
-}
-
-// spillKey is the key w is spilled under: its raw key, or for a page to
-// append (whose key the append chooses) the key Put would give it; a page
-// spilled by an earlier run is written back with Put under that key.
-func (w *rawWrite) spillKey() string {
-	if w.page {
-		return rawstore.Key(w.source, w.fetchedAt, w.body)
-	}
-	return w.key
-}
-
-// logKey names w in logs before it is written.
-func (w *rawWrite) logKey() string {
-	if w.key == "" && w.page {
-		return "(a page to append)"
-	}
-	return w.key
 }
 
 // rawRetry is the backoff between failed raw-store writes.
@@ -109,18 +76,21 @@ type PersistRaw struct {
 
 // rawWrite is one payload to make durable.
 type rawWrite struct {
-	source, key string
-	body        []byte
-	// page is set for a polled batch's page on a store that appends pages
-	// (rawstore.PageAppender): key and off are set by the write that
-	// succeeds, off being the body's offset in the segment key names.
-	page      bool
-	off       int
-	fetchedAt time.Time
+	// raw is the payload; its Ref is set by the write that succeeds (for a
+	// page the raw store appends, only then).
+	raw ingest.Payload
 	// deadLetter is the malformed payload's reason, "" for a batch.
 	deadLetter string
 	// cursor is the cursor a malformed payload was fetched with.
 	cursor string
+}
+
+// logKey names w in logs before it is written.
+func (w *rawWrite) logKey() string {
+	if k := w.raw.Ref().Key; k != "" {
+		return k
+	}
+	return "(a page to append)"
 }
 
 // Receive implements actor.Actor.
@@ -139,14 +109,9 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 	case *persistRaw:
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
 		go func() {
-			w := rawWrite{source: m.source, body: m.batch.Body, fetchedAt: m.batch.FetchedAt}
-			if _, ok := p.deps.Raw.(rawstore.PageAppender); ok {
-				w.page = true
-			} else {
-				w.key = rawstore.Key(m.source, m.batch.FetchedAt, m.batch.Body)
-			}
+			w := rawWrite{raw: p.deps.Ingest.Page(m.source, m.batch.FetchedAt, m.batch.Body)}
 			err := p.put(p.ctx, m.abandon, &w)
-			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, rawKey: w.key, rawOff: w.off, err: err})
+			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, raw: w.raw.Ref(), err: err})
 		}()
 	case *deadLetterPayload:
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
@@ -179,7 +144,7 @@ func (p *PersistRaw) put(ctx context.Context, abandon <-chan struct{}, w *rawWri
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			wait := rawRetry.Delay(attempt - 1)
-			p.deps.Logger.Warn("raw store write failed; retrying", "source", w.source, "key", w.logKey(),
+			p.deps.Logger.Warn("raw store write failed; retrying", "source", w.raw.Source, "key", w.logKey(),
 				"attempt", attempt, "err", err, "retry_in", wait)
 			if !sleep(ctx, abandon, wait) {
 				return cmp.Or(ctx.Err(), errRawAbandoned)
@@ -192,7 +157,7 @@ func (p *PersistRaw) put(ctx context.Context, abandon <-chan struct{}, w *rawWri
 			return ctx.Err()
 		}
 		if attempt+1 == maxAttempts && p.spill != nil {
-			p.spillWrite(w, spillInfo{Key: w.spillKey(), Source: w.source, Error: err.Error(), Attempts: attempt + 1,
+			p.spillWrite(w, spillInfo{Key: w.raw.ObjectKey(), Source: w.raw.Source, Error: err.Error(), Attempts: attempt + 1,
 				FirstAttempt: first, LastAttempt: time.Now(), DeadLetterReason: w.deadLetter, DeadLetterCursor: w.cursor})
 			return p.redrive(ctx, abandon, w, attempt+1)
 		}
@@ -203,15 +168,15 @@ func (p *PersistRaw) put(ctx context.Context, abandon <-chan struct{}, w *rawWri
 // memory only, still retried, and is lost only if the process dies first.
 func (p *PersistRaw) spillWrite(w *rawWrite, info spillInfo) {
 	info.SpilledAt = time.Now()
-	if err := p.spill.write(info.Key, w.body, info); err != nil {
+	if err := p.spill.write(info.Key, w.raw.Body, info); err != nil {
 		p.deps.Logger.Error("raw store unavailable and spilling the batch failed; retrying from memory",
-			"source", w.source, "key", info.Key, "err", err)
+			"source", w.raw.Source, "key", info.Key, "err", err)
 		return
 	}
 	p.deps.Metrics.rawSpilled.Inc()
 	p.deps.Metrics.rawSpillPending.Inc()
 	p.deps.Logger.Warn("raw store unavailable; batch spilled to local disk until it can be written",
-		"source", w.source, "key", info.Key, "attempts", info.Attempts, "err", info.Error, "spill_dir", p.spill.dir)
+		"source", w.raw.Source, "key", info.Key, "attempts", info.Attempts, "err", info.Error, "spill_dir", p.spill.dir)
 }
 
 // redrive writes a spilled w to the raw store with backoff, from the n-th
@@ -228,19 +193,19 @@ func (p *PersistRaw) redrive(ctx context.Context, abandon <-chan struct{}, w *ra
 			return ctx.Err()
 		}
 		wait := rawRetry.Delay(attempt)
-		p.deps.Logger.Warn("raw store write of spilled batch failed; retrying", "source", w.source, "key", w.spillKey(),
+		p.deps.Logger.Warn("raw store write of spilled batch failed; retrying", "source", w.raw.Source, "key", w.raw.ObjectKey(),
 			"attempt", attempt+1, "err", err, "retry_in", wait)
 		if !sleep(ctx, abandon, wait) {
 			return cmp.Or(ctx.Err(), errRawAbandoned)
 		}
 	}
-	spilled := w.spillKey()
+	spilled := w.raw.ObjectKey()
 	if err := p.spill.remove(spilled); err != nil {
 		p.deps.Logger.Error("spilled batch is in the raw store; delete its spill files by hand", "key", spilled, "err", err)
 	} else if _, statErr := os.Stat(p.spill.path(spilled)); errors.Is(statErr, fs.ErrNotExist) {
 		p.deps.Metrics.rawSpillPending.Dec()
 	}
-	p.deps.Logger.Info("spilled batch written to the raw store", "source", w.source, "key", w.key)
+	p.deps.Logger.Info("spilled batch written to the raw store", "source", w.raw.Source, "key", w.raw.Ref().Key)
 	return nil
 }
 
@@ -253,20 +218,10 @@ func (p *PersistRaw) attempt(ctx context.Context, w *rawWrite) error {
 	}
 	defer func() { <-p.sem }()
 	start := time.Now()
-	var err error
-	if app, ok := p.deps.Raw.(rawstore.PageAppender); ok && w.page {
-		var key string
-		if key, w.off, err = app.AppendPage(ctx, w.source, w.fetchedAt, w.body); err == nil {
-			w.key = key
-		}
-	} else {
-		err = p.deps.Raw.Put(ctx, w.key, w.body)
-	}
-	if err != nil {
+	if err := p.deps.Ingest.Write(ctx, &w.raw); err != nil {
 		if ctx.Err() == nil {
 			p.deps.Metrics.rawPutErrors.Inc()
 			p.deps.Metrics.rawStoreUp.Set(0)
-			p.deps.diskFull(err)
 		}
 		return err
 	}
@@ -295,7 +250,7 @@ func (p *PersistRaw) redriveLeftovers(ctx context.Context) {
 			p.deps.Logger.Error("read spilled batch; it stays in the spill dir", "key", b.key, "err", err)
 			continue
 		}
-		w := rawWrite{source: b.info.Source, key: b.key, body: body, deadLetter: b.info.DeadLetterReason, cursor: b.info.DeadLetterCursor}
+		w := rawWrite{raw: ingest.Object(b.info.Source, b.key, body), deadLetter: b.info.DeadLetterReason, cursor: b.info.DeadLetterCursor}
 		p.deps.Metrics.rawHeld.Inc()
 		err = p.redrive(ctx, nil, &w, 0)
 		p.deps.Metrics.rawHeld.Dec()
@@ -325,8 +280,7 @@ func sleep(ctx context.Context, abandon <-chan struct{}, d time.Duration) bool {
 
 // deadLetter keeps a malformed payload under a "deadletter/" key and lists it.
 func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
-	w := rawWrite{source: m.source, key: "deadletter/" + rawstore.Key(m.source, m.err.FetchedAt, m.err.Body),
-		body: m.err.Body, deadLetter: m.err.Reason, cursor: m.cursor}
+	w := rawWrite{raw: ingest.DeadLetter(m.source, m.err.FetchedAt, m.err.Body), deadLetter: m.err.Reason, cursor: m.cursor}
 	if err := p.put(ctx, m.abandon, &w); err != nil {
 		if errors.Is(err, errRawAbandoned) {
 			// Its cursor never moved past it: the next start fetches the
@@ -342,7 +296,7 @@ func (p *PersistRaw) deadLetter(ctx context.Context, m *deadLetterPayload) {
 
 // recordDeadLetter lists w, a malformed payload now in the raw store.
 func (p *PersistRaw) recordDeadLetter(ctx context.Context, w *rawWrite) {
-	if err := p.deps.Queue.DeadLetter(ctx, w.source, w.deadLetter, w.key, w.cursor); err != nil {
-		p.deps.Logger.Error("record dead letter", "source", w.source, "err", err)
+	if err := p.deps.Ingest.RecordDeadLetter(ctx, &w.raw, w.deadLetter, w.cursor); err != nil {
+		p.deps.Logger.Error("record dead letter", "source", w.raw.Source, "err", err)
 	}
 }

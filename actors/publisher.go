@@ -7,11 +7,12 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
-// Publisher commits durable batches to the write-ahead queue (events and
-// cursor in one transaction) and hands the new frames to the ZeroMQ sender.
+// Publisher commits durable batches through Ingest: events and cursor in
+// one queue transaction, then the new frames to delivery.
 // A batch of more than sources.SliceRecords records comes as several
 // slices, in order on its source's chain, the cursor with the last one
 // (see pendingBatch).
@@ -62,7 +63,7 @@ func (p *Publisher) offer(ctx actor.Context) {
 	room := func() { root.Send(self, &queueHasRoom{}) }
 	for len(p.parked) > 0 {
 		pb := p.parked[0]
-		err := p.deps.Queue.TryAppendAsync(queueBatch(pb.m), pb.m.chain, p.committed(root, pb), room)
+		err := p.deps.Ingest.TryCommit(queueBatch(pb.m), pb.m.chain, p.committed(root, pb), room)
 		if errors.Is(err, queue.ErrFull) {
 			return // room calls back
 		}
@@ -76,17 +77,14 @@ func (p *Publisher) offer(ctx actor.Context) {
 	p.parked = nil // let the backing array go
 }
 
-// committed returns the writer's callback for pb: it hands the new frames
-// to the sender and answers the source.
+// committed returns the writer's callback for pb, called once the new
+// frames went to delivery: it answers the source.
 func (p *Publisher) committed(root *actor.RootContext, pb parkedBatch) func([]queue.Frame, error) {
 	return func(frames []queue.Frame, err error) {
 		p.deps.Metrics.commitDuration.Observe(time.Since(pb.since).Seconds())
 		n := 0
-		if err == nil {
-			p.deps.Sender.Submit(frames)
-			for _, f := range frames {
-				n += len(f.Events)
-			}
+		for _, f := range frames {
+			n += len(f.Events)
 		}
 		root.Send(pb.sender, &batchCommitted{gen: pb.m.gen, seq: pb.m.seq, records: pb.m.records, newEvents: n, err: err})
 	}
@@ -108,18 +106,9 @@ func (p *Publisher) abandon(ctx actor.Context) {
 // with the batch's cursor only when it is the last slice; the events'
 // payloads are slices of the batch's body, not copies.
 func queueBatch(m *appendBatch) queue.Batch {
-	b := queue.Batch{
-		Source:    m.source,
-		FetchedAt: m.batch.FetchedAt,
-		RawKey:    m.rawKey,
-		Events:    make([]queue.NewEvent, len(m.records)),
-	}
+	b := ingest.PageBatch(m.source, m.batch.FetchedAt, m.raw, m.batch.Body, m.records)
 	if m.last {
 		b.Cursor, b.SetCursor = m.batch.Cursor, m.batch.Cursor != ""
-	}
-	for i, r := range m.records {
-		b.Events[i] = queue.NewEvent{Key: r.Key, EventTime: r.Time, RawOff: m.rawOff + r.Off, RawLen: r.Len,
-			Payload: m.batch.Body[r.Off : r.Off+r.Len]}
 	}
 	return b
 }

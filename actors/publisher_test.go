@@ -12,6 +12,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/ingestorhq/ingestor/internal/delivery"
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/queue/queuetest"
 	"github.com/ingestorhq/ingestor/sources"
@@ -42,7 +43,8 @@ func TestPublisherNeverBlocksOnABusyWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps := &Deps{Queue: q, Sender: sender, Metrics: NewMetrics(nil), Logger: slog.New(slog.DiscardHandler)}
+	deps := &Deps{Queue: q, Ingest: ingest.New(ingest.Options{Queue: q, Sender: sender}), Metrics: NewMetrics(nil),
+		Logger: slog.New(slog.DiscardHandler)}
 
 	release := queuetest.HoldWriteLock(t, path)
 
@@ -88,7 +90,7 @@ func TestPublisherNeverBlocksOnABusyWriter(t *testing.T) {
 			{Key: fmt.Sprintf("b%d", i), Off: half, Len: len(body) - half - 1},
 		}}
 		system.Root.RequestWithCustomSender(pub, &appendBatch{chain: chain, gen: 1, seq: uint64(i), source: "s",
-			rawKey: fmt.Sprintf("s/raw-%d", i), batch: b, records: b.Records, last: true}, collector)
+			raw: ingest.Ref{Key: fmt.Sprintf("s/raw-%d", i)}, batch: b, records: b.Records, last: true}, collector)
 	}
 	select {
 	case <-allReturned:

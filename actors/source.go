@@ -13,6 +13,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/backoff"
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -67,9 +68,8 @@ type SourceActor struct {
 // before the page, which is fetched again, and the queue drops the
 // records already queued as duplicates.
 type pendingBatch struct {
-	batch  *sources.Batch
-	rawKey string // set once the raw payload is durable
-	rawOff int    // the body's offset in rawKey's object
+	batch *sources.Batch
+	raw   ingest.Ref // where the body is in the raw store, once durable
 	// taken counts the records of batch.Records sent to the Publisher;
 	// committing counts the slices sent and not yet committed; sent is
 	// set once the last slice is sent.
@@ -234,21 +234,23 @@ func (a *SourceActor) poll(ctx actor.Context) {
 	if !a.ready || a.fetching || a.drainer != nil {
 		return
 	}
-	if a.inflight >= a.cfg.InflightBatches {
-		a.status().set(StateWaiting, ReasonWindow, time.Time{}, "", a.cursor)
-		return // committed() polls again when a slot frees
-	}
+	// A pause is checked before the window, so that a source whose window
+	// is full of batches held up by the pause shows the pause as its
+	// reason, not the window; the pause's timer, not a freed slot, then
+	// polls again (slotFreed polls only with no timer set).
 	if a.deps.Queue.PendingEvents() >= a.deps.MaxPendingEvents {
 		a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
 		a.wait(ctx, ReasonQueueFull, pauseCheck, "")
 		return
 	}
-	if a.deps.Disk != nil {
-		if why, low := a.deps.Disk.Low(); low {
-			a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
-			a.wait(ctx, ReasonDiskFull, pauseCheck, why)
-			return
-		}
+	if why, low := a.deps.Ingest.DiskLow(); low {
+		a.deps.Metrics.paused.WithLabelValues(a.cfg.Name).Set(1)
+		a.wait(ctx, ReasonDiskFull, pauseCheck, why)
+		return
+	}
+	if a.inflight >= a.cfg.InflightBatches {
+		a.status().set(StateWaiting, ReasonWindow, time.Time{}, "", a.cursor)
+		return // committed() polls again when a slot frees
 	}
 	deadline := time.Now().Add(a.cfg.Timeout)
 	if a.deps.Fence != nil {
@@ -432,7 +434,7 @@ func (a *SourceActor) persisted(ctx actor.Context, m *rawPersisted) {
 		panic(fmt.Errorf("source %q: persist raw batch: %w", a.cfg.Name, m.err))
 	}
 	if p, ok := a.pending[m.seq]; ok {
-		p.rawKey, p.rawOff = m.rawKey, m.rawOff
+		p.raw = m.raw
 	}
 	a.commitNext(ctx)
 }
@@ -465,7 +467,7 @@ func (a *SourceActor) abandoned(ctx actor.Context, seq uint64) {
 func (a *SourceActor) commitNext(ctx actor.Context) {
 	for {
 		p, ok := a.pending[a.sendAt]
-		if !ok || p.rawKey == "" {
+		if !ok || p.raw.Key == "" {
 			return
 		}
 		for !p.sent && p.committing < slicesAhead {
@@ -498,12 +500,12 @@ func (a *SourceActor) sendSlice(ctx actor.Context, seq uint64, p *pendingBatch) 
 	p.sent = p.taken == len(b.Records) && (b.Rest == nil || b.Rest.Left() == 0)
 	p.committing++
 	ctx.Request(a.deps.Publisher, &appendBatch{chain: a.chain, gen: a.gen, seq: seq, source: a.cfg.Name,
-		rawKey: p.rawKey, rawOff: p.rawOff, batch: b, records: records, last: p.sent})
+		raw: p.raw, batch: b, records: records, last: p.sent})
 }
 
 func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 	if m.err != nil {
-		if a.drainer == nil && a.deps.diskFull(m.err) {
+		if a.drainer == nil && ingest.IsDiskFull(m.err) {
 			// The disk is full: start over from the durable cursor, as a
 			// restart would, without counting a crash; the polls wait for
 			// space (ReasonDiskFull) and then fetch the batch again.

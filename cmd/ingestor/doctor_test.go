@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/ingest/ingesttest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -53,19 +54,13 @@ func newLedger(t *testing.T, dir string) *ledger {
 		return frames
 	}
 	body := []byte(`[{"id":"ob-0"},{"id":"ob-1"}]`)
-	l.object = rawstore.Key("feed", at, body)
-	if err := raw.Put(ctx, l.object, body); err != nil {
-		t.Fatal(err)
-	}
+	l.object = ingesttest.WriteObject(t, raw, "feed", at, body)
 	queueTwo(l.object, 0, "ob")
 	var frames []queue.Frame
 	for p := range 3 {
-		key, off, err := raw.(rawstore.PageAppender).AppendPage(ctx, "feed", at, fmt.Appendf(nil, `[{"id":"p%d-0"},{"id":"p%d-1"}]`, p, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.segment, l.pageOffs = key, append(l.pageOffs, off)
-		frames = queueTwo(key, off, fmt.Sprintf("p%d", p))
+		ref := ingesttest.WritePage(t, raw, "feed", at, fmt.Appendf(nil, `[{"id":"p%d-0"},{"id":"p%d-1"}]`, p, p))
+		l.segment, l.pageOffs = ref.Key, append(l.pageOffs, ref.Off)
+		frames = queueTwo(ref.Key, ref.Off, fmt.Sprintf("p%d", p))
 	}
 	var seqs []int64
 	for _, e := range frames[0].Events {

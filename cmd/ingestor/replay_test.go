@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/ingest/ingesttest"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
 
@@ -54,11 +55,7 @@ func TestReplayCommand(t *testing.T) {
 		`not json at all`,
 		`[{"id":"c","seq":3},{"id":"d","seq":4},{"id":"e","seq":5}]`,
 	} {
-		k := rawstore.Key("feed", at.Add(time.Duration(i)*time.Hour), []byte(body))
-		if err := raw.Put(t.Context(), k, []byte(body)); err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k)
+		keys = append(keys, ingesttest.WriteObject(t, raw, "feed", at.Add(time.Duration(i)*time.Hour), []byte(body)))
 	}
 	replayCmd := func(args ...string) (code int, stdout, stderr string) {
 		var out, errb bytes.Buffer

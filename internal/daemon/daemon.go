@@ -30,6 +30,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/delivery"
 	"github.com/ingestorhq/ingestor/internal/diskspace"
 	"github.com/ingestorhq/ingestor/internal/durable"
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawretention"
@@ -243,9 +244,9 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		return log.With("lib", "protoactor")
 	}))
 	deps := &actors.Deps{
-		Queue: d.queue, Raw: d.raw, Sender: d.sender,
+		Queue: d.queue, Ingest: ingest.New(ingest.Options{Queue: d.queue, Raw: d.raw, Sender: d.sender, Disk: d.disk}),
 		Metrics: d.metrics, Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
-		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir, Disk: d.disk,
+		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
 	if cfg.Cluster.Enabled {
 		if d.coord, err = newClusterMode(d, cfg); err != nil {
@@ -332,8 +333,8 @@ func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*deliv
 // the same bucket as the polled sources naming it.
 func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 	m := deps.Metrics
-	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Raw: d.raw, Sender: d.sender,
-		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm, Disk: d.disk,
+	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Ingest: deps.Ingest,
+		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm,
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	var err error
 	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,

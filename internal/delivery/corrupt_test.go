@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/ingest/ingesttest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/testsync"
@@ -41,12 +42,7 @@ func TestCorruptRawObjectIsDeadLettered(t *testing.T) {
 	dir := strings.TrimPrefix(raw.String(), "file://")
 	body := []byte(`[{"id":"r0"},{"id":"r1"}]`)
 	at := time.Now()
-	rotten, good := rawstore.Key("src", at, body), rawstore.Key("src", at.Add(1), body)
-	for _, key := range []string{rotten, good} {
-		if err := raw.Put(ctx, key, body); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rotten, good := ingesttest.WriteObject(t, raw, "src", at, body), ingesttest.WriteObject(t, raw, "src", at.Add(1), body)
 	p := filepath.Join(dir, filepath.FromSlash(rotten))
 	flipped := slices.Clone(body)
 	flipped[9] ^= 0x01 // "r0" becomes "r1": still JSON, wrong bytes
@@ -86,17 +82,14 @@ func TestCorruptRawObjectIsDeadLettered(t *testing.T) {
 func TestCorruptPageIsDeadLettered(t *testing.T) {
 	ctx := t.Context()
 	q, raw := openStores(t)
-	app := raw.(rawstore.PageAppender)
 	var key string
 	var offs []int
 	for p := range 4 {
 		page := fmt.Sprintf(`[{"id":"p%d-0"},{"id":"p%d-1"}]`, p, p)
-		k, off, err := app.AppendPage(ctx, "src", time.Now(), []byte(page))
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, offs = k, append(offs, off)
-		if _, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: k, FetchedAt: time.Now(), Events: []queue.NewEvent{
+		ref := ingesttest.WritePage(t, raw, "src", time.Now(), []byte(page))
+		off := ref.Off
+		key, offs = ref.Key, append(offs, off)
+		if _, err := q.Append(ctx, queue.Batch{Source: "src", RawKey: key, FetchedAt: time.Now(), Events: []queue.NewEvent{
 			{Key: fmt.Sprintf("p%d-0", p), RawOff: off + 1, RawLen: 13}, {Key: fmt.Sprintf("p%d-1", p), RawOff: off + 15, RawLen: 13}}}); err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/ingestorhq/ingestor/internal/ingest/ingesttest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/testsync"
@@ -334,16 +335,12 @@ func TestFetchToAckBucketsMeasureTheTargets(t *testing.T) {
 func TestBacklogFromPageSegmentReadsOnlyItsPages(t *testing.T) {
 	ctx := t.Context()
 	q, file := openStores(t)
-	app := file.(rawstore.PageAppender)
 	var segKey string
 	var segSize, pagesSize int
 	want := map[string]string{}
 	unreferenced := func() {
-		key, off, err := app.AppendPage(ctx, "src", time.Now(), bytes.Repeat([]byte(" "), 1<<20))
-		if err != nil {
-			t.Fatal(err)
-		}
-		segKey, segSize = key, off+1<<20
+		ref := ingesttest.WritePage(t, file, "src", time.Now(), bytes.Repeat([]byte(" "), 1<<20))
+		segKey, segSize = ref.Key, ref.Off+1<<20
 	}
 	unreferenced()
 	for p := range 3 {
@@ -352,10 +349,8 @@ func TestBacklogFromPageSegmentReadsOnlyItsPages(t *testing.T) {
 			recs = append(recs, fmt.Sprintf(`{"id":"p%d-%d"}`, p, i))
 		}
 		page := "[" + strings.Join(recs, ",") + "]" + strings.Repeat(" ", 64<<10)
-		key, off, err := app.AppendPage(ctx, "src", time.Now(), []byte(page))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ref := ingesttest.WritePage(t, file, "src", time.Now(), []byte(page))
+		key, off := ref.Key, ref.Off
 		segKey, segSize, pagesSize = key, off+len(page), pagesSize+len(page)
 		b := queue.Batch{Source: "src", RawKey: key, FetchedAt: time.Now()}
 		at := 1
@@ -418,13 +413,10 @@ func TestBacklogReadsALargePageOnce(t *testing.T) {
 		page.WriteString(r)
 	}
 	page.WriteByte(']')
-	key, off, err := file.(rawstore.PageAppender).AppendPage(ctx, "src", time.Now(), page.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.RawKey = key
+	ref := ingesttest.WritePage(t, file, "src", time.Now(), page.Bytes())
+	b.RawKey = ref.Key
 	for i := range b.Events {
-		b.Events[i].RawOff += off
+		b.Events[i].RawOff += ref.Off
 	}
 	if _, err := q.Append(ctx, b); err != nil {
 		t.Fatal(err)

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
-	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
 
 // Event is one event of a pushed body.
@@ -50,26 +50,11 @@ type BusyError struct {
 	Unavailable bool
 }
 
-// DiskGuard says when disk space is too low to store pushed events
-// (internal/diskspace.Guard).
-type DiskGuard interface {
-	// Low reports whether new work must wait for space, and why.
-	Low() (reason string, low bool)
-	// Failed takes note of a write's error and reports whether it failed
-	// for lack of space.
-	Failed(err error) bool
-}
-
 func (e *BusyError) Error() string { return "busy: " + e.Reason }
 
 // ErrClosed is returned by Commit once the inbox is closed (the daemon is
 // stopping).
 var ErrClosed = errors.New("push inbox closed")
-
-// Sender takes the frames of new events for delivery to processors.
-type Sender interface {
-	Submit(frames []queue.Frame)
-}
 
 // CommitStats describe one source's share of a committed group, for the
 // per-source metrics.
@@ -81,9 +66,13 @@ type CommitStats struct {
 
 // InboxOptions configure an Inbox.
 type InboxOptions struct {
-	Queue  *queue.Queue
-	Raw    rawstore.Store
-	Sender Sender
+	// Queue is the ledger: the inbox reads its pending events and the
+	// statuses of duplicates there.
+	Queue *queue.Queue
+	// Ingest makes each group durable (raw bytes, then events) and hands
+	// the new frames to delivery. While it reports disk space low, commits
+	// are refused (503 with Retry-After).
+	Ingest *ingest.Ingest
 	// MaxPendingEvents is publish.max_pending_events: at that many
 	// unacked events in the queue, Commit answers BusyError.
 	MaxPendingEvents int64
@@ -94,19 +83,16 @@ type InboxOptions struct {
 	RawTimeout time.Duration
 	Logger     *slog.Logger
 	Metrics    *Metrics
-	// Disk, when set, refuses commits while disk space is low (503 with
-	// Retry-After) and is told of commits that failed for lack of space.
-	Disk DiskGuard
 	// OnCommit, when set, is called after each group commit with each
 	// source's share.
 	OnCommit func(source string, s CommitStats)
 }
 
 // Inbox makes pushed events durable with group commit: every commit waiting
-// when the worker takes work shares one raw write per source (a page
-// appended to the source's page segment where the store is a
-// rawstore.PageAppender, else one object: one write and one fsync either
-// way) and one queue transaction, and each Commit returns only once
+// when the worker takes work shares one raw write per source (one page,
+// which the raw store appends to the source's page segment or keeps as
+// an object: one write and one fsync either way) and one queue
+// transaction, both through Ingest, and each Commit returns only once
 // both are durable. One worker commits the groups, one after another:
 // while it commits one, the next gathers every request that arrives
 // meanwhile. On a busy machine the cost is in the per-group work (a raw
@@ -263,10 +249,8 @@ func (in *Inbox) enter(hold <-chan struct{}, source string, body []byte, events 
 		wait := in.drain.retryAfter(now, n-in.o.MaxPendingEvents+int64(len(events)))
 		return nil, in.busy(source, "queue_full", fmt.Sprintf("the queue holds %d unacked events (publish.max_pending_events)", n), wait)
 	}
-	if in.o.Disk != nil {
-		if why, low := in.o.Disk.Low(); low {
-			return nil, in.busy(source, "disk_full", "disk space low: "+why, diskRetryAfter)
-		}
+	if why, low := in.o.Ingest.DiskLow(); low {
+		return nil, in.busy(source, "disk_full", "disk space low: "+why, diskRetryAfter)
 	}
 	c := &commit{source: source, body: body, events: events, done: make(chan commitResult, 1), patient: hold != nil}
 	res, pushed := in.line.add(c, hold)
@@ -359,65 +343,64 @@ func (in *Inbox) commitGroup(group []*commit) {
 }
 
 // commitSource makes the commits of one source durable: their bodies, each
-// followed by a newline, as one raw append (or object), then their events
-// as one batch.
+// followed by a newline, as one raw page (one record with its CRC-32C in a
+// page segment, so that a resend and ingestor doctor find bytes that
+// changed on disk), then their events as one batch.
 func (in *Inbox) commitSource(source string, cs []*commit) {
-	fetchedAt := time.Now()
 	size, n := 0, 0
 	for _, c := range cs {
 		size += len(c.body) + 1
 		n += len(c.events)
 	}
 	raw := make([]byte, 0, size)
-	b := queue.Batch{Source: source, FetchedAt: fetchedAt, Events: make([]queue.NewEvent, 0, n)}
 	for _, c := range cs {
-		base := len(raw)
 		raw = append(append(raw, c.body...), '\n')
-		for _, e := range c.events {
-			off := base + e.Off
-			b.Events = append(b.Events, queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: off, RawLen: e.Len,
-				Payload: raw[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq, Verdict: e.Verdict})
-		}
 	}
 	fail := func(err error) {
 		for _, c := range cs {
 			c.done <- commitResult{err: err}
 		}
 	}
+	fetchedAt := time.Now()
+	page := in.o.Ingest.Page(source, fetchedAt, raw)
 	ctx, cancel := context.WithTimeout(context.Background(), in.o.RawTimeout)
-	var err error
-	if app, ok := in.o.Raw.(rawstore.PageAppender); ok {
-		// One page record per group: its header's CRC-32C lets a resend
-		// and ingestor doctor find bytes that changed on disk.
-		var base int
-		b.RawKey, base, err = app.AppendPage(ctx, source, fetchedAt, raw)
-		for i := range b.Events {
-			b.Events[i].RawOff += base
-		}
-	} else {
-		b.RawKey = rawstore.Key(source, fetchedAt, raw)
-		err = in.o.Raw.Put(ctx, b.RawKey, raw)
-	}
+	err := in.o.Ingest.Write(ctx, &page)
 	cancel()
 	if err != nil {
 		in.o.Metrics.rawErrors.Inc()
-		in.diskFull(err)
 		in.o.Logger.Error("push: raw store write failed; senders are told to retry", "source", source, "err", err)
 		fail(fmt.Errorf("make the raw payload durable: %w", err))
 		return
 	}
+	b := groupBatch(source, fetchedAt, &page, cs, n)
 	var findings []queue.SeqFinding
 	b.SeqGrace, b.SeqFindings = in.seqGrace(source), &findings
-	frames, err := in.o.Queue.Append(context.Background(), b)
+	frames, err := in.o.Ingest.Commit(context.Background(), b)
 	if err != nil {
-		in.diskFull(err)
 		in.o.Logger.Error("push: queue commit failed; senders are told to retry", "source", source, "err", err)
 		fail(fmt.Errorf("commit to the queue: %w", err))
 		return
 	}
 	in.reportSeqs(source, findings)
-	in.o.Sender.Submit(frames)
 	in.answer(source, cs, b, frames)
+}
+
+// groupBatch returns the queue batch of cs's n events, whose bodies page holds
+// one after the other, each followed by a newline: each event points at
+// its bytes in page's object, and its payload is a slice of page's body.
+func groupBatch(source string, fetchedAt time.Time, page *ingest.Payload, cs []*commit, n int) queue.Batch {
+	at := page.Ref()
+	b := queue.Batch{Source: source, FetchedAt: fetchedAt, RawKey: at.Key, Events: make([]queue.NewEvent, 0, n)}
+	base := 0
+	for _, c := range cs {
+		for _, e := range c.events {
+			off := base + e.Off
+			b.Events = append(b.Events, queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: at.Off + off, RawLen: e.Len,
+				Payload: page.Body[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq, Verdict: e.Verdict})
+		}
+		base += len(c.body) + 1
+	}
+	return b
 }
 
 // duplicates reads the statuses of b's events that are not among added
@@ -439,14 +422,6 @@ func (in *Inbox) duplicates(source string, b queue.Batch, added []queue.Event) (
 		return nil, nil
 	}
 	return in.o.Queue.EventsByKeys(context.Background(), source, keys)
-}
-
-// diskFull tells the disk guard of a failed write, so that the commits
-// after it are refused while the disk is full.
-func (in *Inbox) diskFull(err error) {
-	if in.o.Disk != nil {
-		in.o.Disk.Failed(err)
-	}
 }
 
 // answer sends each commit its outcomes. The new events are those in

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -55,7 +56,7 @@ func openInboxIn(t *testing.T, dir string, maxPending int64, tune ...func(*Inbox
 		t.Fatal(err)
 	}
 	log := &frameLog{}
-	o := InboxOptions{Queue: q, Raw: raw, Sender: log, MaxPendingEvents: maxPending}
+	o := InboxOptions{Queue: q, Ingest: ingest.New(ingest.Options{Queue: q, Raw: raw, Sender: log}), MaxPendingEvents: maxPending}
 	for _, f := range tune {
 		f(&o)
 	}

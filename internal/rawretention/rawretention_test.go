@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ingestorhq/ingestor/internal/ingest/ingesttest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -51,10 +52,7 @@ func newRig(t *testing.T) *rig {
 // put stores body under a fresh key of source, written at written.
 func (r *rig) put(source, body string, written time.Time) string {
 	r.t.Helper()
-	key := rawstore.Key(source, written, []byte(body))
-	if err := r.store.Put(r.t.Context(), key, []byte(body)); err != nil {
-		r.t.Fatal(err)
-	}
+	key := ingesttest.WriteObject(r.t, r.store, source, written, []byte(body))
 	if err := os.Chtimes(filepath.Join(r.dir, filepath.FromSlash(key)), written, written); err != nil {
 		r.t.Fatal(err)
 	}
@@ -114,14 +112,7 @@ func TestPrunesOnlyWhatNothingNeeds(t *testing.T) {
 	if _, err := r.q.Nack(ctx, []queue.NackInput{{Source: "s", Key: "e-nacked", Frame: nackedFrame.ID, Permanent: true, Reason: "poison"}}); err != nil {
 		t.Fatal(err)
 	}
-	app, ok := r.store.(rawstore.PageAppender)
-	if !ok {
-		t.Fatal("the file store appends no pages")
-	}
-	segment, _, err := app.AppendPage(ctx, "open", now, []byte(`[{"id":1}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	segment := ingesttest.WritePage(t, r.store, "open", now, []byte(`[{"id":1}]`)).Key
 	segPath := filepath.Join(r.dir, filepath.FromSlash(segment))
 	if err := os.Chtimes(segPath, old, old); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/durable"
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/sources"
@@ -137,6 +138,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (sum Summary, err e
 			return sum, fmt.Errorf("replay: %w", err)
 		}
 		defer func() { err = errors.Join(err, r.queue.Close()) }()
+		// The payloads are in the raw store already, and the daemon sends
+		// the frames when it starts: only the commit step is replay's.
+		r.ingest = ingest.New(ingest.Options{Queue: r.queue})
 	}
 	err = r.run(ctx, &sum)
 	return sum, err
@@ -164,7 +168,8 @@ type replayer struct {
 	source string
 	parser sources.Parser
 	raw    rawstore.Store
-	queue  *queue.Queue // nil on a dry run
+	queue  *queue.Queue   // nil on a dry run
+	ingest *ingest.Ingest // commits over queue; nil on a dry run
 	opts   Options
 }
 
@@ -286,8 +291,8 @@ func (r *replayer) object(ctx context.Context, key string, at time.Time, sum *Su
 }
 
 // payload replays one fetched payload, body, at res.Off in res.Key's
-// object: parse, then queue its events as one batch fetched at the
-// original time, with no cursor change.
+// object: parse, then commit its events through ingest as one batch
+// fetched at the original time, with no cursor change.
 func (r *replayer) payload(ctx context.Context, res Object, body []byte, sum *Summary) error {
 	key, at := res.Key, res.FetchedAt
 	sum.Objects++
@@ -319,20 +324,17 @@ func (r *replayer) payload(ctx context.Context, res Object, body []byte, sum *Su
 		r.report(res)
 		return nil
 	}
-	qb := queue.Batch{Source: r.source, FetchedAt: at, RawKey: key, Events: make([]queue.NewEvent, len(b.Records))}
-	keys := make([]string, len(b.Records))
-	for i, rec := range b.Records {
-		qb.Events[i] = queue.NewEvent{Key: rec.Key, EventTime: rec.Time, RawOff: res.Off + rec.Off, RawLen: rec.Len,
-			Payload: body[rec.Off : rec.Off+rec.Len]}
-		keys[i] = rec.Key
-	}
 	if r.opts.Force {
+		keys := make([]string, len(b.Records))
+		for i, rec := range b.Records {
+			keys[i] = rec.Key
+		}
 		if res.Forgotten, err = r.queue.Forget(ctx, r.source, keys); err != nil {
 			return err
 		}
 		sum.Forgotten += res.Forgotten
 	}
-	frames, err := r.queue.Append(ctx, qb)
+	frames, err := r.ingest.Commit(ctx, ingest.PageBatch(r.source, at, ingest.Ref{Key: key, Off: res.Off}, body, b.Records))
 	if err != nil {
 		return err
 	}

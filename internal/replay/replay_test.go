@@ -15,6 +15,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/replay"
@@ -81,20 +82,48 @@ kind = "demo"
 		for n := 3*i + 1; n <= 3*i+3; n++ {
 			recs = append(recs, fmt.Sprintf(`{"id":"ev-%d","seq":%d,"ts":"%s"}`, n, n, t0.Add(time.Duration(n)*time.Minute).Format(time.RFC3339)))
 		}
-		f.good = append(f.good, f.put(t, "", t0.Add(time.Duration(i)*time.Hour), "[\n"+strings.Join(recs, ",\n")+"\n]"))
+		f.good = append(f.good, f.put(t, false, t0.Add(time.Duration(i)*time.Hour), "[\n"+strings.Join(recs, ",\n")+"\n]"))
 	}
-	f.bad = f.put(t, "", t0.Add(30*time.Minute), `{"error":"an object, not an array"}`)
-	f.dead = f.put(t, "deadletter/", t0.Add(90*time.Minute), `[{"id":"dl-1","seq":100},{"id":"dl-2","seq":101}]`)
+	f.bad = f.put(t, false, t0.Add(30*time.Minute), `{"error":"an object, not an array"}`)
+	f.dead = f.put(t, true, t0.Add(90*time.Minute), `[{"id":"dl-1","seq":100},{"id":"dl-2","seq":101}]`)
 	return f
 }
 
-func (f *fixture) put(t *testing.T, prefix string, at time.Time, body string) string {
+// objectStore is a raw store that keeps each page as an object of its
+// own, as S3 does (and the file store did before page segments).
+type objectStore struct{ rawstore.Store }
+
+// put writes body, a payload of feed fetched at at, as the daemon does: an
+// object of its own, or with dead set a malformed payload under
+// deadletter/; it returns the object's key.
+func (f *fixture) put(t *testing.T, dead bool, at time.Time, body string) string {
 	t.Helper()
-	key := prefix + rawstore.Key("feed", at, []byte(body))
-	if err := f.raw.Put(t.Context(), key, []byte(body)); err != nil {
+	in := ingest.New(ingest.Options{Raw: objectStore{f.raw}})
+	var p ingest.Payload
+	if dead {
+		p = ingest.DeadLetter("feed", at, []byte(body))
+	} else {
+		p = in.Page("feed", at, []byte(body))
+	}
+	if err := in.Write(t.Context(), &p); err != nil {
 		t.Fatal(err)
 	}
-	return key
+	return p.Ref().Key
+}
+
+// appendPage appends body, a page of feed fetched at at, to feed's page
+// segment, as the daemon does on a file raw store, and returns where it is.
+func (f *fixture) appendPage(t *testing.T, at time.Time, body string) ingest.Ref {
+	t.Helper()
+	in := ingest.New(ingest.Options{Raw: f.raw})
+	p := in.Page("feed", at, []byte(body))
+	if err := in.Write(t.Context(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Ref().Off == 0 {
+		t.Fatalf("page written at %+v, want appended to a page segment", p.Ref())
+	}
+	return p.Ref()
 }
 
 // run replays with o (Source defaults to "feed") and returns the summary
@@ -383,25 +412,16 @@ func TestReplayFromS3(t *testing.T) {
 // reported malformed and skipped while the pages around it are queued.
 func TestReplayPageSegments(t *testing.T) {
 	f := newFixture(t, "")
-	app := f.raw.(rawstore.PageAppender)
-	type page struct {
-		key string
-		off int
-	}
-	var pages []page
+	var pages []ingest.Ref
 	for i := range 3 {
 		var recs []string
 		for n := 100 + 3*i; n < 103+3*i; n++ {
 			recs = append(recs, fmt.Sprintf(`{"id":"pg-%d","seq":%d,"ts":"%s"}`, n, n, t0.Format(time.RFC3339)))
 		}
-		key, off, err := app.AppendPage(t.Context(), "feed", t0.Add(time.Duration(i)*10*time.Minute+time.Second), []byte("[\n"+strings.Join(recs, ",\n")+"\n]"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pages = append(pages, page{key, off})
+		pages = append(pages, f.appendPage(t, t0.Add(time.Duration(i)*10*time.Minute+time.Second), "[\n"+strings.Join(recs, ",\n")+"\n]"))
 	}
-	if pages[0].key != pages[2].key {
-		t.Fatalf("pages in segments %q and %q, want one", pages[0].key, pages[2].key)
+	if pages[0].Key != pages[2].Key {
+		t.Fatalf("pages in segments %q and %q, want one", pages[0].Key, pages[2].Key)
 	}
 	if err := f.raw.(rawstore.Appender).Close(); err != nil {
 		t.Fatal(err)
@@ -409,7 +429,7 @@ func TestReplayPageSegments(t *testing.T) {
 
 	// Only the second page is fetched in [t0+5m, t0+15m).
 	sum, objs := f.run(t, replay.Options{From: t0.Add(5 * time.Minute), To: t0.Add(15 * time.Minute), DryRun: true})
-	if sum.Objects != 1 || sum.Records != 3 || len(objs) != 1 || !objs[0].Page || objs[0].Off != pages[1].off {
+	if sum.Objects != 1 || sum.Records != 3 || len(objs) != 1 || !objs[0].Page || objs[0].Off != pages[1].Off {
 		t.Fatalf("dry run of [t0+5m, t0+15m): %+v %+v, want the second page only", sum, objs)
 	}
 
@@ -420,7 +440,7 @@ func TestReplayPageSegments(t *testing.T) {
 	q := f.openQueue(t)
 	events, _ := pending(t, q)
 	closeQueue(t, q)
-	seg, err := f.raw.Get(t.Context(), pages[0].key)
+	seg, err := f.raw.Get(t.Context(), pages[0].Key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,8 +452,8 @@ func TestReplayPageSegments(t *testing.T) {
 		found++
 		n, _ := strconv.Atoi(strings.TrimPrefix(e.Key, "pg-"))
 		p := pages[(n-100)/3]
-		if e.RawKey != p.key || e.RawOff < p.off || !bytes.HasPrefix(seg[e.RawOff:e.RawOff+e.RawLen], []byte(`{"id":"`+e.Key+`"`)) {
-			t.Errorf("event %s at %s@%d+%d, want its bytes in the page at offset %d of %s", e.Key, e.RawKey, e.RawOff, e.RawLen, p.off, p.key)
+		if e.RawKey != p.Key || e.RawOff < p.Off || !bytes.HasPrefix(seg[e.RawOff:e.RawOff+e.RawLen], []byte(`{"id":"`+e.Key+`"`)) {
+			t.Errorf("event %s at %s@%d+%d, want its bytes in the page at offset %d of %s", e.Key, e.RawKey, e.RawOff, e.RawLen, p.Off, p.Key)
 		}
 		if at := t0.Add(time.Duration((n-100)/3)*10*time.Minute + time.Second); !e.FetchedAt.Equal(at) {
 			t.Errorf("event %s fetched at %v, want its page's %v", e.Key, e.FetchedAt, at)
@@ -445,8 +465,8 @@ func TestReplayPageSegments(t *testing.T) {
 
 	// Bit rot in the third page: it is skipped with the reason; the
 	// first two are duplicates now.
-	p := filepath.Join(strings.TrimPrefix(f.cfg.RawStore.URL, "file://"), filepath.FromSlash(pages[2].key))
-	seg[pages[2].off+10] ^= 0x01
+	p := filepath.Join(strings.TrimPrefix(f.cfg.RawStore.URL, "file://"), filepath.FromSlash(pages[2].Key))
+	seg[pages[2].Off+10] ^= 0x01
 	if err := os.WriteFile(p, seg, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +476,7 @@ func TestReplayPageSegments(t *testing.T) {
 	}
 	var rotten bool
 	for _, o := range objs {
-		if o.Page && o.Off == pages[2].off {
+		if o.Page && o.Off == pages[2].Off {
 			rotten = strings.Contains(o.Malformed, "checksum")
 		}
 	}
@@ -483,11 +503,8 @@ func TestReplayReportsAndSkipsCorruptObject(t *testing.T) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	app := f.raw.(rawstore.PageAppender)
-	key, off, err := app.AppendPage(t.Context(), "feed", t0.Add(5*time.Minute), []byte(`[{"id":"pg-1","seq":50}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	page := f.appendPage(t, t0.Add(5*time.Minute), `[{"id":"pg-1","seq":50}]`)
+	key, off := page.Key, page.Off
 	if err := f.raw.(rawstore.Appender).Close(); err != nil {
 		t.Fatal(err)
 	}
