@@ -80,18 +80,10 @@ type Daemon struct {
 	acksRate *settleRate
 	started  time.Time
 
-	stopSender context.CancelFunc
-	senderDone chan struct{}
-	stopAcks   context.CancelFunc
-	acksDone   chan struct{}
-	pruneDone  chan struct{}
-	stopPrune  context.CancelFunc
-	unlock     func() error // releases the data dir lock
-	// disk pauses new work while disk space is low; stopDisk ends its checks.
-	disk      *diskspace.Guard
-	stopDisk  func()
-	stopWatch context.CancelFunc
-	watchDone chan struct{}
+	// disk pauses new work while disk space is low.
+	disk *diskspace.Guard
+	// stops stops what Start started, in reverse order (lifecycle.go).
+	stops stops
 }
 
 // NewLogger builds the daemon's logger from its config.
@@ -107,8 +99,9 @@ func NewLogger(d config.Daemon) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, ho))
 }
 
-// Start opens every component and starts the pipeline. On error, whatever
-// was opened is closed again.
+// Start opens every component and starts the pipeline, each component
+// registering how it stops (lifecycle.go). On error, whatever was opened
+// is stopped again, in reverse order.
 func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err error) {
 	log := o.Logger
 	if log == nil {
@@ -128,37 +121,77 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.reload = newReloader(d.reg)
 	d.clusterMetrics = cluster.NewMetrics(d.reg)
-
-	if err := durable.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	if d.unlock, err = datadir.Lock(cfg.Daemon.DataDir); err != nil {
+	d.metrics = actors.NewMetrics(d.reg)
+	if err := d.openStores(ctx); err != nil {
 		return nil, err
 	}
+	if err := d.startDelivery(o.OnAck); err != nil {
+		return nil, err
+	}
+	limits := defaultOpsLimits
+	if o.opsLimits != nil {
+		limits = *o.opsLimits
+	}
+	if err := d.startHTTP(limits); err != nil {
+		return nil, err
+	}
+	deps, err := d.startPipeline()
+	if err != nil {
+		return nil, err
+	}
+	d.startHousekeeping(o.watchInterval)
+	// Last, as it takes work from outside: stopping starts with it.
+	// Registered with or without a push source, like the CURVE counter.
+	pm := push.NewMetrics(d.reg)
+	if config.PushEnabled(cfg.Sources) {
+		if err := d.startPush(deps, pm); err != nil {
+			return nil, err
+		}
+	}
+	d.ready.Store(true)
+	d.logStarted()
+	return d, nil
+}
+
+// openStores takes the data dir and opens the raw store, the disk guard
+// and the queue.
+func (d *Daemon) openStores(ctx context.Context) (err error) {
+	cfg, log := d.cfg, d.log
+	if err := durable.MkdirAll(cfg.Daemon.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	unlock, err := datadir.Lock(cfg.Daemon.DataDir)
+	if err != nil {
+		return err
+	}
+	d.stops.add("data dir lock", unlock)
 	if d.raw, err = rawstore.Open(ctx, rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
 		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle,
 		SegmentMaxAge: rawretention.SegmentMaxAge(cfg.RawStore.Retention)}); err != nil {
-		return nil, err
+		return err
+	}
+	if app, ok := d.raw.(rawstore.Appender); ok {
+		d.stops.add("raw store", app.Close)
 	}
 	if d.disk, err = diskspace.New(diskspace.Options{Paths: diskPaths(cfg), MinFree: cfg.Daemon.MinFreeBytes,
 		Logger: log, Registerer: d.reg}); err != nil {
-		return nil, err
+		return err
 	}
-	diskDone := make(chan struct{})
-	d.stopDisk = func() { close(diskDone) }
-	go d.disk.Run(diskDone)
+	disk := d.disk
+	d.stops.spawn("disk guard", func(ctx context.Context) { disk.Run(ctx.Done()) })
 	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
 	if d.queue, err = queue.Open(queue.Options{Path: qpath, Synchronous: cfg.Publish.Synchronous,
 		EventsPerFrame: cfg.Publish.EventsPerFrame, DedupeWindow: cfg.Publish.DedupeWindow, Logger: log,
 		TrackSettled: cfg.Cluster.Enabled}); err != nil {
-		return nil, damagedQueue(cfg, err)
+		return damagedQueue(cfg, err)
 	}
+	d.stops.add("queue", d.queue.Close)
 	if err := d.queue.QuickCheck(ctx); err != nil {
-		return nil, damagedQueue(cfg, err)
+		return damagedQueue(cfg, err)
 	}
 	stats, err := d.queue.Stats(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var oldest any = "none"
 	if !stats.OldestPending.IsZero() {
@@ -168,16 +201,21 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 		"dead_letters", stats.DeadLetters, "oldest_pending_age", oldest, "raw_store", d.raw.String())
 	d.registerQueueMetrics()
 	d.acksRate = startSettleRate(d.queue.SettledEvents)
-	d.metrics = actors.NewMetrics(d.reg)
+	d.stops.addFunc("settle rate", d.acksRate.Close)
+	return nil
+}
 
+// startDelivery starts ZeroMQ delivery: the sender, the ack receiver and,
+// with publish.curve_secret_key_file, CURVE.
+func (d *Daemon) startDelivery(onAck func(fetchedAt time.Time, events int)) (err error) {
+	cfg, log, pub := d.cfg, d.log, d.cfg.Publish
 	if d.zctx, err = zmq.NewContext(); err != nil {
-		return nil, fmt.Errorf("zeromq context: %w", err)
+		return fmt.Errorf("zeromq context: %w", err)
 	}
-	dm := delivery.NewMetrics(d.reg)
-	pub := cfg.Publish
+	d.stops.add("zeromq context", d.zctx.Term) // once every socket is closed; it stops the ZAP handler too
 	if pub.CurveSecretKeyFile != "" {
 		if d.curve, err = startCurve(d.zctx, pub, log); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// Registered with or without CURVE, so dashboards and alerts need no
@@ -194,107 +232,110 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	member := "" // the frames' "member", in cluster mode
 	if cfg.Cluster.Enabled {
 		if member, err = cfg.Cluster.Member(); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
+			return fmt.Errorf("cluster: %w", err)
 		}
 	}
+	dm := delivery.NewMetrics(d.reg)
 	if d.sender, err = delivery.NewSender(d.zctx, d.queue, d.raw, delivery.SenderOptions{
 		Endpoint: pub.Endpoint, HighWaterMark: pub.HighWaterMark, AckTimeout: pub.AckTimeout,
-		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: o.OnAck,
+		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: onAck,
 		Curve: d.curve, Member: member,
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	senderCtx, stopSender := context.WithCancel(context.Background())
-	d.stopSender, d.senderDone = stopSender, make(chan struct{})
-	// The goroutine must not use d: the error returns below set it to nil.
-	sender, senderDone := d.sender, d.senderDone
-	go func() {
-		defer close(senderDone)
-		if err := sender.Run(senderCtx); err != nil {
+	sender := d.sender
+	d.stops.spawn("sender", func(ctx context.Context) {
+		if err := sender.Run(ctx); err != nil {
 			log.Error("sender stopped", "err", err)
 		}
-	}()
+	})
 	acks, err := delivery.NewAckReceiver(d.zctx, delivery.AckOptions{Endpoint: pub.AckEndpoint, HighWaterMark: pub.HighWaterMark,
 		MaxMessageBytes: pub.AckMaxMessageBytes, Curve: d.curve, Logger: log, Metrics: dm}, d.queue, d.sender)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.acks = acks
-	acksCtx, stopAcks := context.WithCancel(context.Background())
-	d.stopAcks, d.acksDone = stopAcks, make(chan struct{})
-	acksDone := d.acksDone
-	go func() {
-		defer close(acksDone)
+	d.stops.spawn("ack receiver", func(ctx context.Context) {
 		// Run fails only when libzmq's poll does, which a new socket on the
 		// same context would not cure; like the sender's, it is logged.
-		if err := acks.Run(acksCtx); err != nil {
+		if err := acks.Run(ctx); err != nil {
 			log.Error("ack receiver stopped; acks are no longer received", "err", err)
 		}
-	}()
+	})
+	return nil
+}
 
-	limits := defaultOpsLimits
-	if o.opsLimits != nil {
-		limits = *o.opsLimits
-	}
-	if err := d.startHTTP(limits); err != nil {
-		return nil, err
-	}
-
+// startPipeline starts the actor system and the sources' actors, and in
+// cluster mode the coordinator that places them. It returns the actors'
+// shared components, which the push inbox shares.
+func (d *Daemon) startPipeline() (*actors.Deps, error) {
+	cfg, log := d.cfg, d.log
 	d.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("lib", "protoactor")
 	}))
+	d.stops.addFunc("actor system", d.system.Shutdown)
 	deps := &actors.Deps{
 		Queue: d.queue, Ingest: ingest.New(ingest.Options{Queue: d.queue, Raw: d.raw, Sender: d.sender, Disk: d.disk}),
-		Metrics: d.metrics, Logger: log, MaxPendingEvents: pub.MaxPendingEvents, RawWriters: 8,
+		Metrics: d.metrics, Logger: log, MaxPendingEvents: cfg.Publish.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
 	}
 	if cfg.Cluster.Enabled {
-		if d.coord, err = newClusterMode(d, cfg); err != nil {
+		coord, err := newClusterMode(d, cfg)
+		if err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		deps.Member, deps.Placed, deps.Fence = d.coord.coord.Name(), true, d.coord.coord.Fence
+		d.coord = coord
+		// Shutdown leaves the cluster after its drain; this stop is for a
+		// Start that fails after joining, and does nothing after that.
+		d.stops.add("cluster member", func() error {
+			lctx, cancel := context.WithTimeout(context.Background(), cfg.Cluster.LeaseTTL)
+			defer cancel()
+			return coord.shutdown(lctx)
+		})
+		deps.Member, deps.Placed, deps.Fence = coord.coord.Name(), true, coord.coord.Fence
 	}
+	var err error
 	if d.pipeline, err = actors.Start(d.system, deps, cfg.Sources, d.limiters); err != nil {
 		return nil, err
 	}
+	d.stops.add("actor pipeline", d.pipeline.Stop)
 	if d.coord != nil {
 		d.coord.coord.Start()
 	}
-	// Registered with or without a push source, like the CURVE counter.
-	pm := push.NewMetrics(d.reg)
-	if config.PushEnabled(cfg.Sources) {
-		if err := d.startPush(deps, pm); err != nil {
-			return nil, err
-		}
-	}
-	pruneCtx, stopPrune := context.WithCancel(context.Background())
-	d.stopPrune, d.pruneDone = stopPrune, make(chan struct{})
-	go d.prune(pruneCtx, d.rawPruner())
-	if cfg.Daemon.WatchConfig {
-		if cfg.File == "" {
-			log.Warn("daemon.watch_config is set, but the daemon runs on the embedded example config: there is no file to watch")
-		} else {
-			interval := cmp.Or(o.watchInterval, defaultWatchInterval)
-			watchCtx, stopWatch := context.WithCancel(context.Background())
-			d.stopWatch, d.watchDone = stopWatch, make(chan struct{})
-			go d.watchConfig(watchCtx, interval)
-		}
-	}
+	return deps, nil
+}
 
+// startHousekeeping starts the queue's and the raw store's retention and,
+// with daemon.watch_config, the config file's watch.
+func (d *Daemon) startHousekeeping(watchInterval time.Duration) {
+	pruner := d.rawPruner()
+	d.stops.spawn("retention", func(ctx context.Context) { d.prune(ctx, pruner) })
+	if !d.cfg.Daemon.WatchConfig {
+		return
+	}
+	if d.cfg.File == "" {
+		d.log.Warn("daemon.watch_config is set, but the daemon runs on the embedded example config: there is no file to watch")
+		return
+	}
+	interval := cmp.Or(watchInterval, defaultWatchInterval)
+	d.stops.spawn("config watch", func(ctx context.Context) { d.watchConfig(ctx, interval) })
+}
+
+// logStarted logs what the daemon runs and where it listens.
+func (d *Daemon) logStarted() {
 	enabled := 0
-	for _, s := range cfg.Sources {
+	for _, s := range d.cfg.Sources {
 		if s.Enabled {
 			enabled++
 		}
 	}
 	if enabled == 0 {
-		log.Warn("no source is enabled; the daemon only delivers what is already queued")
+		d.log.Warn("no source is enabled; the daemon only delivers what is already queued")
 	}
-	d.ready.Store(true)
-	log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint,
-		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", cfg.Daemon.AdminToken != "",
+	pub := d.cfg.Publish
+	d.log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint,
+		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", d.cfg.Daemon.AdminToken != "",
 		"push", d.PushAddr())
-	return d, nil
 }
 
 // damagedQueue adds to a *queue.DamagedError what the operator can do.
@@ -336,10 +377,24 @@ func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Ingest: deps.Ingest,
 		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm,
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
-	var err error
-	d.pushSrv, err = push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
+	d.stops.addFunc("push inbox", d.inbox.Close)
+	srv, err := push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
 		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: d.limiters, OnRequest: m.PushRequest})
-	return err
+	if err != nil {
+		return err
+	}
+	d.pushSrv = srv
+	// Shutdown answers push senders first, with its grace; this stop is
+	// for a Start that fails later, and does nothing after Shutdown's.
+	d.stops.add("push listener", func() error { return shutdownWithin(srv.Shutdown, 2*time.Second) })
+	return nil
+}
+
+// shutdownWithin calls shutdown with a context that ends after d.
+func shutdownWithin(shutdown func(context.Context) error, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return shutdown(ctx)
 }
 
 // PushAddr returns the address the push listener is bound to ("" if none).
@@ -412,13 +467,10 @@ const pruneBatch = 1000
 // yielding between batches so that the queue's writer takes the appends
 // waiting behind each one. Beside it, raw (when not nil) deletes the raw
 // payloads past [raw_store] retention that the queue does not need.
-// pruneDone closes once both have stopped.
+// It returns once both have stopped.
 func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
 	var running sync.WaitGroup
-	defer func() {
-		running.Wait()
-		close(d.pruneDone)
-	}()
+	defer running.Wait()
 	if raw != nil {
 		running.Go(func() { raw.Run(ctx) })
 	}
@@ -463,7 +515,6 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	// and those in progress get their commit's answer.
 	if d.pushSrv != nil {
 		errs = append(errs, d.pushSrv.Shutdown(ctx))
-		d.pushSrv = nil
 	}
 	if d.coord != nil {
 		// Cluster mode: the member stays one (processors keep acking it)
@@ -502,72 +553,9 @@ func (d *Daemon) pendingOnStop() int64 {
 	return d.queue.PendingEvents()
 }
 
-// close stops whatever Start opened, in reverse order.
+// close stops whatever Start started, in reverse order (lifecycle.go).
 func (d *Daemon) close() error {
-	var errs []error
-	if d.stopWatch != nil {
-		d.stopWatch()
-		<-d.watchDone
-	}
-	if d.stopPrune != nil {
-		d.stopPrune()
-		<-d.pruneDone
-	}
-	if d.pushSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		errs = append(errs, d.pushSrv.Shutdown(sctx))
-		cancel()
-	}
-	if d.inbox != nil {
-		d.inbox.Close()
-	}
-	if d.coord != nil {
-		lctx, cancel := context.WithTimeout(context.Background(), d.cfg.Cluster.LeaseTTL)
-		errs = append(errs, d.coord.shutdown(lctx))
-		cancel()
-	}
-	if d.pipeline != nil {
-		errs = append(errs, d.pipeline.Stop())
-	}
-	if app, ok := d.raw.(rawstore.Appender); ok {
-		errs = append(errs, app.Close())
-	}
-	if d.stopAcks != nil {
-		d.stopAcks()
-		<-d.acksDone
-	}
-	if d.stopSender != nil {
-		d.stopSender()
-		<-d.senderDone
-	}
-	for _, s := range []*opsServer{d.httpSrv, d.adminSrv} {
-		if s != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			errs = append(errs, s.srv.Shutdown(sctx))
-			cancel()
-		}
-	}
-	if d.system != nil {
-		d.system.Shutdown()
-	}
-	if d.zctx != nil {
-		errs = append(errs, d.zctx.Term())
-	}
-	if d.acksRate != nil {
-		d.acksRate.Close()
-	}
-	if d.queue != nil {
-		errs = append(errs, d.queue.Close())
-	}
-	if d.stopDisk != nil {
-		d.stopDisk()
-		d.stopDisk = nil
-	}
-	if d.unlock != nil {
-		errs = append(errs, d.unlock())
-		d.unlock = nil
-	}
-	return errors.Join(errs...)
+	return d.stops.run()
 }
 
 // diskPaths are the directories whose file systems the daemon fills: the

@@ -130,6 +130,7 @@ func (d *Daemon) serve(ln net.Listener, h http.Handler, limits opsLimits) *opsSe
 			d.log.Error("http server", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
+	d.stops.add("http listener "+ln.Addr().String(), func() error { return shutdownWithin(s.srv.Shutdown, 2*time.Second) })
 	return s
 }
 

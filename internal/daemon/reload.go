@@ -208,7 +208,6 @@ func (d *Daemon) currentConfig() *config.Config { return d.cfgNow.Load() }
 // not missed. An edit that is refused is not tried again until the
 // contents change again.
 func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
-	defer close(d.watchDone)
 	file := d.cfg.File
 	var last [32]byte // none yet: the first read is compared with the running config
 	t := time.NewTicker(interval)
