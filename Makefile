@@ -124,7 +124,7 @@ test: test-deps
 # rate in a 5-second window, a device does not finish or a sender
 # starves); last the real path through the built binaries, each in its
 # own process: a firehose upstream polled by bin/ingestor, acked by
-# bin/processor (see README, "Performance"), then the same on a cluster
+# bin/processor (see docs/performance.md), then the same on a cluster
 # of 1, 2 and 3 members on etcd (installed by test-deps), and cluster mode
 # at scale (20 in-process members sharing 10,000 stub sources on one etcd
 # for 10 minutes, then one killed, failing when etcd's writes or size, the

@@ -111,7 +111,7 @@ type Publish struct {
 	MaxDeliveries int
 	// MaxInflightFrames caps frames sent and not yet acked; it also bounds
 	// the frames ZeroMQ buffers in the daemon and in a processor that lags
-	// (README, "Memory"). Default 256.
+	// (docs/performance.md, "Memory"). Default 256.
 	MaxInflightFrames int
 	// MaxPendingEvents is the queue limit: at or above it, polls pause. Default 10,000,000.
 	MaxPendingEvents int64

@@ -322,7 +322,7 @@ func TestHTTPPollPaginationChangedMidPoll(t *testing.T) {
 	}
 }
 
-// TestHTTPPollNullBodyCursorKeepsCursor pins what README promises: a null
+// TestHTTPPollNullBodyCursorKeepsCursor pins what docs/sources.md promises: a null
 // at cursor_body_field keeps the previous cursor.
 func TestHTTPPollNullBodyCursorKeepsCursor(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -51,8 +51,8 @@ func CheckToken(token string) string {
 // PushGuard holds the keys that every push kind takes to refuse a request
 // before its handler sees it: before a webhook's body is read, before a
 // ws_ingress handshake is upgraded. WebhookSpec and WSIngressSpec embed
-// it, so its keys are written in the source block itself. See README,
-// "Push sources", "Hardening".
+// it, so its keys are written in the source block itself. See docs/push.md,
+// "Hardening".
 type PushGuard struct {
 	// AllowCIDRs are the networks requests may come from, such as
 	// ["192.30.252.0/22", "2001:db8::/32"] (a bare address is that one

@@ -20,6 +20,7 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/ingestorhq/ingestor/internal/etcdtest"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
@@ -163,35 +164,21 @@ func newEnv(t *testing.T, pollURL, failKeys string) *env {
 	return e
 }
 
-// writeConfig writes the daemon's config, with publishExtra in [publish].
+// writeConfig writes the daemon's config, with publishExtra as more
+// publish keys.
 func (e *env) writeConfig(publishExtra string) {
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-shutdown_grace = "5s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-ack_timeout = "1s"
-events_per_frame = 10
-%s
-
-[source.seq]
+	testconfig.Daemon{
+		Dir: e.dir, HTTPAddr: e.httpAddr, ShutdownGrace: "5s", Publish: e.pub, Ack: e.ack,
+		PublishKeys: "ack_timeout = \"1s\"\nevents_per_frame = 10\n" + publishExtra,
+		Rest: fmt.Sprintf(`[source.seq]
 kind = "http_poll"
 poll_url = %q
 interval = "30ms"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
-`, filepath.Join(e.dir, "data"), e.httpAddr, "file://"+filepath.Join(e.dir, "raw"), e.pub, e.ack, publishExtra, e.pollURL)
-	if err := os.WriteFile(e.cfg, []byte(cfg), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
+`, e.pollURL),
+	}.Write(e.t, e.cfg)
 }
 
 // enableCurve makes key pairs with `ingestor curve-keygen` and has the

@@ -68,8 +68,8 @@ func (tl *timeline) committed(from, to int) int64 {
 	return sum(tl.devStored, from, to) + sum(tl.hookStored, from, to)
 }
 
-// answer is what ws_ingress answers an envelope (README, "Devices over
-// WebSocket").
+// answer is what ws_ingress answers an envelope (docs/push.md,
+// "Devices over WebSocket").
 type answer struct {
 	EventID      string `json:"event_id"`
 	Status       string `json:"status"`

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
@@ -39,22 +39,10 @@ func TestChaosExactlyOnce(t *testing.T) {
 	proc := buildProcessor(t, dir)
 	feed := testupstream.New(t, total, 20)
 	httpAddr, pub, ack := testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
-	cfgPath := filepath.Join(dir, "ingestor.toml")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-shutdown_grace = "5s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-ack_timeout = "1s"
-events_per_frame = 10
-
+	cfgPath := testconfig.Daemon{
+		Dir: dir, HTTPAddr: httpAddr, ShutdownGrace: "5s", Publish: pub, Ack: ack,
+		PublishKeys: "ack_timeout = \"1s\"\nevents_per_frame = 10",
+		Rest: fmt.Sprintf(`
 [source.seq]
 kind = "http_poll"
 poll_url = %q
@@ -62,10 +50,8 @@ interval = "30ms"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
-`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"), pub, ack, feed.URL+"/feed")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, feed.URL+"/feed"),
+	}.Write(t, filepath.Join(dir, "ingestor.toml"))
 	sink := filepath.Join(dir, "sink.db")
 	var daemonLogs, procLogs testsync.LockedBuffer
 	startDaemon := func() *exec.Cmd {

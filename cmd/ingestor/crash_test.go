@@ -21,6 +21,7 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
@@ -47,28 +48,17 @@ func buildProcessor(t *testing.T, dir string) string {
 	return bin
 }
 
-// daemonTOML returns the [daemon], [raw_store] and [publish] sections of
-// a built daemon under test: its data dir and raw store under dir, JSON
-// logs, a 10s shutdown grace, and the given addresses. daemonExtra and
-// publishExtra add keys to [daemon] and [publish]; callers append their
-// other sections.
+// daemonTOML returns the daemon's own tables (daemon, raw store,
+// publish) of a built daemon under test: its data dir and raw store under
+// dir, JSON logs, a 10s shutdown grace, and the given addresses.
+// daemonExtra and publishExtra add keys to the daemon and publish tables;
+// callers append their other tables. The text keeps the empty first and
+// last lines it always had: with no extra keys, its lines and those of
+// what follows it are numbered as before, which TestSIGHUPReloadsTheConfig
+// relies on (it checks the line numbers in the daemon's errors).
 func daemonTOML(dir, httpAddr, pub, ack, daemonExtra, publishExtra string) string {
-	return fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-shutdown_grace = "10s"
-%s
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-%s
-`, filepath.Join(dir, "data"), httpAddr, daemonExtra, "file://"+filepath.Join(dir, "raw"), pub, ack, publishExtra)
+	return "\n" + testconfig.Daemon{Dir: dir, HTTPAddr: httpAddr, JSONLogs: true, ShutdownGrace: "10s", DaemonKeys: daemonExtra,
+		Publish: pub, Ack: ack, PublishKeys: publishExtra}.TOML() + "\n"
 }
 
 // startProcessor runs a processor client on pub and ack with handle and

@@ -18,6 +18,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -29,30 +30,16 @@ func runDLQ(t *testing.T, stdin string, args ...string) (string, int) {
 }
 
 // writeDaemonConfig writes dir/ingestor.toml for a daemon on free loopback
-// ports, its data and raw store under dir, with daemonExtra in [daemon],
-// publishExtra in [publish] and rest (sources, other sections) after
-// them, and loads it.
+// ports, its data and raw store under dir, with daemonExtra and
+// publishExtra as more keys of its daemon and publish tables and rest
+// (sources, other tables) after them, and loads it.
 func writeDaemonConfig(t *testing.T, dir, daemonExtra, publishExtra, rest string) (string, *config.Config) {
 	t.Helper()
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-%s
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = "tcp://%s"
-ack_endpoint = "tcp://%s"
-%s
-`, filepath.Join(dir, "data"), testsync.FreePort(t), daemonExtra, "file://"+filepath.Join(dir, "raw"),
-		testsync.FreePort(t), testsync.FreePort(t), publishExtra) + rest
-	path := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pub, ack := testconfig.FreeEndpoints(t)
+	path := testconfig.Daemon{
+		Dir: dir, HTTPAddr: testsync.FreePort(t), DaemonKeys: daemonExtra,
+		Publish: pub, Ack: ack, PublishKeys: publishExtra, Rest: rest,
+	}.Write(t, filepath.Join(dir, "ingestor.toml"))
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +47,7 @@ ack_endpoint = "tcp://%s"
 	return path, cfg
 }
 
-// dlqDaemon writes a config holding daemonExtra in [daemon], starts a
+// dlqDaemon writes a config with daemonExtra as more daemon keys, starts a
 // daemon on it with no source (tests fill the queue by hand) and returns
 // the config's path, the daemon and a stop function that is also run at
 // cleanup.

@@ -47,7 +47,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if problems > 0 {
-		fmt.Fprintf(stdout, "\n%d problem(s) found. See README, Operations: a damaged queue or raw store.\n", problems)
+		fmt.Fprintf(stdout, "\n%d problem(s) found. See docs/operations.md, a damaged or foreign data dir.\n", problems)
 		return 1
 	}
 	fmt.Fprintln(stdout, "\nno problem found")

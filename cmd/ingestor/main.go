@@ -42,7 +42,7 @@ const usage = `usage:
   ingestor doctor -c FILE      check the data dir with the daemon stopped: PRAGMA integrity_check
                                on queue.db, and every raw object and page that pending and
                                dead-lettered events reference exists and matches its checksum;
-                               exit 0 when sound, 1 on a problem (README: a damaged queue)
+                               exit 0 when sound, 1 on a problem (docs/operations.md: a damaged data dir)
   ingestor dlq list|show ID|replay [ID...|-source S -reason R -all]|drop [ID...|filters] [-yes] -c FILE
                                list, inspect, replay or drop dead letters (through the running
                                daemon's ops endpoints, or the queue when it is stopped)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
@@ -26,20 +26,10 @@ func TestRetryAfterSurvivesKill(t *testing.T) {
 	srv.Script(testupstream.RetryAfter(http.StatusServiceUnavailable, 3))
 	dir := t.TempDir()
 	httpAddr := testsync.FreePort(t)
-	cfgPath := filepath.Join(dir, "ingestor.toml")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfgPath := testconfig.Daemon{
+		Dir: dir, HTTPAddr: httpAddr, JSONLogs: true, Publish: pub, Ack: ack,
+		Rest: fmt.Sprintf(`
 [source.seq]
 kind = "http_poll"
 poll_url = %q
@@ -48,11 +38,8 @@ timeout = "5s"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
-`, filepath.Join(dir, "data"), httpAddr, "file://"+filepath.Join(dir, "raw"),
-		"tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t), srv.URL+"/feed")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, srv.URL+"/feed"),
+	}.Write(t, filepath.Join(dir, "ingestor.toml"))
 	var logs testsync.LockedBuffer
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "run", "-c", cfgPath)

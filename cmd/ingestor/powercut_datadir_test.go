@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ingestorhq/ingestor/internal/powercut"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -30,29 +31,17 @@ func TestAnsweredWebhookSurvivesAPowerCutOnANewDataDir(t *testing.T) {
 	disk := powercut.NewDisk(t)
 	dataDir := filepath.Join(disk.Dir, "lib", "ingestor")
 	httpAddr, pushAddr := testsync.FreePort(t), testsync.FreePort(t)
-	cfg := filepath.Join(t.TempDir(), "ingestor.toml")
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-
-[push]
+	pub, ack := testconfig.FreeEndpoints(t)
+	// Dir holds only the raw store: the data dir is on the power-cut disk.
+	cfg := testconfig.Daemon{
+		Dir: t.TempDir(), DataDir: dataDir, HTTPAddr: httpAddr, JSONLogs: true, Publish: pub, Ack: ack,
+		Rest: fmt.Sprintf(`[push]
 addr = %q
 
 [source.app]
 kind = "webhook"
-`, dataDir, httpAddr, "file://"+filepath.Join(t.TempDir(), "raw"), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t), pushAddr)
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, pushAddr),
+	}.Write(t, filepath.Join(t.TempDir(), "ingestor.toml"))
 	var logs testsync.LockedBuffer
 	d := startProc(t, &logs, bin, "run", "-c", cfg)
 	defer func() {

@@ -50,7 +50,7 @@ import (
 // again. With synchronous = "normal", the commits since the queue's last
 // checkpoint are lost; their events are fetched again from the older
 // cursor and delivered again, and the test fails unless that happened, so
-// the window README documents is real.
+// the window docs/architecture.md documents is real.
 //
 // The file system keeps directory entries back until their directory is
 // fsynced, which LazyFS (used before) did not. Each of these mutations,

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,24 +10,15 @@ import (
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/ingest/ingesttest"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 )
 
-// writeConfig writes an ingestor config with a data dir and a raw dir
-// under dir and the given source blocks, and returns its path.
+// writeConfig writes dir/ingestor.toml, an ingestor config with a data
+// dir and a raw dir under dir and the given source blocks, and returns its
+// path.
 func writeConfig(t *testing.T, dir, sourcesTOML string) string {
 	t.Helper()
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-
-[raw_store]
-url = %q
-`, filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "raw")) + sourcesTOML
-	p := filepath.Join(dir, "ingestor.toml")
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testconfig.Daemon{Dir: dir, Rest: sourcesTOML}.Write(t, filepath.Join(dir, "ingestor.toml"))
 }
 
 const replayFeedTOML = `

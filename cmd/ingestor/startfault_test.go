@@ -19,6 +19,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/internal/datadir"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -38,28 +39,16 @@ func TestSIGTERMDuringStartExitsZero(t *testing.T) {
 		<-r.Context().Done() // the daemon gives up the request when it stops
 	}))
 	defer s3.Close()
-	cfgPath := filepath.Join(dir, "ingestor.toml")
 	data := filepath.Join(dir, "data")
-	cfg := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = %q
-log_format = "json"
-
-[raw_store]
-url = "s3://bucket/raw"
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfgPath := testconfig.Daemon{
+		Dir: dir, HTTPAddr: testsync.FreePort(t), JSONLogs: true, Publish: pub, Ack: ack,
+		RawStore: fmt.Sprintf(`url = "s3://bucket/raw"
 endpoint = %q
 path_style = true
 region = "us-east-1"
-max_attempts = 1
-
-[publish]
-endpoint = "tcp://%s"
-ack_endpoint = "tcp://%s"
-`, data, testsync.FreePort(t), s3.URL, testsync.FreePort(t), testsync.FreePort(t))
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+max_attempts = 1`, s3.URL),
+	}.Write(t, filepath.Join(dir, "ingestor.toml"))
 	cmd := exec.Command(bin, "run", "-c", cfgPath)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
 	p, err := testsync.StartProcess(cmd)

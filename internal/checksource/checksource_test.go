@@ -19,6 +19,7 @@ import (
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/checksource"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -65,18 +66,7 @@ func (f *feed) requests() []string {
 func setup(t *testing.T, url, sourcesTOML string) (cfg *config.Config, dir string) {
 	t.Helper()
 	dir = t.TempDir()
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-
-[raw_store]
-url = %q
-
-`, filepath.Join(dir, "data"), "file://"+filepath.Join(dir, "raw")) + strings.ReplaceAll(sourcesTOML, "{url}", url)
-	cfg, err := config.Parse("test.toml", []byte(text))
-	if err != nil {
-		t.Fatalf("config: %v\n%s", err, text)
-	}
+	cfg = testconfig.Daemon{Dir: dir, Rest: strings.ReplaceAll(sourcesTOML, "{url}", url)}.Parse(t, "test.toml")
 	return cfg, dir
 }
 

@@ -346,7 +346,7 @@ func damagedQueue(cfg *config.Config, err error) error {
 	file := cmp.Or(cfg.File, "FILE")
 	return fmt.Errorf("%w: refusing to start on it. Keep a copy of the data dir as it is, run `ingestor doctor -c %s` "+
 		"for a full report, then restore queue.db from a backup, or move queue.db, queue.db-wal and queue.db-shm aside "+
-		"and queue the stored payloads again with `ingestor replay -c %s -source NAME` (README, Operations: a damaged queue)",
+		"and queue the stored payloads again with `ingestor replay -c %s -source NAME` (docs/operations.md: a damaged or foreign data dir)",
 		err, file, file)
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
@@ -408,24 +409,14 @@ func scrapeBusyDaemon(t *testing.T) map[string]string {
 	feed := testupstream.New(t, 50, 100)
 	feed.ServeMalformed(testupstream.Truncated)
 	dir := t.TempDir()
-	cfg, err := config.Parse("deploy.toml", []byte(fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-shutdown_grace = "10s"
-
-[raw_store]
-url = %q
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-max_pending_events = 20
-
-[push]
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfg := testconfig.Daemon{
+		Dir: dir, DataDir: dir, HTTPAddr: "127.0.0.1:0", ShutdownGrace: "10s",
+		Publish: pub, Ack: ack, PublishKeys: "max_pending_events = 20",
+		Rest: `[push]
 addr = "127.0.0.1:0"
 
-%s
+` + httpSource("polled", feed.URL) + `
 
 [source.hooks]
 kind = "webhook"
@@ -435,10 +426,8 @@ token = "hooks-token-0123456789"
 kind = "ws_ingress"
 token = "devices-token-0123456789"
 seq_gap_grace = "0s"
-`, dir, "file://"+dir+"/raw", "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t), httpSource("polled", feed.URL))))
-	if err != nil {
-		t.Fatal(err)
-	}
+`,
+	}.Parse(t, "deploy.toml")
 	cfg.Sources = append(cfg.Sources, config.Source{Name: "boom", Kind: "crash_once", Enabled: true,
 		Interval: 50 * time.Millisecond, Timeout: time.Second, InflightBatches: 1, Spec: crashOnceSpec{crashed: &atomic.Bool{}}})
 	h := startConfig(t, &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}, cfg, Options{})

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 	"github.com/ingestorhq/ingestor/processor"
@@ -24,21 +24,15 @@ import (
 func TestShutdownDrains(t *testing.T) {
 	dir := t.TempDir()
 	h := &harness{t: t, dir: dir, pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), logs: &testsync.LockedBuffer{}}
-	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-[publish]
-endpoint = %q
-ack_endpoint = %q
+	cfg := testconfig.Daemon{
+		Dir: dir, DataDir: dir, HTTPAddr: "127.0.0.1:0", Publish: h.pub, Ack: h.ack,
+		Rest: `
 [source.steady]
 kind = "demo"
 interval = "5ms"
 events_per_tick = 200
-`, dir, h.pub, h.ack)))
-	if err != nil {
-		t.Fatal(err)
-	}
+`,
+	}.Parse(t, "t.toml")
 	d, err := Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -90,16 +84,9 @@ func TestShutdownCancelsStalledFetch(t *testing.T) {
 	srv.Script(testupstream.Fault{}, testupstream.Fault{}, testupstream.Hang())
 	dir := t.TempDir()
 	pub, ack := "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
-	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-shutdown_grace = "30s"
-[raw_store]
-url = %q
-[publish]
-endpoint = %q
-ack_endpoint = %q
+	cfg := testconfig.Daemon{
+		Dir: dir, DataDir: dir, HTTPAddr: "127.0.0.1:0", ShutdownGrace: "30s", Publish: pub, Ack: ack,
+		Rest: fmt.Sprintf(`
 [source.stall]
 kind = "http_poll"
 poll_url = %q
@@ -108,10 +95,8 @@ timeout = "60s"
 id_field = "id"
 cursor_field = "seq"
 cursor_param = "since"
-`, dir, "file://"+dir+"/raw", pub, ack, srv.URL+"/feed")))
-	if err != nil {
-		t.Fatal(err)
-	}
+`, srv.URL+"/feed"),
+	}.Parse(t, "t.toml")
 	logs := &testsync.LockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	d, err := Start(t.Context(), cfg, Options{Logger: log})

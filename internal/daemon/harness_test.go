@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 )
@@ -69,22 +70,8 @@ func (h *harness) configText(daemonExtra, rawStore, publishExtra string) string 
 	if rawStore == "" {
 		rawStore = fmt.Sprintf("url = %q", "file://"+h.dir+"/raw")
 	}
-	return fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-shutdown_grace = "10s"
-%s
-
-[raw_store]
-%s
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-%s
-
-`, h.dir, daemonExtra, rawStore, h.pub, h.ack, publishExtra)
+	return testconfig.Daemon{DataDir: h.dir, HTTPAddr: "127.0.0.1:0", ShutdownGrace: "10s", DaemonKeys: daemonExtra,
+		RawStore: rawStore, Publish: h.pub, Ack: h.ack, PublishKeys: publishExtra}.TOML()
 }
 
 // startConfig starts a daemon on cfg for h, whose dir and endpoints are

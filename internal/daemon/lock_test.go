@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/datadir"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -18,22 +18,15 @@ import (
 // and that Shutdown lets go of it.
 func TestStartLocksDataDir(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := config.Parse("test.toml", fmt.Appendf(nil, `
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-
-[publish]
-endpoint = %q
-ack_endpoint = %q
-
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfg := testconfig.Daemon{
+		Dir: dir, DataDir: dir, HTTPAddr: "127.0.0.1:0", Publish: pub, Ack: ack,
+		Rest: `
 [source.demo]
 kind = "demo"
 interval = "1h"
-`, dir, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)))
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
+`,
+	}.Parse(t, "test.toml")
 	log := slog.New(slog.NewTextHandler(&testsync.LockedBuffer{}, nil))
 	d, err := Start(t.Context(), cfg, Options{Logger: log})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/queue"
-	"github.com/ingestorhq/ingestor/internal/testsync"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
@@ -253,16 +253,14 @@ func TestAdminAddr(t *testing.T) {
 // validation, and Start itself for a config built in code.
 func TestPublicAdminWithoutTokenRefusesToStart(t *testing.T) {
 	dir := t.TempDir()
-	text := fmt.Sprintf("[daemon]\ndata_dir = %q\nhttp_addr = \"0.0.0.0:0\"\n[publish]\nendpoint = %q\nack_endpoint = %q\n",
-		dir, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))
-	_, err := config.Parse("public.toml", []byte(text))
+	pub, ack := testconfig.FreeEndpoints(t)
+	c := testconfig.Daemon{Dir: dir, DataDir: dir, HTTPAddr: "0.0.0.0:0", Publish: pub, Ack: ack}
+	_, err := config.Parse("public.toml", []byte(c.TOML()))
 	if err == nil || !strings.Contains(err.Error(), "public.toml:3: daemon.http_addr: serves the admin endpoints") {
 		t.Fatalf("config with a public tokenless admin listener: %v", err)
 	}
-	cfg, err := config.Parse("public.toml", []byte(strings.Replace(text, "0.0.0.0:0", "127.0.0.1:0", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.HTTPAddr = "127.0.0.1:0"
+	cfg := c.Parse(t, "public.toml")
 	for _, c := range []struct{ http, admin string }{{"0.0.0.0:0", ""}, {"127.0.0.1:0", ":0"}} {
 		cfg.Daemon.HTTPAddr, cfg.Daemon.AdminAddr = c.http, c.admin
 		d, err := Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -376,12 +374,9 @@ func TestStartFailsCleanlyWhenHTTPAddrIsTaken(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	text := fmt.Sprintf("[daemon]\ndata_dir = %q\nhttp_addr = %q\n[publish]\nendpoint = %q\nack_endpoint = %q\n",
-		t.TempDir(), taken.Addr().String(), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))
-	cfg, err := config.Parse("taken.toml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfg := testconfig.Daemon{Dir: dir, DataDir: dir, HTTPAddr: taken.Addr().String(), Publish: pub, Ack: ack}.Parse(t, "taken.toml")
 	for range 20 {
 		d, err := Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err == nil {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
@@ -33,20 +33,8 @@ func TestStartupRehydratesLargeBacklog(t *testing.T) {
 	}
 
 	logs := &testsync.LockedBuffer{}
-	text := fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-[raw_store]
-url = %q
-[publish]
-endpoint = %q
-ack_endpoint = %q
-`, dir, "file://"+filepath.Join(dir, "raw"), "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))
-	cfg, err := config.Parse("rehydrate.toml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfg := testconfig.Daemon{Dir: dir, DataDir: dir, HTTPAddr: "127.0.0.1:0", Publish: pub, Ack: ack}.Parse(t, "rehydrate.toml")
 	before := heapInuse()
 	d, err := Start(t.Context(), cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 type reloadHarness struct {
 	*harness
 	path string
-	head string // [daemon], [raw_store] and [publish]
+	head string // the daemon, raw store and publish tables
 }
 
 // startReloadable writes head+body to a config file in a new data dir

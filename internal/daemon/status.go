@@ -14,7 +14,7 @@ import (
 )
 
 // Status is the answer of GET /status: every configured source and the
-// pipeline's totals. README's "Status" section documents each field.
+// pipeline's totals. docs/operations.md, "Status", documents each field.
 type Status struct {
 	// Time is when the status was taken.
 	Time time.Time `json:"time"`

@@ -3,13 +3,13 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/processor"
 	"github.com/ingestorhq/ingestor/sources"
@@ -40,21 +40,16 @@ func (crashingSource) Close() error { return errors.New("closed a crashed source
 // /status counts the crashing one's restarts and shows its last panic.
 func TestCrashingSourceIsRestartedAlone(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := config.Parse("t.toml", []byte(fmt.Sprintf(`
-[daemon]
-data_dir = %q
-http_addr = "127.0.0.1:0"
-[publish]
-endpoint = %q
-ack_endpoint = %q
+	pub, ack := testconfig.FreeEndpoints(t)
+	cfg := testconfig.Daemon{
+		Dir: dir, DataDir: dir, HTTPAddr: "127.0.0.1:0", Publish: pub, Ack: ack,
+		Rest: `
 [source.healthy]
 kind = "demo"
 interval = "20ms"
 events_per_tick = 10
-`, dir, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t))))
-	if err != nil {
-		t.Fatal(err)
-	}
+`,
+	}.Parse(t, "t.toml")
 	var opens atomic.Int64
 	cfg.Sources = append(cfg.Sources, config.Source{Name: "boom", Kind: "crashing", Enabled: true,
 		Interval: 10 * time.Millisecond, Timeout: time.Second, InflightBatches: 1, Spec: crashingSpec{opens: &opens}})

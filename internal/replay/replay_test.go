@@ -20,6 +20,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/replay"
 	"github.com/ingestorhq/ingestor/internal/s3test"
+	"github.com/ingestorhq/ingestor/internal/testconfig"
 )
 
 // t0 is the fetch time of the first seeded payload.
@@ -43,22 +44,11 @@ type fixture struct {
 // newFixture seeds four payloads of three records each, fetched an hour
 // apart from t0 (ids ev-1..ev-12; the last two are on the next UTC day), a
 // malformed one at t0+30m and a dead-lettered one at t0+90m. rawTOML is
-// the [raw_store] body; empty means a raw dir.
+// the raw store's keys; empty means a raw dir.
 func newFixture(t *testing.T, rawTOML string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{dataDir: filepath.Join(dir, "data")}
-	if rawTOML == "" {
-		rawTOML = fmt.Sprintf("url = %q", "file://"+filepath.Join(dir, "raw"))
-	}
-	cfg, err := config.Parse("test.toml", fmt.Appendf(nil, `
-[daemon]
-data_dir = %q
-
-[raw_store]
-%s
-
-[source.feed]
+	cfg := testconfig.Daemon{Dir: dir, RawStore: rawTOML, Rest: `[source.feed]
 kind = "http_poll"
 poll_url = "http://127.0.0.1:9/not-polled-by-replay"
 id_field = "id"
@@ -68,15 +58,13 @@ time_field = "ts"
 
 [source.synthetic]
 kind = "demo"
-`, f.dataDir, rawTOML))
+`}.Parse(t, "test.toml")
+	raw, err := rawstore.Open(t.Context(), rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
+		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle})
 	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	f.cfg = cfg
-	if f.raw, err = rawstore.Open(t.Context(), rawstore.Options{URL: cfg.RawStore.URL, Endpoint: cfg.RawStore.Endpoint,
-		Region: cfg.RawStore.Region, PathStyle: cfg.RawStore.PathStyle}); err != nil {
 		t.Fatal(err)
 	}
+	f := &fixture{cfg: cfg, dataDir: filepath.Join(dir, "data"), raw: raw}
 	for i := range 4 {
 		var recs []string
 		for n := 3*i + 1; n <= 3*i+3; n++ {

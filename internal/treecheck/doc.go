@@ -3,7 +3,7 @@
 // MaxFileBytes, and no third-party source brought in by copying (a
 // licence or notice file below the root, a vendor/ or third_party/
 // directory). Third-party code comes in as a Go module, a Debian package
-// or an npm package; see README's Development section. The check is a
+// or an npm package; see docs/development.md. The check is a
 // test, so `make test` fails, naming the file, when one comes back.
 package treecheck
 
