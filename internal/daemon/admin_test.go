@@ -62,6 +62,37 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	mu.Unlock()
 
 	base := "http://" + h.d.HTTPAddr()
+	checkDeadLetterEndpoints(t, base, rejected, poison)
+
+	healed.Store(true)
+	var replayed struct{ Replayed int }
+	postJSON(t, base+"/dlq/replay", `{"reason":"database refused"}`, http.StatusOK, &replayed)
+	if replayed.Replayed != 1 {
+		t.Fatalf("replayed %d, want 1", replayed.Replayed)
+	}
+	testsync.WaitFor(t, "the replayed event delivered", 10*time.Second, func() bool { return seen.count(poison) == 1 })
+	testsync.WaitFor(t, "queue empty", 10*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	var list []queue.DeadLetter
+	getJSON(t, base+"/dlq", http.StatusOK, &list)
+	if len(list) != 1 || list[0].Key != rejected {
+		t.Fatalf("active dead letters after replay = %+v", list)
+	}
+	var dropped struct{ Dropped int }
+	postJSON(t, base+"/dlq/drop", `{"all":true}`, http.StatusOK, &dropped)
+	if dropped.Dropped != 1 {
+		t.Fatalf("dropped %d, want 1", dropped.Dropped)
+	}
+	if n := metric(t, h.d.Registry(), "ingestor_events_dead_lettered_total"); n != 2 {
+		t.Errorf("ingestor_events_dead_lettered_total = %v, want 2", n)
+	}
+}
+
+// checkDeadLetterEndpoints checks what the admin endpoints at base show of
+// the two dead letters, the rejected event's and the poison one's: the
+// list, filtered by source and by reason, one entry with its history and
+// payload, and the answers to an unknown id and to bad requests.
+func checkDeadLetterEndpoints(t *testing.T, base, rejected, poison string) {
+	t.Helper()
 	var list []queue.DeadLetter
 	getJSON(t, base+"/dlq?source=api", http.StatusOK, &list)
 	if len(list) != 2 || list[0].Key != rejected || list[1].Key != poison {
@@ -85,27 +116,6 @@ func TestNackPoisonAndDLQReplay(t *testing.T) {
 	getJSON(t, base+"/dlq/999999", http.StatusNotFound, nil)
 	getJSON(t, base+"/dlq?since=yesterday", http.StatusBadRequest, nil)
 	postJSON(t, base+"/dlq/replay", `{}`, http.StatusBadRequest, nil)
-
-	healed.Store(true)
-	var replayed struct{ Replayed int }
-	postJSON(t, base+"/dlq/replay", `{"reason":"database refused"}`, http.StatusOK, &replayed)
-	if replayed.Replayed != 1 {
-		t.Fatalf("replayed %d, want 1", replayed.Replayed)
-	}
-	testsync.WaitFor(t, "the replayed event delivered", 10*time.Second, func() bool { return seen.count(poison) == 1 })
-	testsync.WaitFor(t, "queue empty", 10*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
-	getJSON(t, base+"/dlq", http.StatusOK, &list)
-	if len(list) != 1 || list[0].Key != rejected {
-		t.Fatalf("active dead letters after replay = %+v", list)
-	}
-	var dropped struct{ Dropped int }
-	postJSON(t, base+"/dlq/drop", `{"all":true}`, http.StatusOK, &dropped)
-	if dropped.Dropped != 1 {
-		t.Fatalf("dropped %d, want 1", dropped.Dropped)
-	}
-	if n := metric(t, h.d.Registry(), "ingestor_events_dead_lettered_total"); n != 2 {
-		t.Errorf("ingestor_events_dead_lettered_total = %v, want 2", n)
-	}
 }
 
 func getJSON(t *testing.T, url string, status int, out any) {

@@ -85,53 +85,114 @@ func (c *clusterDelivered) distinct() int {
 // every event is delivered exactly once. The stopped member comes back on
 // its data dir and delivers whatever it still had queued.
 func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
-	const nSources, total = 9, 1500
-	etcd := etcdtest.Start(t)
-	up := testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: 10})
-	srcs := clusterSources(up, nSources)
-	delivered := &clusterDelivered{seen: map[string]int{}}
-	members := map[string]*harness{}
-	dirs := map[string]string{}
-	for _, name := range []string{"m1", "m2", "m3"} {
-		dirs[name] = t.TempDir()
-		members[name] = startDaemonIn(t, dirs[name], "", "", "", srcs+clusterTOML(etcd, name), Options{})
-		members[name].startProcessor(delivered.handle)
-	}
+	r := startClusterRig(t)
+	byMember := r.waitForPlacement()
+	r.checkPlacementShows(byMember)
 
+	// m2 leaves gracefully while the sources are mid-feed.
+	leftAt := r.leaveGracefully("m2", byMember["m2"])
+	r.waitForEveryEnd()
+	// m2 comes back on its disk: what it still had queued is delivered.
+	t.Logf("every source at its end after %v", time.Since(r.start).Round(time.Millisecond))
+	backAt := time.Now()
+	r.startMember("m2")
+	testsync.WaitFor(t, "every event delivered", 60*time.Second, func() bool { return r.delivered.distinct() == r.nSources*r.total })
+
+	r.checkHandOvers(leftAt, backAt)
+	r.checkDeliveredOnce()
+}
+
+// clusterRig is three members on one etcd polling nSources sources on one
+// upstream, and what their processors delivered.
+type clusterRig struct {
+	t               *testing.T
+	nSources, total int
+	etcd            *etcdtest.Server
+	up              *testupstream.Server
+	srcs            string
+	delivered       *clusterDelivered
+	members         map[string]*harness
+	dirs            map[string]string
+	// all is the members' names, names the sources'.
+	all, names []string
+	// start is when the members had started.
+	start time.Time
+}
+
+// startClusterRig starts etcd, the upstream and the three members, each
+// on a data dir of its own and with a processor counting deliveries.
+func startClusterRig(t *testing.T) *clusterRig {
+	t.Helper()
+	const nSources, total = 9, 1500
+	r := &clusterRig{t: t, nSources: nSources, total: total, etcd: etcdtest.Start(t)}
+	r.up = testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: 10})
+	r.srcs = clusterSources(r.up, nSources)
+	r.delivered = &clusterDelivered{seen: map[string]int{}}
+	r.members = map[string]*harness{}
+	r.dirs = map[string]string{}
+	for _, name := range []string{"m1", "m2", "m3"} {
+		r.dirs[name] = t.TempDir()
+		r.startMember(name)
+	}
+	r.start = time.Now()
+	r.all = []string{"m1", "m2", "m3"}
+	r.names = make([]string, nSources)
+	for i := range r.names {
+		r.names[i] = fmt.Sprintf("s%02d", i)
+	}
+	return r
+}
+
+// startMember starts member name on its data dir, with a processor that
+// counts what it delivers.
+func (r *clusterRig) startMember(name string) {
+	r.t.Helper()
+	r.members[name] = startDaemonIn(r.t, r.dirs[name], "", "", "", r.srcs+clusterTOML(r.etcd, name), Options{})
+	r.members[name].startProcessor(r.delivered.handle)
+}
+
+// waitForPlacement waits until each source runs on the member the cluster
+// places it on, as the upstream sees from the member header, and returns
+// how many sources each member runs, failing unless all three run some.
+func (r *clusterRig) waitForPlacement() map[string]int {
+	t := r.t
+	t.Helper()
 	// The first member up may take every source before the others join;
 	// then each source moves to the member the cluster places it on.
-	start := time.Now()
-	all := []string{"m1", "m2", "m3"}
-	names := make([]string, nSources)
-	for i := range names {
-		names[i] = fmt.Sprintf("s%02d", i)
-	}
 	testsync.WaitFor(t, "every source to run on its placed member", 60*time.Second, func() bool {
 		last := map[string]string{}
-		for _, r := range up.Requests() {
-			last[r.Query.Get("src")] = r.Header.Get(sources.MemberHeader)
+		for _, req := range r.up.Requests() {
+			last[req.Query.Get("src")] = req.Header.Get(sources.MemberHeader)
 		}
-		for i := range nSources {
+		for i := range r.nSources {
 			src := fmt.Sprintf("s%02d", i)
-			if last[src] != cluster.PlaceAll(names, all)[src] {
+			if last[src] != cluster.PlaceAll(r.names, r.all)[src] {
 				return false
 			}
 		}
 		return true
 	})
-	t.Logf("placement settled after %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("placement settled after %v", time.Since(r.start).Round(time.Millisecond))
 	byMember := map[string]int{}
-	for i := range nSources {
-		byMember[cluster.PlaceAll(names, all)[fmt.Sprintf("s%02d", i)]]++
+	for i := range r.nSources {
+		byMember[cluster.PlaceAll(r.names, r.all)[fmt.Sprintf("s%02d", i)]]++
 	}
 	if len(byMember) != 3 {
 		t.Fatalf("sources per member %v, want all three members running some", byMember)
 	}
+	return byMember
+}
+
+// checkPlacementShows checks that the cluster metrics and each member's
+// status show the placement byMember.
+func (r *clusterRig) checkPlacementShows(byMember map[string]int) {
+	t := r.t
+	t.Helper()
 	// The metrics say the same.
 	testsync.WaitFor(t, "the cluster metrics to show the placement and a checkpoint", 30*time.Second, func() bool {
 		owned, written := 0.0, 0.0
-		for _, name := range all {
-			reg := members[name].d.Registry()
+		for _, name := range r.all {
+			reg := r.members[name].d.Registry()
 			if metric(t, reg, "ingestor_cluster_lease_valid") != 1 || metric(t, reg, "ingestor_cluster_members") != 3 ||
 				metric(t, reg, "ingestor_cluster_sources_owned") != float64(byMember[name]) {
 				return false
@@ -139,12 +200,12 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 			owned += metric(t, reg, "ingestor_cluster_sources_owned")
 			written += metric(t, reg, "ingestor_cluster_checkpoints_total", "result", "written")
 		}
-		return owned == nSources && written > 0
+		return owned == float64(r.nSources) && written > 0
 	})
 	// Each member's status shows where the sources it does not run are.
-	for _, name := range all {
-		for _, s := range members[name].d.status(t.Context()).Sources {
-			placed := cluster.PlaceAll(names, all)[s.Name]
+	for _, name := range r.all {
+		for _, s := range r.members[name].d.status(t.Context()).Sources {
+			placed := cluster.PlaceAll(r.names, r.all)[s.Name]
 			if placed == name {
 				if s.Reason == actors.ReasonElsewhere {
 					t.Errorf("%s: its own source %s shown as elsewhere", name, s.Name)
@@ -156,48 +217,59 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 			}
 		}
 	}
-	m2Moves := func(kind string) float64 {
-		return metric(t, members["m2"].d.Registry(), "ingestor_cluster_source_moves_total", "kind", kind)
-	}
+}
 
-	// m2 leaves gracefully while the sources are mid-feed.
-	testsync.WaitFor(t, "some events delivered", 30*time.Second, func() bool { return delivered.distinct() > nSources*total/10 })
-	t.Logf("m2 leaves after %v, %d events delivered", time.Since(start).Round(time.Millisecond), delivered.distinct())
-	if err := members["m2"].stop(); err != nil {
+// leaveGracefully stops member name, which runs owned sources, once some
+// events are delivered, checks that it handed every one of them over and
+// dropped none, and returns when it had left.
+func (r *clusterRig) leaveGracefully(name string, owned int) time.Time {
+	t := r.t
+	t.Helper()
+	moves := func(kind string) float64 {
+		return metric(t, r.members[name].d.Registry(), "ingestor_cluster_source_moves_total", "kind", kind)
+	}
+	testsync.WaitFor(t, "some events delivered", 30*time.Second, func() bool { return r.delivered.distinct() > r.nSources*r.total/10 })
+	t.Logf("%s leaves after %v, %d events delivered", name, time.Since(r.start).Round(time.Millisecond), r.delivered.distinct())
+	if err := r.members[name].stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := m2Moves("handed_over"); got < float64(byMember["m2"]) || m2Moves("dropped") != 0 {
-		t.Errorf("m2 handed over %v sources and dropped %v on leaving, want its %d handed over and none dropped", got, m2Moves("dropped"), byMember["m2"])
+	if got := moves("handed_over"); got < float64(owned) || moves("dropped") != 0 {
+		t.Errorf("%s handed over %v sources and dropped %v on leaving, want its %d handed over and none dropped", name, got, moves("dropped"), owned)
 	}
-	leftAt := time.Now()
-	testsync.WaitFor(t, "every source to reach its end on m1 and m3", 90*time.Second, func() bool {
+	return time.Now()
+}
+
+// waitForEveryEnd waits until the upstream was asked for what follows the
+// last event of every source.
+func (r *clusterRig) waitForEveryEnd() {
+	r.t.Helper()
+	testsync.WaitFor(r.t, "every source to reach its end on m1 and m3", 90*time.Second, func() bool {
 		done := map[string]bool{}
-		for _, r := range up.Requests() {
-			if r.Query.Get("since") == fmt.Sprint(total) {
-				done[r.Query.Get("src")] = true
+		for _, req := range r.up.Requests() {
+			if req.Query.Get("since") == fmt.Sprint(r.total) {
+				done[req.Query.Get("src")] = true
 			}
 		}
-		return len(done) == nSources
+		return len(done) == r.nSources
 	})
-	// m2 comes back on its disk: what it still had queued is delivered.
-	t.Logf("every source at its end after %v", time.Since(start).Round(time.Millisecond))
-	backAt := time.Now()
-	members["m2"] = startDaemonIn(t, dirs["m2"], "", "", "", srcs+clusterTOML(etcd, "m2"), Options{})
-	members["m2"].startProcessor(delivered.handle)
-	testsync.WaitFor(t, "every event delivered", 60*time.Second, func() bool { return delivered.distinct() == nSources*total })
+}
 
-	// No page was fetched twice, and no source was polled by m2 after it
-	// left until it came back, nor by two members at once: per source the
-	// members asking change only at a hand-over.
+// checkHandOvers checks the upstream's log: no page was fetched twice,
+// and no source was polled by m2 after it left at leftAt until it came
+// back at backAt, nor by two members at once: per source the members
+// asking change only at a hand-over.
+func (r *clusterRig) checkHandOvers(leftAt, backAt time.Time) {
+	t := r.t
+	t.Helper()
 	pages := map[string]int{}
 	runs := map[string][]string{} // per source, the members asking, one entry per run
-	for _, r := range up.Requests() {
-		src, since, m := r.Query.Get("src"), r.Query.Get("since"), r.Header.Get(sources.MemberHeader)
-		if since != fmt.Sprint(total) {
+	for _, req := range r.up.Requests() {
+		src, since, m := req.Query.Get("src"), req.Query.Get("since"), req.Header.Get(sources.MemberHeader)
+		if since != fmt.Sprint(r.total) {
 			pages[src+"@"+since]++
 		}
-		if m == "m2" && r.Time.After(leftAt) && r.Time.Before(backAt) {
-			t.Errorf("m2 polled %s at %v, after it left at %v and before it came back", src, r.Time, leftAt)
+		if m == "m2" && req.Time.After(leftAt) && req.Time.Before(backAt) {
+			t.Errorf("m2 polled %s at %v, after it left at %v and before it came back", src, req.Time, leftAt)
 		}
 		if rs := runs[src]; len(rs) == 0 || rs[len(rs)-1] != m {
 			runs[src] = append(rs, m)
@@ -220,12 +292,19 @@ func TestClusterSharesSourcesAndHandsOverGracefully(t *testing.T) {
 	if len(twice) > 0 {
 		t.Errorf("pages fetched more than once across graceful hand-overs: %v", twice)
 	}
-	delivered.mu.Lock()
-	defer delivered.mu.Unlock()
-	if delivered.noMember != 0 {
-		t.Errorf("%d events came in frames without a member", delivered.noMember)
+}
+
+// checkDeliveredOnce checks that every event came in a frame naming its
+// member and was delivered exactly once.
+func (r *clusterRig) checkDeliveredOnce() {
+	t := r.t
+	t.Helper()
+	r.delivered.mu.Lock()
+	defer r.delivered.mu.Unlock()
+	if r.delivered.noMember != 0 {
+		t.Errorf("%d events came in frames without a member", r.delivered.noMember)
 	}
-	for k, n := range delivered.seen {
+	for k, n := range r.delivered.seen {
 		if n != 1 {
 			t.Errorf("%s delivered %d times, want once", k, n)
 		}

@@ -95,6 +95,31 @@ func (in dockerInstruction) words(t *testing.T) []string {
 // data_dir a volume, checks the health on its http_addr, and runs as a
 // numeric non-root user.
 func TestDeployDockerfile(t *testing.T) {
+	img := readDockerImage(t)
+	img.checkStages(t)
+	copied := img.checkCopies(t)
+	cfg := img.runConfig(t, copied)
+	checkContainerConfig(t, cfg)
+	img.checkPortsAndVolume(t, cfg)
+	img.checkHealthcheck(t, cfg)
+
+	uid, gid := dockerfileUser(t)
+	if uid == 0 || gid == 0 {
+		t.Errorf("the image runs as %d:%d, want a non-root user and group", uid, gid)
+	}
+}
+
+// dockerImage is deploy/Dockerfile's instructions by command, and the
+// index of its last stage, the runtime one.
+type dockerImage struct {
+	byCmd   map[string][]dockerInstruction
+	runtime int
+}
+
+// readDockerImage parses deploy/Dockerfile, failing unless it has a build
+// stage and a runtime stage.
+func readDockerImage(t *testing.T) *dockerImage {
+	t.Helper()
 	ins := parseDockerfile(t, dockerfilePath)
 	byCmd := map[string][]dockerInstruction{}
 	for _, in := range ins {
@@ -104,35 +129,51 @@ func TestDeployDockerfile(t *testing.T) {
 	if len(froms) < 2 {
 		t.Fatalf("want a build stage and a runtime stage, have %d FROM", len(froms))
 	}
-	runtime := len(froms) - 1
-	stageRuns := func(stage int) string {
-		var b strings.Builder
-		for _, in := range byCmd["RUN"] {
-			if in.stage == stage {
-				b.WriteString(in.args + "\n")
-			}
+	return &dockerImage{byCmd: byCmd, runtime: len(froms) - 1}
+}
+
+// stageRuns returns the arguments of the RUN instructions of stage, one a
+// line.
+func (img *dockerImage) stageRuns(stage int) string {
+	var b strings.Builder
+	for _, in := range img.byCmd["RUN"] {
+		if in.stage == stage {
+			b.WriteString(in.args + "\n")
 		}
-		return b.String()
 	}
-	build := stageRuns(0)
+	return b.String()
+}
+
+// checkStages checks that the build stage has what a cgo build of the
+// binaries needs, and that the runtime stage is slim and installs libzmq.
+func (img *dockerImage) checkStages(t *testing.T) {
+	t.Helper()
+	build := img.stageRuns(0)
 	for _, want := range []string{"libzmq3-dev", "pkg-config", "CGO_ENABLED=1", "./cmd/ingestor", "./cmd/processor"} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the build stage does not mention %s", want)
 		}
 	}
 	for _, want := range []string{"libzmq5", "ca-certificates"} {
-		if !strings.Contains(stageRuns(runtime), want) {
+		if !strings.Contains(img.stageRuns(img.runtime), want) {
 			t.Errorf("the runtime stage does not install %s", want)
 		}
 	}
-	if !strings.Contains(froms[runtime].args, "-slim") {
-		t.Errorf("the runtime stage is FROM %s, want a slim image", froms[runtime].args)
+	if froms := img.byCmd["FROM"]; !strings.Contains(froms[img.runtime].args, "-slim") {
+		t.Errorf("the runtime stage is FROM %s, want a slim image", froms[img.runtime].args)
 	}
+}
 
+// checkCopies checks that every COPY from the build context names paths
+// that exist and that .dockerignore keeps, as it keeps what the build
+// compiles, and returns the files the runtime stage copies: destination
+// to path in the context.
+func (img *dockerImage) checkCopies(t *testing.T) (copied map[string]string) {
+	t.Helper()
 	// COPY from the build context: the sources exist and are not ignored.
 	ignored := dockerignorePatterns(t)
-	copied := map[string]string{} // runtime destination file -> context path
-	for _, in := range byCmd["COPY"] {
+	copied = map[string]string{} // runtime destination file -> context path
+	for _, in := range img.byCmd["COPY"] {
 		w := in.words(t)
 		fromStage := slices.ContainsFunc(w, func(s string) bool { return strings.HasPrefix(s, "--from=") })
 		w = slices.DeleteFunc(w, func(s string) bool { return strings.HasPrefix(s, "--") })
@@ -151,7 +192,7 @@ func TestDeployDockerfile(t *testing.T) {
 			if p := ignoredBy(t, ignored, src); p != "" {
 				t.Errorf("Dockerfile:%d: COPY %s, which .dockerignore excludes (%q)", in.line, src, p)
 			}
-			if in.stage == runtime && !strings.HasSuffix(dest, "/") {
+			if in.stage == img.runtime && !strings.HasSuffix(dest, "/") {
 				copied[dest] = src
 			}
 		}
@@ -162,13 +203,19 @@ func TestDeployDockerfile(t *testing.T) {
 			t.Errorf(".dockerignore excludes %s (%q), which the build needs", p, pat)
 		}
 	}
+	return copied
+}
 
-	// The config the image runs.
+// runConfig returns the config the image runs, `ingestor run -c FILE`, which
+// one of the copied files must be, parsed with no environment and with the
+// CURVE keys mounted.
+func (img *dockerImage) runConfig(t *testing.T, copied map[string]string) *config.Config {
+	t.Helper()
 	var entry, cmd []string
-	if e := byCmd["ENTRYPOINT"]; len(e) > 0 {
+	if e := img.byCmd["ENTRYPOINT"]; len(e) > 0 {
 		entry = e[len(e)-1].words(t)
 	}
-	if c := byCmd["CMD"]; len(c) > 0 {
+	if c := img.byCmd["CMD"]; len(c) > 0 {
 		cmd = c[len(c)-1].words(t)
 	}
 	if !slices.Equal(entry, []string{"ingestor"}) || len(cmd) == 0 || cmd[0] != "run" {
@@ -188,10 +235,16 @@ func TestDeployDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the image's config, with no environment and CURVE keys at %s:\n%v", curveSecretDir, err)
 	}
-	checkContainerConfig(t, cfg)
+	return cfg
+}
 
+// checkPortsAndVolume checks that the image exposes exactly the ports cfg
+// listens on, declares its data_dir a volume, and creates the admin
+// socket's directory when admin_addr is a socket.
+func (img *dockerImage) checkPortsAndVolume(t *testing.T, cfg *config.Config) {
+	t.Helper()
 	var exposed []string
-	for _, in := range byCmd["EXPOSE"] {
+	for _, in := range img.byCmd["EXPOSE"] {
 		exposed = append(exposed, in.words(t)...)
 	}
 	got := map[int32]string{}
@@ -207,17 +260,22 @@ func TestDeployDockerfile(t *testing.T) {
 	}
 
 	var volumes []string
-	for _, in := range byCmd["VOLUME"] {
+	for _, in := range img.byCmd["VOLUME"] {
 		volumes = append(volumes, in.words(t)...)
 	}
 	if !slices.Contains(volumes, cfg.Daemon.DataDir) {
 		t.Errorf("VOLUME %q does not hold data_dir %q", volumes, cfg.Daemon.DataDir)
 	}
-	if sock, ok := strings.CutPrefix(cfg.Daemon.AdminAddr, "unix:"); ok && !strings.Contains(stageRuns(runtime), path.Dir(sock)) {
+	if sock, ok := strings.CutPrefix(cfg.Daemon.AdminAddr, "unix:"); ok && !strings.Contains(img.stageRuns(img.runtime), path.Dir(sock)) {
 		t.Errorf("no RUN of the runtime stage creates %s, the admin socket's directory", path.Dir(sock))
 	}
+}
 
-	hc := byCmd["HEALTHCHECK"]
+// checkHealthcheck checks that the image has one HEALTHCHECK, which runs
+// `ingestor healthcheck` on the port of cfg's http_addr.
+func (img *dockerImage) checkHealthcheck(t *testing.T, cfg *config.Config) {
+	t.Helper()
+	hc := img.byCmd["HEALTHCHECK"]
 	if len(hc) != 1 {
 		t.Fatalf("want one HEALTHCHECK, have %d", len(hc))
 	}
@@ -229,11 +287,6 @@ func TestDeployDockerfile(t *testing.T) {
 	if len(hcArgs) < 2 || hcArgs[0] != "ingestor" || hcArgs[1] != "healthcheck" ||
 		portNumber(t, flagValue(hcArgs, "--addr")) != portNumber(t, cfg.Daemon.HTTPAddr) {
 		t.Errorf("HEALTHCHECK %s: want CMD [\"ingestor\", \"healthcheck\", \"--addr\", ...] on http_addr's port", hc[0].args)
-	}
-
-	uid, gid := dockerfileUser(t)
-	if uid == 0 || gid == 0 {
-		t.Errorf("the image runs as %d:%d, want a non-root user and group", uid, gid)
 	}
 }
 

@@ -280,21 +280,7 @@ func checkDaemon(t *testing.T, objs kubeObjects, deployments int) *daemonManifes
 		t.Fatalf("want one container in the pod, have %d", len(pod.Spec.Containers))
 	}
 	c := pod.Spec.Containers[0]
-
-	// Labels and selectors.
-	sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
-	if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-		t.Errorf("StatefulSet selector %v does not select its pod template's labels %v (%v)", sts.Spec.Selector, pod.Labels, err)
-	}
-	if svcSel := labels.SelectorFromSet(svc.Spec.Selector); len(svc.Spec.Selector) == 0 || !svcSel.Matches(labels.Set(pod.Labels)) {
-		t.Errorf("Service selector %v does not select the pods %v", svc.Spec.Selector, pod.Labels)
-	}
-	if pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || pdbSel.Empty() || !pdbSel.Matches(labels.Set(pod.Labels)) {
-		t.Errorf("PodDisruptionBudget selector %v does not select the pods %v (%v)", pdb.Spec.Selector, pod.Labels, err)
-	}
-	if sts.Spec.ServiceName != svc.Name || svc.Spec.ClusterIP != corev1.ClusterIPNone {
-		t.Errorf("StatefulSet serviceName %q: want the headless Service %q (clusterIP %q)", sts.Spec.ServiceName, svc.Name, svc.Spec.ClusterIP)
-	}
+	d.checkSelectors(t, pod.Labels)
 
 	// Volumes: every mount names a pod volume or a claim template.
 	claims := map[string]bool{}
@@ -302,21 +288,7 @@ func checkDaemon(t *testing.T, objs kubeObjects, deployments int) *daemonManifes
 		claims[pvc.Name] = true
 	}
 	volumes, mounts := podMounts(t, pod.Spec, c, claims)
-
-	// The config: args -c names a key of the ConfigMap, through a mount of
-	// it without subPath (which never sees an update).
-	cfgPath := flagValue(c.Args, "-c")
-	cfgMount, ok := mounts[path.Dir(cfgPath)]
-	if !ok || volumes[cfgMount.Name].ConfigMap == nil || volumes[cfgMount.Name].ConfigMap.Name != cm.Name {
-		t.Fatalf("the container's config %q (args %q) is not in a mount of the ConfigMap %q", cfgPath, c.Args, cm.Name)
-	}
-	if cfgMount.SubPath != "" {
-		t.Errorf("the ConfigMap is mounted with subPath %q: such a mount never sees an update", cfgMount.SubPath)
-	}
-	d.file = cm.Name + ":" + path.Base(cfgPath)
-	if d.toml, ok = cm.Data[path.Base(cfgPath)]; !ok {
-		t.Fatalf("the ConfigMap %q has no key %q (the container's config)", cm.Name, path.Base(cfgPath))
-	}
+	d.readConfigMap(t, cm, c, volumes, mounts)
 
 	// The pod's environment (${NAME} may use only what the container
 	// sets) and files: those under a Secret mount are simulated by a
@@ -331,6 +303,63 @@ func checkDaemon(t *testing.T, objs kubeObjects, deployments int) *daemonManifes
 	cfg := d.config(t, sts.Name+"-0")
 	d.cfg = cfg
 	checkContainerConfig(t, cfg)
+	checkDaemonSettings(t, cfg, volumes, mounts, claims)
+
+	d.checkPorts(t, c)
+	checkGracePeriod(t, pod.Spec, cfg)
+	checkPodSecurity(t, pod.Spec, c)
+	checkSecretsCreated(t, "the daemon", secrets)
+	return d
+}
+
+// checkSelectors checks that the StatefulSet, the Service and the
+// PodDisruptionBudget select the pods, whose labels are podLabels, and
+// that the StatefulSet's service is the headless Service.
+func (d *daemonManifests) checkSelectors(t *testing.T, podLabels map[string]string) {
+	t.Helper()
+	sts, svc, pdb := d.sts, d.svc, d.pdb
+	// Labels and selectors.
+	sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
+	if err != nil || sel.Empty() || !sel.Matches(labels.Set(podLabels)) {
+		t.Errorf("StatefulSet selector %v does not select its pod template's labels %v (%v)", sts.Spec.Selector, podLabels, err)
+	}
+	if svcSel := labels.SelectorFromSet(svc.Spec.Selector); len(svc.Spec.Selector) == 0 || !svcSel.Matches(labels.Set(podLabels)) {
+		t.Errorf("Service selector %v does not select the pods %v", svc.Spec.Selector, podLabels)
+	}
+	if pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || pdbSel.Empty() || !pdbSel.Matches(labels.Set(podLabels)) {
+		t.Errorf("PodDisruptionBudget selector %v does not select the pods %v (%v)", pdb.Spec.Selector, podLabels, err)
+	}
+	if sts.Spec.ServiceName != svc.Name || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("StatefulSet serviceName %q: want the headless Service %q (clusterIP %q)", sts.Spec.ServiceName, svc.Name, svc.Spec.ClusterIP)
+	}
+}
+
+// readConfigMap finds the config container c runs in the ConfigMap cm,
+// through a mount of it that sees updates, and keeps it in d.toml, named
+// d.file.
+func (d *daemonManifests) readConfigMap(t *testing.T, cm *corev1.ConfigMap, c corev1.Container, volumes map[string]corev1.Volume, mounts map[string]corev1.VolumeMount) {
+	t.Helper()
+	// The config: args -c names a key of the ConfigMap, through a mount of
+	// it without subPath (which never sees an update).
+	cfgPath := flagValue(c.Args, "-c")
+	cfgMount, ok := mounts[path.Dir(cfgPath)]
+	if !ok || volumes[cfgMount.Name].ConfigMap == nil || volumes[cfgMount.Name].ConfigMap.Name != cm.Name {
+		t.Fatalf("the container's config %q (args %q) is not in a mount of the ConfigMap %q", cfgPath, c.Args, cm.Name)
+	}
+	if cfgMount.SubPath != "" {
+		t.Errorf("the ConfigMap is mounted with subPath %q: such a mount never sees an update", cfgMount.SubPath)
+	}
+	d.file = cm.Name + ":" + path.Base(cfgPath)
+	if d.toml, ok = cm.Data[path.Base(cfgPath)]; !ok {
+		t.Fatalf("the ConfigMap %q has no key %q (the container's config)", cm.Name, path.Base(cfgPath))
+	}
+}
+
+// checkDaemonSettings checks the daemon's config cfg against the pod's
+// volumes and mounts: an admin token, watch_config on, data_dir on a
+// claim template and the admin socket, if any, on a writable emptyDir.
+func checkDaemonSettings(t *testing.T, cfg *config.Config, volumes map[string]corev1.Volume, mounts map[string]corev1.VolumeMount, claims map[string]bool) {
+	t.Helper()
 	if cfg.Daemon.AdminToken == "" {
 		t.Errorf("the admin endpoints have no token: set daemon.admin_token from the Secret")
 	}
@@ -345,9 +374,14 @@ func checkDaemon(t *testing.T, objs kubeObjects, deployments int) *daemonManifes
 			t.Errorf("admin socket %s: its directory is not a writable emptyDir mount (the root filesystem is read-only)", sock)
 		}
 	}
+}
 
-	// Ports: the config's listeners are the container's ports and the
-	// Service's, and the probes ask the ops listener.
+// checkPorts checks that the config's listeners are the ports of the
+// daemon's container c and of the Service, and that the probes ask the ops
+// listener.
+func (d *daemonManifests) checkPorts(t *testing.T, c corev1.Container) {
+	t.Helper()
+	cfg, svc := d.cfg, d.svc
 	want := configPorts(t, cfg)
 	containerPorts := map[string]int32{}
 	got := map[int32]string{}
@@ -387,7 +421,12 @@ func checkDaemon(t *testing.T, objs kubeObjects, deployments int) *daemonManifes
 			t.Errorf("%s probe asks port %s path %s, want http_addr's port %d path %s", name, probe.HTTPGet.Port.String(), probe.HTTPGet.Path, httpPort, wantPath)
 		}
 	}
+}
 
+// checkGracePeriod checks that the pod's termination grace period outlasts
+// what the daemon of cfg takes to stop.
+func checkGracePeriod(t *testing.T, spec corev1.PodSpec, cfg *config.Config) {
+	t.Helper()
 	// Shutdown: SIGTERM drains the acks within shutdown_grace; in cluster
 	// mode the member then hands its sources over, a fetch in progress
 	// ending by its lease's deadline (under lease_ttl), and leaves.
@@ -396,12 +435,9 @@ func checkDaemon(t *testing.T, objs kubeObjects, deployments int) *daemonManifes
 		need += cfg.Cluster.LeaseTTL + 15*time.Second
 		why += " + cluster.lease_ttl " + cfg.Cluster.LeaseTTL.String() + " + 15s"
 	}
-	if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= need {
+	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= need {
 		t.Errorf("terminationGracePeriodSeconds %s must exceed %s = %s, or the kubelet kills the daemon mid-drain", show(g), why, need)
 	}
-	checkPodSecurity(t, pod.Spec, c)
-	checkSecretsCreated(t, "the daemon", secrets)
-	return d
 }
 
 // checkProcessor checks the processors' Deployment against the daemon d:

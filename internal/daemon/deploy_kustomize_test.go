@@ -55,6 +55,33 @@ type jsonPatchOp struct {
 // then each patch applied to its one target. Every *.yaml of dir must be a
 // resource or a patch, so that no manifest is left out unnoticed.
 func kustomizeRender(dir string) ([]map[string]any, error) {
+	k, err := readKustomization(dir)
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{"kustomization.yaml": true}
+	objs, err := k.renderResources(dir, used)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.applyPatches(dir, objs, used); err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if !used[filepath.Base(f)] {
+			return nil, fmt.Errorf("%s is neither a resource nor a patch of kustomization.yaml", filepath.Base(f))
+		}
+	}
+	return objs, nil
+}
+
+// readKustomization decodes the kustomization.yaml of dir, strictly, and
+// checks that it is a Kustomization.
+func readKustomization(dir string) (*kustomization, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		return nil, err
@@ -66,7 +93,13 @@ func kustomizeRender(dir string) ([]map[string]any, error) {
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
 		return nil, fmt.Errorf("kustomization.yaml is a %s %s, want a kustomize.config.k8s.io/v1beta1 Kustomization", k.APIVersion, k.Kind)
 	}
-	used := map[string]bool{"kustomization.yaml": true}
+	return &k, nil
+}
+
+// renderResources returns the objects of k's resources in dir, in order: a
+// file's documents, or a directory's own rendering. It marks the files it
+// read in used.
+func (k *kustomization) renderResources(dir string, used map[string]bool) ([]map[string]any, error) {
 	var objs []map[string]any
 	for _, r := range k.Resources {
 		p := filepath.Join(dir, r)
@@ -100,15 +133,21 @@ func kustomizeRender(dir string) ([]map[string]any, error) {
 			objs = append(objs, obj)
 		}
 	}
+	return objs, nil
+}
+
+// applyPatches applies each of k's patches in dir to its one target among
+// objs, in place, and marks the patches' files in used.
+func (k *kustomization) applyPatches(dir string, objs []map[string]any, used map[string]bool) error {
 	for _, pt := range k.Patches {
 		used[pt.Path] = true
 		data, err := os.ReadFile(filepath.Join(dir, pt.Path))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var ops []jsonPatchOp
 		if err := unmarshalYAMLStrict(data, &ops); err != nil {
-			return nil, fmt.Errorf("%s: not a JSON 6902 patch of add, remove, replace and test: %w", pt.Path, err)
+			return fmt.Errorf("%s: not a JSON 6902 patch of add, remove, replace and test: %w", pt.Path, err)
 		}
 		var targets []int
 		for i, obj := range objs {
@@ -117,28 +156,19 @@ func kustomizeRender(dir string) ([]map[string]any, error) {
 			}
 		}
 		if len(targets) != 1 {
-			return nil, fmt.Errorf("%s: target %s %q matches %d objects, want 1", pt.Path, pt.Target.Kind, pt.Target.Name, len(targets))
+			return fmt.Errorf("%s: target %s %q matches %d objects, want 1", pt.Path, pt.Target.Kind, pt.Target.Name, len(targets))
 		}
 		patched, err := applyJSONPatch(objs[targets[0]], ops)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", pt.Path, err)
+			return fmt.Errorf("%s: %w", pt.Path, err)
 		}
 		obj, ok := patched.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s: the patched object is not an object", pt.Path)
+			return fmt.Errorf("%s: the patched object is not an object", pt.Path)
 		}
 		objs[targets[0]] = obj
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		if !used[filepath.Base(f)] {
-			return nil, fmt.Errorf("%s is neither a resource nor a patch of kustomization.yaml", filepath.Base(f))
-		}
-	}
-	return objs, nil
+	return nil
 }
 
 // unmarshalYAMLStrict decodes YAML into v: duplicate keys, unknown fields

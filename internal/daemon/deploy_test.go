@@ -406,6 +406,48 @@ func TestPromQLMetricNames(t *testing.T) {
 // scrapeBusyDaemon starts a daemon whose every labelled series exists and
 // returns the metric families (name to type) its /metrics serves.
 func scrapeBusyDaemon(t *testing.T) map[string]string {
+	h := startBusyDaemon(t)
+	reg := h.d.Registry()
+
+	// With no processor the queue fills: polled pauses and a push is busy.
+	testsync.WaitFor(t, "polled to pause on the full queue", 30*time.Second, func() bool {
+		return metric(t, reg, "ingestor_source_paused", "source", "polled") == 1
+	})
+	postBusyWebhook(t, h, "hooks-token-0123456789", http.StatusTooManyRequests)
+	postBusyWebhook(t, h, "", http.StatusUnauthorized)
+
+	h.startProcessor(func(context.Context, *processor.Event) error { return nil })
+	testsync.WaitFor(t, "acks, a malformed page and a restart", 30*time.Second, func() bool {
+		return metric(t, reg, "ingestor_frames_acked_total") > 0 &&
+			metric(t, reg, "ingestor_source_malformed_total", "source", "polled") > 0 &&
+			metric(t, reg, "ingestor_actor_restarts_total", "actor", "source-boom") > 0
+	})
+
+	// A device stores seq 1, 3 (2 is lost at once: the grace is 0s) and
+	// then 1 again under a new event id (its outbox was reset).
+	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer devices-token-0123456789"}}})
+	if err != nil {
+		t.Fatalf("dial the device socket: %v", err)
+	}
+	defer func() {
+		if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+			t.Errorf("close the device socket: %v", err)
+		}
+	}()
+	checkDeviceGapAndReset(t, h, conn)
+
+	// The feed is finite, so the queue empties; nothing in flight when the
+	// processor stops keeps the shutdown from waiting for acks.
+	testsync.WaitFor(t, "every event acked", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+	return scrapeMetricTypes(t, h)
+}
+
+// startBusyDaemon starts a daemon with a small queue and a source of every
+// kind: a polled feed that serves a malformed page, a webhook, a device
+// socket with no grace for a seq gap, and a source that crashes once.
+func startBusyDaemon(t *testing.T) *harness {
+	t.Helper()
 	feed := testupstream.New(t, 50, 100)
 	feed.ServeMalformed(testupstream.Truncated)
 	dir := t.TempDir()
@@ -430,55 +472,38 @@ seq_gap_grace = "0s"
 	}.Parse(t, "deploy.toml")
 	cfg.Sources = append(cfg.Sources, config.Source{Name: "boom", Kind: "crash_once", Enabled: true,
 		Interval: 50 * time.Millisecond, Timeout: time.Second, InflightBatches: 1, Spec: crashOnceSpec{crashed: &atomic.Bool{}}})
-	h := startConfig(t, &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}, cfg, Options{})
-	reg := h.d.Registry()
+	return startConfig(t, &harness{t: t, dir: dir, pub: cfg.Publish.Endpoint, ack: cfg.Publish.AckEndpoint}, cfg, Options{})
+}
 
-	// With no processor the queue fills: polled pauses and a push is busy.
-	testsync.WaitFor(t, "polled to pause on the full queue", 30*time.Second, func() bool {
-		return metric(t, reg, "ingestor_source_paused", "source", "polled") == 1
-	})
-	post := func(token string, want int) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+h.d.PushAddr()+"/ingest/hooks", strings.NewReader(`{"n":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := resp.Body.Close(); err != nil {
-			t.Error(err)
-		}
-		if resp.StatusCode != want {
-			t.Fatalf("webhook answered %d, want %d", resp.StatusCode, want)
-		}
-	}
-	post("hooks-token-0123456789", http.StatusTooManyRequests)
-	post("", http.StatusUnauthorized)
-
-	h.startProcessor(func(context.Context, *processor.Event) error { return nil })
-	testsync.WaitFor(t, "acks, a malformed page and a restart", 30*time.Second, func() bool {
-		return metric(t, reg, "ingestor_frames_acked_total") > 0 &&
-			metric(t, reg, "ingestor_source_malformed_total", "source", "polled") > 0 &&
-			metric(t, reg, "ingestor_actor_restarts_total", "actor", "source-boom") > 0
-	})
-
-	// A device stores seq 1, 3 (2 is lost at once: the grace is 0s) and
-	// then 1 again under a new event id (its outbox was reset).
-	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer devices-token-0123456789"}}})
+// postBusyWebhook posts an event to the webhook source hooks of h with the
+// bearer token, if any, and fails unless it answers want.
+func postBusyWebhook(t *testing.T, h *harness, token string, want int) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+h.d.PushAddr()+"/ingest/hooks", strings.NewReader(`{"n":1}`))
 	if err != nil {
-		t.Fatalf("dial the device socket: %v", err)
+		t.Fatal(err)
 	}
-	defer func() {
-		if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
-			t.Errorf("close the device socket: %v", err)
-		}
-	}()
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Body.Close(); err != nil {
+		t.Error(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("webhook answered %d, want %d", resp.StatusCode, want)
+	}
+}
+
+// checkDeviceGapAndReset has the device on conn store seq 1, 3, 4 and 1
+// again, waits for the seq gap and the reset to be counted, and checks
+// that /status says which device lost what.
+func checkDeviceGapAndReset(t *testing.T, h *harness, conn *websocket.Conn) {
+	t.Helper()
+	reg := h.d.Registry()
 	for n, seq := range []int{1, 3, 4, 1} {
 		msg := fmt.Sprintf(`{"schema_version":1,"event_id":"e-%d","type":"flow","ts":"2026-11-24T09:00:00Z","session_id":"boot-1","device_id":"pump-1","seq":%d,"payload":{}}`, n, seq)
 		storeEnvelope(t, conn, msg)
@@ -497,11 +522,12 @@ seq_gap_grace = "0s"
 			t.Errorf("status of the device source: %+v", d)
 		}
 	}
+}
 
-	// The feed is finite, so the queue empties; nothing in flight when the
-	// processor stops keeps the shutdown from waiting for acks.
-	testsync.WaitFor(t, "every event acked", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
-
+// scrapeMetricTypes scrapes the /metrics of h and returns its metric
+// families, name to type.
+func scrapeMetricTypes(t *testing.T, h *harness) map[string]string {
+	t.Helper()
 	resp, err := http.Get("http://" + h.d.HTTPAddr() + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape /metrics: %v", err)

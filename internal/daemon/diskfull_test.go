@@ -102,57 +102,8 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 	testsync.WaitFor(t, "the disk to fill and the source to pause", 2*time.Minute, func() bool {
 		return metric(t, reg, "ingestor_disk_full") == 1 && metric(t, reg, "ingestor_source_paused", "source", "fill") == 1
 	})
-	errs := metric(t, reg, "ingestor_disk_full_errors_total")
-	if wantErrs && errs == 0 {
-		t.Error("the disk filled without a single ENOSPC or SQLITE_FULL: the test did not reach a full disk")
-	}
-	if !wantErrs && errs != 0 {
-		t.Errorf("%v writes failed for lack of space although min_free_bytes should have paused the source first", errs)
-	}
-	if code, body := readyz(t, h); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk space low") {
-		t.Errorf("/readyz answered %d %q while the disk is full, want 503 naming the disk", code, body)
-	}
-	if !strings.Contains(h.logs.String(), "disk space low") || !strings.Contains(h.logs.String(), dir) {
-		t.Errorf("no log line says the disk is low and which path:\n%s", h.logs)
-	}
-	for _, st := range getStatus(t, h.d.HTTPAddr()).Sources {
-		if st.Name == "fill" && (st.State != "waiting" || st.Reason != "disk_full" || !strings.Contains(st.Detail, dir)) {
-			t.Errorf("source status %s/%s %q while the disk is full, want waiting/disk_full naming the disk", st.State, st.Reason, st.Detail)
-		}
-	}
-	// A push source answers 503 with Retry-After, never 202.
-	resp, err := http.Post("http://"+h.d.PushAddr()+"/ingest/hooks", "application/json", strings.NewReader(`{"n":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusServiceUnavailable || ra < 1 {
-		t.Errorf("a webhook while the disk is full answered %d with Retry-After %q, want 503 and a wait", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	// A device is told to retry, after the same wait.
-	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws",
-		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer pump-1-token-0123456789"}}})
-	if err != nil {
-		t.Fatalf("device: dial: %v", err)
-	}
-	msg := `{"schema_version":1,"event_id":"e1","type":"flow","ts":"2026-11-25T09:00:00Z","session_id":"s","device_id":"pump-1","payload":{}}`
-	if err := conn.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
-		t.Fatalf("device: send: %v", err)
-	}
-	_, b, err := conn.Read(t.Context())
-	if err != nil {
-		t.Fatalf("device: read the answer: %v", err)
-	}
-	var a struct {
-		Status       string `json:"status"`
-		RetryAfterMS int64  `json:"retry_after_ms"`
-	}
-	if err := json.Unmarshal(b, &a); err != nil || a.Status != "retry" || a.RetryAfterMS < 1000 {
-		t.Errorf("a device envelope while the disk is full was answered %s (%v), want retry with retry_after_ms", b, err)
-	}
-	if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
-		t.Errorf("device: close: %v", err)
-	}
+	errs := checkDiskFullShows(t, h, dir, wantErrs)
+	checkPushRefusedWhileFull(t, h)
 	// What is queued is still delivered.
 	testsync.WaitFor(t, "the processor to receive every queued event", time.Minute, func() bool {
 		return int64(seen.len()) == queuedEvents(t, filepath.Join(dir, "queue.db"), "fill")
@@ -186,6 +137,73 @@ func testDiskFull(t *testing.T, minFree, size int64, wantErrs, stop bool) {
 		t.Fatalf("shutdown: %v", err)
 	}
 	checkContiguous(t, filepath.Join(dir, "queue.db"), "fill", seen)
+}
+
+// checkDiskFullShows checks how h's daemon, its data dir dir full, shows
+// it: writes that failed for lack of space when wantErrs (none otherwise),
+// /readyz, a log line and the fill source's status naming the disk. It
+// returns the number of failed writes.
+func checkDiskFullShows(t *testing.T, h *harness, dir string, wantErrs bool) (errs float64) {
+	t.Helper()
+	errs = metric(t, h.d.Registry(), "ingestor_disk_full_errors_total")
+	if wantErrs && errs == 0 {
+		t.Error("the disk filled without a single ENOSPC or SQLITE_FULL: the test did not reach a full disk")
+	}
+	if !wantErrs && errs != 0 {
+		t.Errorf("%v writes failed for lack of space although min_free_bytes should have paused the source first", errs)
+	}
+	if code, body := readyz(t, h); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk space low") {
+		t.Errorf("/readyz answered %d %q while the disk is full, want 503 naming the disk", code, body)
+	}
+	if !strings.Contains(h.logs.String(), "disk space low") || !strings.Contains(h.logs.String(), dir) {
+		t.Errorf("no log line says the disk is low and which path:\n%s", h.logs)
+	}
+	for _, st := range getStatus(t, h.d.HTTPAddr()).Sources {
+		if st.Name == "fill" && (st.State != "waiting" || st.Reason != "disk_full" || !strings.Contains(st.Detail, dir)) {
+			t.Errorf("source status %s/%s %q while the disk is full, want waiting/disk_full naming the disk", st.State, st.Reason, st.Detail)
+		}
+	}
+	return errs
+}
+
+// checkPushRefusedWhileFull checks that h's push sources, the disk full,
+// tell their clients to retry later: a webhook answers 503 with
+// Retry-After, never 202, and a device is told to retry after a wait.
+func checkPushRefusedWhileFull(t *testing.T, h *harness) {
+	t.Helper()
+	// A push source answers 503 with Retry-After, never 202.
+	resp, err := http.Post("http://"+h.d.PushAddr()+"/ingest/hooks", "application/json", strings.NewReader(`{"n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusServiceUnavailable || ra < 1 {
+		t.Errorf("a webhook while the disk is full answered %d with Retry-After %q, want 503 and a wait", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// A device is told to retry, after the same wait.
+	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer pump-1-token-0123456789"}}})
+	if err != nil {
+		t.Fatalf("device: dial: %v", err)
+	}
+	msg := `{"schema_version":1,"event_id":"e1","type":"flow","ts":"2026-11-25T09:00:00Z","session_id":"s","device_id":"pump-1","payload":{}}`
+	if err := conn.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatalf("device: send: %v", err)
+	}
+	_, b, err := conn.Read(t.Context())
+	if err != nil {
+		t.Fatalf("device: read the answer: %v", err)
+	}
+	var a struct {
+		Status       string `json:"status"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil || a.Status != "retry" || a.RetryAfterMS < 1000 {
+		t.Errorf("a device envelope while the disk is full was answered %s (%v), want retry with retry_after_ms", b, err)
+	}
+	if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Errorf("device: close: %v", err)
+	}
 }
 
 // openQueueReadOnly opens the queue database at path read-only, alongside

@@ -145,68 +145,11 @@ func TestPythonExampleProcessor(t *testing.T) {
 // its own frame id, then a valid frame. The processor must survive them
 // all and ack only the valid frame.
 func testPythonHostileFrames(t *testing.T) {
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	push, err := zctx.NewSocket(zmq.PUSH)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pull, err := zctx.NewSocket(zmq.PULL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := push.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := pull.Close(); err != nil {
-			t.Error(err)
-		}
-		if err := zctx.Term(); err != nil {
-			t.Error(err)
-		}
-	})
-	pubEP, ackEP := "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
-	for _, err := range []error{push.SetLinger(0), pull.SetLinger(0), push.SetSndtimeo(30 * time.Second),
-		pull.SetRcvtimeo(30 * time.Second), push.Bind(pubEP), pull.Bind(ackEP)} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	push, pull, pubEP, ackEP := bindFakeDaemon(t)
 	py := startPython(t, pubEP, ackEP)
 
-	event := func(key, payload string) string {
-		return `{"key":"` + key + `","source":"s","seq":1,"fetched_at":"2024-05-01T10:00:00Z",` +
-			`"raw":{"key":"s/r.json","off":0,"len":2},` + payload + `}`
-	}
-	frame := func(head string, id int, events ...string) string {
-		return fmt.Sprintf(`{%s,"frame":%d,"delivery":1,"raw_store":"file:///r","events":[%s]}`, head, id, strings.Join(events, ","))
-	}
-	v1 := `"v":1,"type":"events"`
-	good := func(id int) string { return frame(v1, id, event(fmt.Sprintf("k%d", id), `"payload":{}`)) }
-	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
-	// Each is dropped whole, except the two whose fault is in one event:
-	// those are left unacked (and logged) without dropping the frame.
-	hostile := []struct {
-		name  string
-		parts []string
-	}{
-		{"v is true", []string{frame(`"v":true,"type":"events"`, 1, event("k1", `"payload":{}`))}},
-		{"v is 1.0", []string{frame(`"v":1.0,"type":"events"`, 2, event("k2", `"payload":{}`))}},
-		{"byte-order mark", []string{"\ufeff" + good(3)}},
-		{"multi-part", []string{good(4), good(4)}},
-		{"nested deeper than Python's recursion limit", []string{frame(v1, 5, event("k5", `"payload":`+deep))}},
-		{"invalid UTF-8", []string{frame(v1, 6, event("k6", "\"payload\":\"\xff\""))}},
-		{"events not an array", []string{`{"v":1,"type":"events","frame":7,"delivery":1,"raw_store":"file:///r","events":{}}`}},
-		{"NaN", []string{frame(v1, 8, event("k8", `"payload":NaN`))}},
-		{"event without source", []string{frame(v1, 9, `{"key":"k9","payload":{}}`)}},
-		{"not JSON", []string{"not json"}},
-		{"trailing data", []string{good(10) + "{}"}},
-		{"wrong type", []string{frame(`"v":1,"type":"ack"`, 11, event("k11", `"payload":{}`))}},
-		{"payload_b64 not base64", []string{frame(v1, 12, event("k12", `"payload_b64":"%%%"`))}},
-	}
+	const validID = 99
+	hostile, valid := pythonHostileFrames(validID)
 	for _, h := range hostile {
 		msg := make([]any, len(h.parts))
 		for i, p := range h.parts {
@@ -216,29 +159,10 @@ func testPythonHostileFrames(t *testing.T) {
 			t.Fatalf("send %s: %v", h.name, err)
 		}
 	}
-	const validID = 99
-	valid := frame(v1, validID, event("a", `"payload":{"n":1}`), event("b", `"payload_b64":"/w=="`))
 	if _, err := push.Send(valid, 0); err != nil {
 		t.Fatal(err)
 	}
-	// The processor handles frames in order and acks each one it accepts,
-	// so the first ack tells whether it accepted any hostile frame.
-	reply, err := pull.RecvBytes(0)
-	if err != nil {
-		t.Fatalf("no ack from the Python processor (alive: %v): %v", py.alive(), err)
-	}
-	var ack struct {
-		V      any     `json:"v"`
-		Type   string  `json:"type"`
-		Frames []int64 `json:"frames"`
-		Keys   []any   `json:"keys"`
-	}
-	if err := json.Unmarshal(reply, &ack); err != nil {
-		t.Fatalf("ack %q: %v", reply, err)
-	}
-	if ack.V != float64(1) || ack.Type != "ack" || len(ack.Frames) != 1 || ack.Frames[0] != validID || len(ack.Keys) != 0 {
-		t.Fatalf("first ack is %s, want only frame %d acked: a hostile frame was acked", reply, validID)
-	}
+	checkPythonAckedOnly(t, pull, py, validID)
 	if !py.alive() {
 		t.Fatal("the Python processor exited")
 	}
@@ -263,6 +187,109 @@ func testPythonHostileFrames(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Fatalf("the Python processor did not log %q", want)
 		}
+	}
+}
+
+// bindFakeDaemon binds the sockets of a daemon, a PUSH for frames and a
+// PULL for acks, on free ports, closed when the test ends, and returns
+// them with their endpoints.
+func bindFakeDaemon(t *testing.T) (push, pull *zmq.Socket, pubEP, ackEP string) {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	push, err = zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull, err = zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := push.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := pull.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := zctx.Term(); err != nil {
+			t.Error(err)
+		}
+	})
+	pubEP, ackEP = "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t)
+	for _, err := range []error{push.SetLinger(0), pull.SetLinger(0), push.SetSndtimeo(30 * time.Second),
+		pull.SetRcvtimeo(30 * time.Second), push.Bind(pubEP), pull.Bind(ackEP)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return push, pull, pubEP, ackEP
+}
+
+// pyHostileMessage is a message a strict reader of the spec must drop,
+// in its parts, and what is wrong with it.
+type pyHostileMessage struct {
+	name  string
+	parts []string
+}
+
+// pythonHostileFrames returns the hostile messages, each with its own
+// frame id, and a valid frame of two events, a and b, with id validID.
+func pythonHostileFrames(validID int) (hostile []pyHostileMessage, valid string) {
+	event := func(key, payload string) string {
+		return `{"key":"` + key + `","source":"s","seq":1,"fetched_at":"2024-05-01T10:00:00Z",` +
+			`"raw":{"key":"s/r.json","off":0,"len":2},` + payload + `}`
+	}
+	frame := func(head string, id int, events ...string) string {
+		return fmt.Sprintf(`{%s,"frame":%d,"delivery":1,"raw_store":"file:///r","events":[%s]}`, head, id, strings.Join(events, ","))
+	}
+	v1 := `"v":1,"type":"events"`
+	good := func(id int) string { return frame(v1, id, event(fmt.Sprintf("k%d", id), `"payload":{}`)) }
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	// Each is dropped whole, except the two whose fault is in one event:
+	// those are left unacked (and logged) without dropping the frame.
+	hostile = []pyHostileMessage{
+		{"v is true", []string{frame(`"v":true,"type":"events"`, 1, event("k1", `"payload":{}`))}},
+		{"v is 1.0", []string{frame(`"v":1.0,"type":"events"`, 2, event("k2", `"payload":{}`))}},
+		{"byte-order mark", []string{"\ufeff" + good(3)}},
+		{"multi-part", []string{good(4), good(4)}},
+		{"nested deeper than Python's recursion limit", []string{frame(v1, 5, event("k5", `"payload":`+deep))}},
+		{"invalid UTF-8", []string{frame(v1, 6, event("k6", "\"payload\":\"\xff\""))}},
+		{"events not an array", []string{`{"v":1,"type":"events","frame":7,"delivery":1,"raw_store":"file:///r","events":{}}`}},
+		{"NaN", []string{frame(v1, 8, event("k8", `"payload":NaN`))}},
+		{"event without source", []string{frame(v1, 9, `{"key":"k9","payload":{}}`)}},
+		{"not JSON", []string{"not json"}},
+		{"trailing data", []string{good(10) + "{}"}},
+		{"wrong type", []string{frame(`"v":1,"type":"ack"`, 11, event("k11", `"payload":{}`))}},
+		{"payload_b64 not base64", []string{frame(v1, 12, event("k12", `"payload_b64":"%%%"`))}},
+	}
+	valid = frame(v1, validID, event("a", `"payload":{"n":1}`), event("b", `"payload_b64":"/w=="`))
+	return hostile, valid
+}
+
+// checkPythonAckedOnly reads the first ack on pull and checks that it acks
+// the frame validID alone, no hostile one.
+func checkPythonAckedOnly(t *testing.T, pull *zmq.Socket, py *pyProcess, validID int64) {
+	t.Helper()
+	// The processor handles frames in order and acks each one it accepts,
+	// so the first ack tells whether it accepted any hostile frame.
+	reply, err := pull.RecvBytes(0)
+	if err != nil {
+		t.Fatalf("no ack from the Python processor (alive: %v): %v", py.alive(), err)
+	}
+	var ack struct {
+		V      any     `json:"v"`
+		Type   string  `json:"type"`
+		Frames []int64 `json:"frames"`
+		Keys   []any   `json:"keys"`
+	}
+	if err := json.Unmarshal(reply, &ack); err != nil {
+		t.Fatalf("ack %q: %v", reply, err)
+	}
+	if ack.V != float64(1) || ack.Type != "ack" || len(ack.Frames) != 1 || ack.Frames[0] != validID || len(ack.Keys) != 0 {
+		t.Fatalf("first ack is %s, want only frame %d acked: a hostile frame was acked", reply, validID)
 	}
 }
 

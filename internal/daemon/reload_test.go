@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
@@ -96,41 +98,105 @@ time_field = "ts"
 // its records 1 to its durable cursor, each once: nothing lost, nothing
 // queued twice.
 func TestReloadUnderLoad(t *testing.T) {
+	r := startReloadUnderLoad(t)
+	for i, step := range r.steps() {
+		r.reloadStep(i, step)
+	}
+
+	rh := r.rh
+	testsync.WaitFor(t, "every source to commit some pages", 30*time.Second, func() bool {
+		for _, n := range r.names {
+			if c, _, _ := rh.d.Queue().Cursor(t.Context(), n); c == "" {
+				return false
+			}
+		}
+		return true
+	})
+	// A last reload stops every source; what they committed is delivered.
+	if got, want := rh.reload(""), (config.Plan{Stop: []string{"s2", "s3", "s4", "s5", "steady"}}); !samePlan(got, want) {
+		t.Fatalf("last reload: plan %v, want %v", got, want)
+	}
+	testsync.WaitFor(t, "every committed event acked", 60*time.Second, func() bool { return rh.d.Queue().PendingEvents() == 0 })
+	for _, n := range r.names {
+		r.checkSource(n)
+	}
+	if n := r.seen.len(); n == 0 {
+		t.Fatal("nothing delivered")
+	}
+	r.checkSteadyUndisturbed()
+}
+
+// reloadUnderLoad is the daemon of TestReloadUnderLoad, its upstreams
+// (one per source name), and what its processor delivered.
+type reloadUnderLoad struct {
+	t     *testing.T
+	page  int
+	names []string
+	feeds map[string]*testupstream.Server
+	// steady is the block of the source no edit touches, steadyPID its
+	// actor.
+	steady    string
+	rh        *reloadHarness
+	seen      *seenSet
+	steadyPID *actor.PID
+}
+
+// startReloadUnderLoad starts an upstream per source, then the daemon with
+// [defaults] and steady alone, and a processor.
+func startReloadUnderLoad(t *testing.T) *reloadUnderLoad {
+	t.Helper()
 	const total, page = 10_000_000, 10
-	names := []string{"steady", "s2", "s3", "s4", "s5"}
-	feeds := map[string]*testupstream.Server{}
-	for _, n := range names {
-		feeds[n] = testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: page})
+	r := &reloadUnderLoad{t: t, page: page, names: []string{"steady", "s2", "s3", "s4", "s5"}, feeds: map[string]*testupstream.Server{}}
+	for _, n := range r.names {
+		r.feeds[n] = testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: page})
 	}
 	// steady sets every key [defaults] could give it, so the edits of
 	// [defaults] below do not concern it.
-	steady := feedBlock("steady", feeds["steady"].URL, "100ms", "timeout = \"5s\"\njitter = \"10%\"\ninflight_batches = 2\nmalformed_retries = 3")
-	src := func(n string, extra ...string) string {
-		interval := "1ms"
-		if len(extra) > 0 && strings.HasPrefix(extra[0], "interval = ") {
-			interval, extra = strings.Trim(strings.TrimPrefix(extra[0], "interval = "), `"`), extra[1:]
-		}
-		return feedBlock(n, feeds[n].URL, interval, strings.Join(extra, "\n"))
-	}
-	limiter := func(rate string) string { return fmt.Sprintf("\n[rate_limiters.shared]\nrate = %q\nburst = 5\n", rate) }
-	defaults := func(timeout string) string {
-		return fmt.Sprintf("\n[defaults]\ntimeout = %q\ninflight_batches = 4\n", timeout)
-	}
-
-	rh := startReloadable(t, "", defaults("5s")+steady, Options{})
-	seen := newSeenSet()
-	rh.startProcessor(func(_ context.Context, ev *processor.Event) error {
-		seen.add(ev.Source + "/" + ev.Key)
+	r.steady = feedBlock("steady", r.feeds["steady"].URL, "100ms", "timeout = \"5s\"\njitter = \"10%\"\ninflight_batches = 2\nmalformed_retries = 3")
+	r.rh = startReloadable(t, "", reloadDefaults("5s")+r.steady, Options{})
+	r.seen = newSeenSet()
+	r.rh.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		r.seen.add(ev.Source + "/" + ev.Key)
 		return nil
 	})
-	steadyPID := rh.d.pipeline.SourcePID("steady")
-	if steadyPID == nil {
+	r.steadyPID = r.rh.d.pipeline.SourcePID("steady")
+	if r.steadyPID == nil {
 		t.Fatal("source steady is not running")
 	}
-	steps := []struct {
-		body string
-		want config.Plan
-	}{
+	return r
+}
+
+// src is the block of source n polling its upstream every 1ms, or at the
+// interval extra starts with; the rest of extra adds keys.
+func (r *reloadUnderLoad) src(n string, extra ...string) string {
+	interval := "1ms"
+	if len(extra) > 0 && strings.HasPrefix(extra[0], "interval = ") {
+		interval, extra = strings.Trim(strings.TrimPrefix(extra[0], "interval = "), `"`), extra[1:]
+	}
+	return feedBlock(n, r.feeds[n].URL, interval, strings.Join(extra, "\n"))
+}
+
+// reloadLimiter is the table of the rate limiter shared at rate.
+func reloadLimiter(rate string) string {
+	return fmt.Sprintf("\n[rate_limiters.shared]\nrate = %q\nburst = 5\n", rate)
+}
+
+// reloadDefaults is a [defaults] table with timeout.
+func reloadDefaults(timeout string) string {
+	return fmt.Sprintf("\n[defaults]\ntimeout = %q\ninflight_batches = 4\n", timeout)
+}
+
+// reloadEdit is a config body and the plan its reload must make; the body
+// INVALID stands for an invalid edit.
+type reloadEdit struct {
+	body string
+	want config.Plan
+}
+
+// steps returns the ten edits of TestReloadUnderLoad, in order.
+func (r *reloadUnderLoad) steps() []reloadEdit {
+	defaults, limiter, src, steady := reloadDefaults, reloadLimiter, r.src, r.steady
+	return []reloadEdit{
 		{defaults("5s") + steady + src("s2"), config.Plan{Start: []string{"s2"}, Stay: []string{"steady"}}},
 		{defaults("5s") + steady + src("s2", `interval = "2ms"`) + src("s3"),
 			config.Plan{Start: []string{"s3"}, Restart: []string{"s2"}, Stay: []string{"steady"}}},
@@ -148,90 +214,93 @@ func TestReloadUnderLoad(t *testing.T) {
 		{defaults("6s") + limiter("800/s") + steady + src("s2") + src("s3", `rate_limiter = "shared"`) + src("s4") + src("s5"),
 			config.Plan{Start: []string{"s4", "s5"}, Stay: []string{"s2", "s3", "steady"}}},
 	}
-	for i, step := range steps {
-		// Let the sources fetch between reloads: steady's polls go on.
-		before := len(feeds["steady"].Requests())
-		testsync.WaitFor(t, "steady to poll before reload "+strconv.Itoa(i+1), 20*time.Second, func() bool {
-			return len(feeds["steady"].Requests()) >= before+3
-		})
-		if step.body == "INVALID" {
-			bad := defaults("6s") + steady + src("s2", `interval = "soon"`) + src("s3") + src("s4")
-			rh.write(bad)
-			_, err := rh.d.Reload(t.Context(), false)
-			var errs config.Errors
-			if !errors.As(err, &errs) || !strings.Contains(err.Error(), rh.path+":") || !strings.Contains(err.Error(), `source "s2": interval: must be a duration`) {
-				t.Fatalf("reload %d of an invalid edit: err = %v", i+1, err)
-			}
-			if v := metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful"); v != 0 {
-				t.Errorf("ingestor_config_last_reload_successful = %v after a refused reload, want 0", v)
-			}
-			if rh.d.pipeline.SourcePID("s4") == nil {
-				t.Error("the refused edit stopped source s4")
-			}
-			continue
-		}
-		if got := rh.reload(step.body); !samePlan(got, step.want) {
-			t.Fatalf("reload %d: plan %v, want %v", i+1, got, step.want)
-		}
-		if v := metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful"); v != 1 {
-			t.Errorf("ingestor_config_last_reload_successful = %v after reload %d, want 1", v, i+1)
-		}
-		if pid := rh.d.pipeline.SourcePID("steady"); pid != steadyPID {
-			t.Fatalf("reload %d replaced steady's actor (%v, was %v)", i+1, pid, steadyPID)
-		}
-	}
+}
 
-	testsync.WaitFor(t, "every source to commit some pages", 30*time.Second, func() bool {
-		for _, n := range names {
-			if c, _, _ := rh.d.Queue().Cursor(t.Context(), n); c == "" {
-				return false
-			}
-		}
-		return true
+// reloadStep waits for steady to poll a few times, then makes edit i, and
+// checks that its reload makes the plan the edit wants and keeps steady's
+// actor, or, for the invalid edit, that its reload is refused and stops
+// nothing.
+func (r *reloadUnderLoad) reloadStep(i int, step reloadEdit) {
+	t, rh := r.t, r.rh
+	t.Helper()
+	// Let the sources fetch between reloads: steady's polls go on.
+	before := len(r.feeds["steady"].Requests())
+	testsync.WaitFor(t, "steady to poll before reload "+strconv.Itoa(i+1), 20*time.Second, func() bool {
+		return len(r.feeds["steady"].Requests()) >= before+3
 	})
-	// A last reload stops every source; what they committed is delivered.
-	if got, want := rh.reload(""), (config.Plan{Stop: []string{"s2", "s3", "s4", "s5", "steady"}}); !samePlan(got, want) {
-		t.Fatalf("last reload: plan %v, want %v", got, want)
+	if step.body == "INVALID" {
+		bad := reloadDefaults("6s") + r.steady + r.src("s2", `interval = "soon"`) + r.src("s3") + r.src("s4")
+		rh.write(bad)
+		_, err := rh.d.Reload(t.Context(), false)
+		var errs config.Errors
+		if !errors.As(err, &errs) || !strings.Contains(err.Error(), rh.path+":") || !strings.Contains(err.Error(), `source "s2": interval: must be a duration`) {
+			t.Fatalf("reload %d of an invalid edit: err = %v", i+1, err)
+		}
+		if v := metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful"); v != 0 {
+			t.Errorf("ingestor_config_last_reload_successful = %v after a refused reload, want 0", v)
+		}
+		if rh.d.pipeline.SourcePID("s4") == nil {
+			t.Error("the refused edit stopped source s4")
+		}
+		return
 	}
-	testsync.WaitFor(t, "every committed event acked", 60*time.Second, func() bool { return rh.d.Queue().PendingEvents() == 0 })
-	for _, n := range names {
-		c, _, err := rh.d.Queue().Cursor(t.Context(), n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		upTo, err := strconv.Atoi(c)
-		if err != nil || upTo < page {
-			t.Fatalf("source %s: durable cursor %q, want a seq of at least one page", n, c)
-		}
-		for k := 1; k <= upTo; k++ {
-			if c := seen.count(n + "/" + testupstream.ID(k)); c != 1 {
-				t.Fatalf("%s/%s delivered %d times, want once (durable cursor %d)", n, testupstream.ID(k), c, upTo)
-			}
-		}
-		if c := seen.count(n + "/" + testupstream.ID(upTo+1)); c != 0 {
-			t.Errorf("%s/%s delivered past the durable cursor %d", n, testupstream.ID(upTo+1), upTo)
-		}
-		t.Logf("source %s: %d events delivered", n, upTo)
-		// The cursor of each request is never behind an earlier one's: no
-		// committed record is fetched again.
-		last := -1
-		for _, r := range feeds[n].Requests() {
-			since, _ := strconv.Atoi(r.Query.Get("since"))
-			if since < last {
-				t.Fatalf("source %s fetched since=%d after since=%d: its cursor went back", n, since, last)
-			}
-			last = since
+	if got := rh.reload(step.body); !samePlan(got, step.want) {
+		t.Fatalf("reload %d: plan %v, want %v", i+1, got, step.want)
+	}
+	if v := metric(t, rh.d.Registry(), "ingestor_config_last_reload_successful"); v != 1 {
+		t.Errorf("ingestor_config_last_reload_successful = %v after reload %d, want 1", v, i+1)
+	}
+	if pid := rh.d.pipeline.SourcePID("steady"); pid != r.steadyPID {
+		t.Fatalf("reload %d replaced steady's actor (%v, was %v)", i+1, pid, r.steadyPID)
+	}
+}
+
+// checkSource checks, once every source stopped, that source n's events
+// delivered are exactly its records 1 to its durable cursor, each once,
+// and that its cursor never went back.
+func (r *reloadUnderLoad) checkSource(n string) {
+	t := r.t
+	t.Helper()
+	c, _, err := r.rh.d.Queue().Cursor(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upTo, err := strconv.Atoi(c)
+	if err != nil || upTo < r.page {
+		t.Fatalf("source %s: durable cursor %q, want a seq of at least one page", n, c)
+	}
+	for k := 1; k <= upTo; k++ {
+		if c := r.seen.count(n + "/" + testupstream.ID(k)); c != 1 {
+			t.Fatalf("%s/%s delivered %d times, want once (durable cursor %d)", n, testupstream.ID(k), c, upTo)
 		}
 	}
-	if n := seen.len(); n == 0 {
-		t.Fatal("nothing delivered")
+	if c := r.seen.count(n + "/" + testupstream.ID(upTo+1)); c != 0 {
+		t.Errorf("%s/%s delivered past the durable cursor %d", n, testupstream.ID(upTo+1), upTo)
 	}
-	if n := strings.Count(rh.logs.String(), "msg=\"source started\" source=steady"); n != 1 {
+	t.Logf("source %s: %d events delivered", n, upTo)
+	// The cursor of each request is never behind an earlier one's: no
+	// committed record is fetched again.
+	last := -1
+	for _, req := range r.feeds[n].Requests() {
+		since, _ := strconv.Atoi(req.Query.Get("since"))
+		if since < last {
+			t.Fatalf("source %s fetched since=%d after since=%d: its cursor went back", n, since, last)
+		}
+		last = since
+	}
+}
+
+// checkSteadyUndisturbed checks that steady started once and never missed
+// a poll through the reloads.
+func (r *reloadUnderLoad) checkSteadyUndisturbed() {
+	t := r.t
+	t.Helper()
+	if n := strings.Count(r.rh.logs.String(), "msg=\"source started\" source=steady"); n != 1 {
 		t.Errorf("steady started %d times, want once", n)
 	}
 	// steady never missed a poll: its longest gap between requests stays
 	// near its interval (a loose bound for a loaded machine).
-	reqs := feeds["steady"].Requests()
+	reqs := r.feeds["steady"].Requests()
 	var gap time.Duration
 	for i := 1; i < len(reqs); i++ {
 		gap = max(gap, reqs[i].Time.Sub(reqs[i-1].Time))

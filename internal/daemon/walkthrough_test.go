@@ -122,112 +122,189 @@ func (a *walkthroughAPI) askedFor(cursor string) bool {
 // and started again, and the daemon asks the API for the orders after its
 // durable cursor and delivers nothing twice.
 func TestFirstFeedWalkthrough(t *testing.T) {
+	doc := readWalkthrough(t)
+	api := &walkthroughAPI{body: []byte(doc.response)}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	w := setUpWalkthrough(t, doc, srv.URL)
+
+	procs := w.start()
+	got := w.waitForStatus(doc.status)
+	w.checkStatusPage()
+	wantLines := strings.Split(doc.received, "\n")
+	slices.Sort(wantLines)
+	if got := w.received(); !slices.Equal(got, wantLines) {
+		t.Errorf("received.txt holds %q, README shows %q", got, doc.received)
+	}
+
+	// Stopped and started again, the daemon resumes from its durable
+	// cursor: it asks for the orders after it and delivers nothing twice.
+	w.stop(procs)
+	cursor := got["CURSOR"]
+	api.mu.Lock()
+	api.asks = nil
+	api.mu.Unlock()
+	procs = w.start()
+	testsync.WaitFor(t, "a poll from the durable cursor after the restart", 60*time.Second, func() bool {
+		return api.askedFor(cursor)
+	})
+	w.stop(procs)
+	if got := w.received(); !slices.Equal(got, wantLines) {
+		t.Errorf("after the restart received.txt holds %q, want README's %q only", got, doc.received)
+	}
+}
+
+// walkthroughDoc is what README's walkthrough marks: the API's response
+// (as saved to a file), the config, the commands, the status and
+// received.txt the user sees, and what validate prints.
+type walkthroughDoc struct {
+	response, config, commands string
+	status, received           string
+	validated                  string
+}
+
+// readWalkthrough reads the walkthrough's blocks from README.md.
+func readWalkthrough(t *testing.T) walkthroughDoc {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	response := walkthroughBlock(t, readme, "response", "json") + "\n" // as saved to a file
-	config := walkthroughBlock(t, readme, "config", "toml")
-	commands := walkthroughBlock(t, readme, "commands", "sh")
-	wantStatus := walkthroughBlock(t, readme, "status", "text")
-	wantReceived := walkthroughBlock(t, readme, "received", "text")
+	doc := walkthroughDoc{
+		response: walkthroughBlock(t, readme, "response", "json") + "\n", // as saved to a file
+		config:   walkthroughBlock(t, readme, "config", "toml"),
+		commands: walkthroughBlock(t, readme, "commands", "sh"),
+		status:   walkthroughBlock(t, readme, "status", "text"),
+		received: walkthroughBlock(t, readme, "received", "text"),
+	}
 	validated := regexp.MustCompile("`validate` prints `([^`]+)`").FindStringSubmatch(readme)
 	if validated == nil {
 		t.Fatal("README.md does not say what `validate` prints")
 	}
+	doc.validated = validated[1]
+	return doc
+}
 
-	api := &walkthroughAPI{body: []byte(response)}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	httpAddr := testsync.FreePort(t)
+// walkthrough is a directory set up as the user following README's
+// walkthrough has it, and the commands they run there.
+type walkthrough struct {
+	t   *testing.T
+	dir string
+	// lines are the commands: validate, two in the background and status.
+	lines     []string
+	validated string
+	// httpAddr is the daemon's ops listener.
+	httpAddr string
+}
+
+// setUpWalkthrough saves the walkthrough's config as first-feed.toml in a
+// new directory, with the API at apiURL and the daemon's three addresses
+// moved to free ports, builds bin/ingestor and bin/processor there, and
+// reads the commands, moved the same way.
+func setUpWalkthrough(t *testing.T, doc walkthroughDoc, apiURL string) *walkthrough {
+	t.Helper()
+	w := &walkthrough{t: t, validated: doc.validated, httpAddr: testsync.FreePort(t)}
 	moves := []string{
-		"https://api.example.com", srv.URL,
-		"127.0.0.1:9464", httpAddr,
+		"https://api.example.com", apiURL,
+		"127.0.0.1:9464", w.httpAddr,
 		"tcp://127.0.0.1:5557", "tcp://" + testsync.FreePort(t),
 		"tcp://127.0.0.1:5558", "tcp://" + testsync.FreePort(t),
 	}
 	for i := 0; i < len(moves); i += 2 {
-		if !strings.Contains(config, moves[i]) {
-			t.Fatalf("the walkthrough's config does not hold %s, which the test moves:\n%s", moves[i], config)
+		if !strings.Contains(doc.config, moves[i]) {
+			t.Fatalf("the walkthrough's config does not hold %s, which the test moves:\n%s", moves[i], doc.config)
 		}
 	}
 	move := strings.NewReplacer(moves...)
 
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "first-feed.toml"), []byte(move.Replace(config)+"\n"), 0o644); err != nil {
+	w.dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(w.dir, "first-feed.toml"), []byte(move.Replace(doc.config)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "bin")+string(filepath.Separator),
+	build := exec.Command("go", "build", "-o", filepath.Join(w.dir, "bin")+string(filepath.Separator),
 		"github.com/ingestorhq/ingestor/cmd/ingestor", "github.com/ingestorhq/ingestor/cmd/processor")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	logs := func() string {
-		var s strings.Builder
-		for _, f := range []string{"daemon.log", "processor.log"} {
-			b, err := os.ReadFile(filepath.Join(dir, f))
-			fmt.Fprintf(&s, "--- %s (%v):\n%s\n", f, err, b)
-		}
-		return s.String()
-	}
-
-	// run runs one command line as the user would: the background ones
-	// are returned to be stopped, the others must succeed.
-	run := func(line string) (background *testsync.Process, out string, err error) {
-		if cmd, ok := strings.CutSuffix(line, "&"); ok {
-			sh := exec.Command("sh", "-c", "exec "+cmd)
-			sh.Dir = dir
-			p, err := testsync.StartProcess(sh)
-			return p, "", err
-		}
-		sh := exec.Command("sh", "-c", line)
-		sh.Dir = dir
-		b, err := sh.CombinedOutput()
-		return nil, string(b), err
-	}
-	var lines []string
-	for _, line := range strings.Split(move.Replace(commands), "\n") {
+	for _, line := range strings.Split(move.Replace(doc.commands), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			lines = append(lines, line)
+			w.lines = append(w.lines, line)
 		}
 	}
-	if len(lines) != 4 || !strings.Contains(lines[0], " validate ") || !strings.Contains(lines[3], " status ") {
-		t.Fatalf("the walkthrough's commands are not validate, two in the background and status:\n%s", commands)
+	if len(w.lines) != 4 || !strings.Contains(w.lines[0], " validate ") || !strings.Contains(w.lines[3], " status ") {
+		t.Fatalf("the walkthrough's commands are not validate, two in the background and status:\n%s", doc.commands)
 	}
-	// start runs the commands but the last, status, and returns the
-	// processes they left in the background.
-	start := func() []*testsync.Process {
-		var procs []*testsync.Process
-		for _, line := range lines[:3] {
-			p, out, err := run(line)
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", line, err, out)
-			}
-			if p != nil {
-				procs = append(procs, p)
-				t.Cleanup(func() {
-					if err := p.Stop(15 * time.Second); err != nil {
-						t.Errorf("%s: %v", line, err)
-					}
-				})
-			} else if !strings.Contains(out, validated[1]) {
-				t.Fatalf("%s printed %q, README says %q", line, out, validated[1])
-			}
-		}
-		return procs
-	}
-	// stop stops procs as `kill %1 %2` does, SIGTERM, and checks that each
-	// drained and exited 0.
-	stop := func(procs []*testsync.Process) {
-		for _, p := range procs {
-			if err := p.Stop(30 * time.Second); err != nil || p.Err() != nil {
-				t.Fatalf("stop: %v, exit %v\n%s", err, p.Err(), logs())
-			}
-		}
-	}
+	return w
+}
 
-	procs := start()
+// logs returns the daemon's and the processor's logs, for a failure.
+func (w *walkthrough) logs() string {
+	var s strings.Builder
+	for _, f := range []string{"daemon.log", "processor.log"} {
+		b, err := os.ReadFile(filepath.Join(w.dir, f))
+		fmt.Fprintf(&s, "--- %s (%v):\n%s\n", f, err, b)
+	}
+	return s.String()
+}
+
+// run runs one command line as the user would: the background ones are
+// returned to be stopped, the others must succeed.
+func (w *walkthrough) run(line string) (background *testsync.Process, out string, err error) {
+	if cmd, ok := strings.CutSuffix(line, "&"); ok {
+		sh := exec.Command("sh", "-c", "exec "+cmd)
+		sh.Dir = w.dir
+		p, err := testsync.StartProcess(sh)
+		return p, "", err
+	}
+	sh := exec.Command("sh", "-c", line)
+	sh.Dir = w.dir
+	b, err := sh.CombinedOutput()
+	return nil, string(b), err
+}
+
+// start runs the commands but the last, status, and returns the processes
+// they left in the background.
+func (w *walkthrough) start() []*testsync.Process {
+	t := w.t
+	t.Helper()
+	var procs []*testsync.Process
+	for _, line := range w.lines[:3] {
+		p, out, err := w.run(line)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		if p != nil {
+			procs = append(procs, p)
+			t.Cleanup(func() {
+				if err := p.Stop(15 * time.Second); err != nil {
+					t.Errorf("%s: %v", line, err)
+				}
+			})
+		} else if !strings.Contains(out, w.validated) {
+			t.Fatalf("%s printed %q, README says %q", line, out, w.validated)
+		}
+	}
+	return procs
+}
+
+// stop stops procs as `kill %1 %2` does, SIGTERM, and checks that each
+// drained and exited 0.
+func (w *walkthrough) stop(procs []*testsync.Process) {
+	w.t.Helper()
+	for _, p := range procs {
+		if err := p.Stop(30 * time.Second); err != nil || p.Err() != nil {
+			w.t.Fatalf("stop: %v, exit %v\n%s", err, p.Err(), w.logs())
+		}
+	}
+}
+
+// waitForStatus waits until `ingestor status` shows the row of source
+// orders of README's status block wantStatus, checks it in the columns
+// that do not depend on the clock, and returns it.
+func (w *walkthrough) waitForStatus(wantStatus string) map[string]string {
+	t := w.t
+	t.Helper()
 	want := statusRow(wantStatus, "orders")
 	if want == nil {
 		t.Fatalf("README's status block has no row of source orders:\n%s", wantStatus)
@@ -235,7 +312,7 @@ func TestFirstFeedWalkthrough(t *testing.T) {
 	var got map[string]string
 	var table string
 	testsync.WaitFor(t, "the status row of README", 90*time.Second, func() bool {
-		_, out, err := run(lines[3])
+		_, out, err := w.run(w.lines[3])
 		table = out
 		if got = statusRow(out, "orders"); err != nil || got == nil {
 			return false
@@ -244,10 +321,18 @@ func TestFirstFeedWalkthrough(t *testing.T) {
 	})
 	for _, col := range statusColumns {
 		if got[col] != want[col] {
-			t.Errorf("status %s = %q, README shows %q\n%s\n%s", col, got[col], want[col], table, logs())
+			t.Errorf("status %s = %q, README shows %q\n%s\n%s", col, got[col], want[col], table, w.logs())
 		}
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+httpAddr+"/", nil)
+	return got
+}
+
+// checkStatusPage checks that the daemon's ops listener serves the status
+// page, in HTML.
+func (w *walkthrough) checkStatusPage() {
+	t := w.t
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+w.httpAddr+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,34 +346,16 @@ func TestFirstFeedWalkthrough(t *testing.T) {
 	if page.StatusCode != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
 		t.Errorf("the status page answered %s, %s", page.Status, page.Header.Get("Content-Type"))
 	}
-	received := func() []string {
-		b, err := os.ReadFile(filepath.Join(dir, "received.txt"))
-		if err != nil {
-			t.Fatalf("received.txt: %v\n%s", err, logs())
-		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		slices.Sort(lines)
-		return lines
-	}
-	wantLines := strings.Split(wantReceived, "\n")
-	slices.Sort(wantLines)
-	if got := received(); !slices.Equal(got, wantLines) {
-		t.Errorf("received.txt holds %q, README shows %q", got, wantReceived)
-	}
+}
 
-	// Stopped and started again, the daemon resumes from its durable
-	// cursor: it asks for the orders after it and delivers nothing twice.
-	stop(procs)
-	cursor := got["CURSOR"]
-	api.mu.Lock()
-	api.asks = nil
-	api.mu.Unlock()
-	procs = start()
-	testsync.WaitFor(t, "a poll from the durable cursor after the restart", 60*time.Second, func() bool {
-		return api.askedFor(cursor)
-	})
-	stop(procs)
-	if got := received(); !slices.Equal(got, wantLines) {
-		t.Errorf("after the restart received.txt holds %q, want README's %q only", got, wantReceived)
+// received returns the lines of received.txt, sorted.
+func (w *walkthrough) received() []string {
+	w.t.Helper()
+	b, err := os.ReadFile(filepath.Join(w.dir, "received.txt"))
+	if err != nil {
+		w.t.Fatalf("received.txt: %v\n%s", err, w.logs())
 	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	slices.Sort(lines)
+	return lines
 }

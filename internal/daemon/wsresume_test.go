@@ -79,6 +79,16 @@ reconnect_max = "300ms"
 	if len(conns) < total/dropAfter || len(durables) < total/dropAfter-1 {
 		t.Fatalf("%d connections and %d drops, want at least %d and %d", len(conns), len(durables), total/dropAfter, total/dropAfter-1)
 	}
+	checkResumedHandshakes(t, conns, durables)
+}
+
+// checkResumedHandshakes checks the handshakes of conns, in order, against
+// durables, the durable cursor at each drop ("" before any is durable):
+// the first asks for initial_cursor, and each later one for a cursor at or
+// past the one durable at the drop before it, and not past what the
+// previous connection sent.
+func checkResumedHandshakes(t *testing.T, conns []testupstream.WSConn, durables []string) {
+	t.Helper()
 	if conns[0].Since != "0" {
 		t.Errorf("first handshake since=%q, want initial_cursor \"0\"", conns[0].Since)
 	}
