@@ -150,6 +150,7 @@ bench: build test-deps
 	$(BIN)/ingestor-bench -mode cluster
 	$(BIN)/ingestor-bench -mode cluster-scale
 	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg
+	INGESTOR_OAUTH2_RUN=5m INGESTOR_OAUTH2_TTL=30s $(GO) test -run '^TestOAuth2TokensExpireMidRun$$' -count=1 -v ./cmd/ingestor/
 
 # fmt fails, listing the files, when gofmt would change anything.
 fmt:

@@ -48,6 +48,9 @@ type SourceActor struct {
 	fetching  bool
 	failures  int
 	permanent bool // the current failure streak is of PermanentErrors
+	// runPages counts the fetches that went back to back so far (each
+	// said More): a catch-up or a paginated poll, shown in /status.
+	runPages  int
 	nextSeq   uint64
 	inflight  int                      // batches fetched, not yet committed, and malformed payloads not yet kept
 	pending   map[uint64]*pendingBatch // fetched batches by seq, until committed
@@ -400,11 +403,25 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.maybeDrained(ctx)
 		return
 	}
+	a.scheduleNext(ctx, b)
+}
+
+// scheduleNext schedules the fetch after b, a successful one's batch (nil
+// for none): at once for the next page (b.More), else after the interval,
+// saying so when a run of max_pages pages back to back ended it
+// (b.Capped).
+func (a *SourceActor) scheduleNext(ctx actor.Context, b *sources.Batch) {
 	if b != nil && b.More {
-		a.wait(ctx, ReasonNextPage, 0, "") // the next page: now, as the window allows
+		a.runPages++
+		a.wait(ctx, ReasonNextPage, 0, fmt.Sprintf("%d pages back to back so far", a.runPages))
 		return
 	}
-	a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), "")
+	detail := ""
+	if b != nil && b.Capped {
+		detail = fmt.Sprintf("the upstream has more, but %d pages went back to back (max_pages): the catch-up goes on after the interval", a.runPages+1)
+	}
+	a.runPages = 0
+	a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), detail)
 }
 
 // resolveDeadLetters marks the dead letters of the request cursor resolved,

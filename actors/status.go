@@ -220,6 +220,7 @@ func (a *SourceActor) wait(ctx actor.Context, reason string, d time.Duration, de
 // failing shows the source failing with err and schedules its next poll
 // after d; a.failures is the streak so far.
 func (a *SourceActor) failing(ctx actor.Context, err error, d time.Duration) {
+	a.runPages = 0
 	if a.drainer == nil {
 		a.status().failed(ReasonBackoff, time.Now().Add(d), err, a.failures, a.cursor)
 	}

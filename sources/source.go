@@ -7,7 +7,10 @@
 // (pagination and the cursor), httppoll_records.go (finding records) and
 // httppoll_limits.go (rate limits and Retry-After); websocket is
 // websocket.go (Spec, Open, Fetch) with websocket_conn.go (the connection,
-// reads and keepalive) and websocket_parse.go (messages into records).
+// reads and keepalive) and websocket_parse.go (messages into records); sse
+// is sse.go (Spec, Open, Fetch) with sse_conn.go (the stream, reconnects
+// and timeouts) and sse_parse.go (the event-stream scanner, and events
+// into records).
 // Their tests are the KIND*_test.go files. A new kind adds its files and
 // one line to the kinds map in source.go.
 //
@@ -16,10 +19,10 @@
 // listener, which package internal/push serves.
 //
 // This file holds what every kind shares: Source, Spec, Env, Batch,
-// Record and the errors a Fetch returns. cursor.go, push.go, ratelimit.go
-// and tls.go hold what several kinds use: cursor comparison, what the push
-// kinds (webhook, ws_ingress) share, named rate limiters and client TLS
-// settings.
+// Record and the errors a Fetch returns. cursor.go, push.go, ratelimit.go,
+// tls.go and oauth2.go hold what several kinds use: cursor comparison,
+// what the push kinds (webhook, ws_ingress) share, named rate limiters,
+// client TLS settings and OAuth2 tokens (http_poll, websocket, sse).
 package sources
 
 import (
@@ -70,6 +73,11 @@ type Batch struct {
 	// of a paginated poll): the caller fetches again, with Cursor, as soon
 	// as its window allows instead of waiting for the interval.
 	More bool
+	// Capped reports that the upstream has more right now, but the source
+	// has fetched max_pages pages back to back (a catch-up run, or the
+	// pages of one poll): the caller waits for its interval before the
+	// next fetch, so that a long catch-up yields, and says so.
+	Capped bool
 }
 
 // SliceRecords is the most records of one page found, held and committed
@@ -231,6 +239,7 @@ var kinds = map[string]func() Spec{
 	"demo":       func() Spec { return newDemoSpec() },
 	"http_poll":  func() Spec { return newHTTPPollSpec() },
 	"websocket":  func() Spec { return newWebSocketSpec() },
+	"sse":        func() Spec { return newSSESpec() },
 	"webhook":    func() Spec { return newWebhookSpec() },
 	"ws_ingress": func() Spec { return newWSIngressSpec() },
 }

@@ -79,6 +79,10 @@ type WebSocketSpec struct {
 	// TLSInsecureSkipVerify disables verification of the server's TLS
 	// certificate (wss:// only). For tests only: it is logged as a warning.
 	TLSInsecureSkipVerify bool `toml:"tls_insecure_skip_verify"`
+	// OAuth2, when set ([source.NAME.oauth2]), sends every handshake with
+	// a bearer token from an OAuth2 token endpoint (OAuth2Spec); a
+	// handshake answered 401 is tried once more with a new token.
+	OAuth2 *OAuth2Spec `toml:"oauth2"`
 }
 
 func newWebSocketSpec() *WebSocketSpec {
@@ -121,6 +125,9 @@ func (s *WebSocketSpec) Validate() []FieldError {
 		}
 	}
 	errs = append(errs, s.validateCursor()...)
+	if s.OAuth2 != nil {
+		errs = append(errs, s.OAuth2.validate(s.Headers)...)
+	}
 	for _, p := range []struct{ key, val string }{{"id_field", s.IDField}, {"cursor_field", s.CursorField}, {"time_field", s.TimeField}, {"records_path", s.RecordsPath}} {
 		if p.val != "" && !dottedPath(p.val) {
 			errs = append(errs, FieldError{p.key, "must be a dotted path such as \"id\" or \"meta.id\""})
@@ -238,6 +245,11 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 	}
 	w.insecure = s.TLSInsecureSkipVerify
 	w.client = &http.Client{Transport: w.transport, CheckRedirect: w.checkRedirect}
+	if s.OAuth2 != nil {
+		if w.auth, err = openOAuth2(s.OAuth2, env, w.transport, logger); err != nil {
+			return nil, fmt.Errorf("source %q: websocket: %w", env.Name, err)
+		}
+	}
 	return w, nil
 }
 
@@ -252,7 +264,9 @@ type wsSource struct {
 	// them hold {cursor}.
 	header        http.Header
 	cursorHeaders bool
-	subscribe     string
+	// auth, when set, sends each handshake with an OAuth2 token.
+	auth      *oauth2Token
+	subscribe string
 	// initial is initial_cursor, the cursor when Fetch is first given none.
 	initial string
 	// insecure is tls_insecure_skip_verify, warned about on every connect.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/oauth2"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
 )
@@ -57,6 +58,36 @@ func (w *wsSource) run(ctx context.Context) {
 	}
 }
 
+// dial makes the handshake to target with header; with oauth2, with a
+// token, and a handshake answered 401 drops it and is made once more with
+// a new one before it counts as failed.
+func (w *wsSource) dial(ctx context.Context, target string, header http.Header, wd *watchdog) (*websocket.Conn, *http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		var tok *oauth2.Token
+		if w.auth != nil {
+			var err error
+			if tok, err = w.auth.token(ctx); err != nil {
+				return nil, nil, err
+			}
+			header = header.Clone()
+			header.Set("Authorization", tok.Type()+" "+tok.AccessToken)
+		}
+		dctx, cancel := context.WithTimeout(ctx, w.readTimeout)
+		conn, resp, err := websocket.Dial(dctx, target, &websocket.DialOptions{
+			HTTPClient:     w.client,
+			HTTPHeader:     header,
+			Host:           w.host,
+			OnPongReceived: func(context.Context, []byte) { wd.kick() },
+		})
+		cancel()
+		if err == nil || tok == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized || attempt > 0 {
+			return conn, resp, err
+		}
+		w.auth.invalidate(tok)
+		w.log.Debug("websocket handshake answered 401; trying once more with a new oauth2 token")
+	}
+}
+
 // session makes one connection: dial, subscribe, then read until it
 // breaks. It returns when the connection was subscribed (zero if never) and
 // why it ended.
@@ -67,15 +98,8 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	cursor := w.cursor
 	w.mu.Unlock()
 	target, header := w.handshake(cursor)
-	dctx, cancel := context.WithTimeout(ctx, w.readTimeout)
 	sent := w.sent
-	conn, resp, err := websocket.Dial(dctx, target, &websocket.DialOptions{
-		HTTPClient:     w.client,
-		HTTPHeader:     header,
-		Host:           w.host,
-		OnPongReceived: func(context.Context, []byte) { wd.kick() },
-	})
-	cancel()
+	conn, resp, err := w.dial(ctx, target, header, wd)
 	status := 0
 	if resp != nil {
 		status = resp.StatusCode

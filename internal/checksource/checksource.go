@@ -425,7 +425,7 @@ func (p *printer) failedRequest(ev *sources.TraceEvent, sc config.Source) error 
 
 // urlKey is the config key of a source kind's URL.
 func urlKey(kind string) string {
-	if kind == "websocket" {
+	if kind == "websocket" || kind == "sse" {
 		return "url"
 	}
 	return "poll_url"

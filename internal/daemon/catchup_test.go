@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,51 @@ has_more_field = "has_more"
 	time.Sleep(time.Until(reqs[4].Time.Add(interval / 2)))
 	if n := len(srv.Requests()); n != 5 {
 		t.Errorf("%d requests within half an interval of the last page, want none after it", n-5)
+	}
+}
+
+// TestCatchUpRunStopsAtMaxPages: a source behind by 9 pages of a
+// has_more API, with max_pages = 4 and a 3 s interval, fetches 4 pages
+// back to back, shows in /status that it waits for the interval because
+// max_pages went back to back, sends no request before that interval is
+// over, then goes on from where the run stopped; every record arrives.
+func TestCatchUpRunStopsAtMaxPages(t *testing.T) {
+	srv := testupstream.NewServer(t, testupstream.Options{Total: 90, PageSize: 10, Paging: testupstream.PageBodyCursor})
+	h := startDaemon(t, "", "", fmt.Sprintf(`
+[source.behind]
+kind = "http_poll"
+poll_url = %q
+interval = "3s"
+jitter = "0%%"
+records_path = "data"
+id_field = "id"
+cursor_from = "body"
+cursor_body_field = "next_cursor"
+cursor_param = "cursor"
+has_more_field = "has_more"
+max_pages = 4
+`, srv.URL+"/feed"))
+	seen := newSeenSet()
+	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Key)
+		return nil
+	})
+	testsync.WaitFor(t, "the first run to stop at max_pages", 30*time.Second, func() bool {
+		src := getStatus(t, h.d.HTTPAddr()).Sources[0]
+		return src.Reason == "interval" && strings.Contains(src.Detail, "4 pages went back to back (max_pages)")
+	})
+	testsync.WaitFor(t, "every record", 60*time.Second, func() bool { return seen.len() == 90 })
+	reqs := srv.Requests()
+	if len(reqs) < 9 {
+		t.Fatalf("%d requests, want at least the 9 pages", len(reqs))
+	}
+	for i := 1; i < 9; i++ {
+		gap := reqs[i].Time.Sub(reqs[i-1].Time)
+		if i%4 == 0 && gap < 3*time.Second {
+			t.Errorf("request %d came %s after the run of 4 pages, want the 3s interval", i+1, gap)
+		}
+		if i%4 != 0 && gap >= 3*time.Second {
+			t.Errorf("request %d came %s after the one before, within a run: want at once", i+1, gap)
+		}
 	}
 }

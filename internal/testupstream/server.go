@@ -95,6 +95,10 @@ type Options struct {
 	// RateWindow, when set, enforces a rate-limit window and announces it
 	// in the headers of every response (see RateWindow).
 	RateWindow *RateWindow
+	// OAuth2, when set, serves a token endpoint at TokenPath and answers
+	// 401 to every other request without a valid token (see OAuth2); those
+	// answers are not in Requests.
+	OAuth2 *OAuth2
 }
 
 // Request is what a Server saw of one request.
@@ -233,6 +237,9 @@ type response struct {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.OAuth2.intercept(w, r) {
+		return
+	}
 	reqBody, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, "read body", http.StatusBadRequest)

@@ -30,6 +30,9 @@ const WSMalformed = `{"id":"broken","seq":`
 type WSOptions struct {
 	// Total is the number of records, seq 1..Total.
 	Total int
+	// OAuth2, when set, serves a token endpoint at TokenPath (over http)
+	// and answers 401 to a handshake without a valid token (see OAuth2).
+	OAuth2 *OAuth2
 	// SinceField is the field of the subscribe message that holds the
 	// cursor, a string or a number; "" means "since". A missing or empty
 	// value means from the start.
@@ -188,6 +191,9 @@ func (f *WSFeed) close() {
 func (f *WSFeed) serve(w http.ResponseWriter, r *http.Request) {
 	f.wg.Add(1)
 	defer f.wg.Done()
+	if f.opts.OAuth2.intercept(w, r) {
+		return
+	}
 	if f.handshake(w, r) {
 		return // answered with a scripted fault
 	}
