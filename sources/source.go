@@ -20,9 +20,12 @@
 //
 // This file holds what every kind shares: Source, Spec, Env, Batch,
 // Record and the errors a Fetch returns. cursor.go, push.go, ratelimit.go,
-// tls.go and oauth2.go hold what several kinds use: cursor comparison,
-// what the push kinds (webhook, ws_ingress) share, named rate limiters,
-// client TLS settings and OAuth2 tokens (http_poll, websocket, sse).
+// tls.go, oauth2.go and stream.go hold what several kinds use: cursor
+// comparison, what the push kinds (webhook, ws_ingress) share, named rate
+// limiters, client TLS settings, OAuth2 tokens (http_poll, websocket,
+// sse), and what the streaming kinds (websocket, sse) share: the reader
+// goroutine's buffer and lifecycle, the connection's state, and the
+// outage errors of Fetch.
 package sources
 
 import (

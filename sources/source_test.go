@@ -11,7 +11,7 @@ import (
 // without underscores) or is one of the shared files, and every kind has
 // its KIND.go.
 func TestFileLayout(t *testing.T) {
-	shared := map[string]bool{"source": true, "cursor": true, "push": true, "ratelimit": true, "tls": true, "oauth2": true}
+	shared := map[string]bool{"source": true, "cursor": true, "push": true, "ratelimit": true, "tls": true, "oauth2": true, "stream": true}
 	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)

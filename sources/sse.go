@@ -2,14 +2,12 @@ package sources
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -163,20 +161,17 @@ func (s *SSESpec) Open(env Env) (Source, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	w := &sseSource{
-		url:          s.URL,
-		initial:      s.InitialCursor,
-		header:       make(http.Header, len(s.Headers)+3),
-		parser:       sseParser{idField: s.IDField, ws: wsParser{timeField: s.TimeField, recordsPath: s.RecordsPath}},
-		maxBatch:     s.MaxBatch,
-		maxEvent:     s.MaxEventBytes,
-		trace:        env.Trace,
-		log:          logger,
-		where:        fmt.Sprintf("source %q: sse %s", env.Name, redactURL(u)),
-		sent:         traceURL(u),
-		buf:          make(chan sseItem, 4*s.MaxBatch),
-		done:         make(chan struct{}),
-		stateChanged: make(chan struct{}),
+		streamCore: newStreamCore[sseItem](fmt.Sprintf("source %q: sse %s", env.Name, redactURL(u)),
+			"stream", http.MethodGet, 4*s.MaxBatch, env.Trace),
+		url:      s.URL,
+		initial:  s.InitialCursor,
+		header:   make(http.Header, len(s.Headers)+3),
+		parser:   sseParser{idField: s.IDField, ws: wsParser{timeField: s.TimeField, recordsPath: s.RecordsPath}},
+		maxBatch: s.MaxBatch,
+		maxEvent: s.MaxEventBytes,
+		log:      logger,
 	}
+	w.sent = traceURL(u)
 	if len(s.EventTypes) > 0 {
 		w.parser.types = make(map[string]bool, len(s.EventTypes))
 		for _, typ := range s.EventTypes {
@@ -203,85 +198,42 @@ func (s *SSESpec) Open(env Env) (Source, error) {
 	if env.Member != "" {
 		w.header.Set(MemberHeader, env.Member)
 	}
-	w.transport = http.DefaultTransport.(*http.Transport).Clone()
-	if w.transport.TLSClientConfig, err = clientTLSConfig(s.TLSCAFile, s.TLSInsecureSkipVerify, logger); err != nil {
-		return nil, fmt.Errorf("source %q: sse: %w", env.Name, err)
-	}
-	w.insecure = s.TLSInsecureSkipVerify
-	// No client timeout: the response is a stream; read_timeout bounds
-	// the wait for each byte instead.
-	w.client = &http.Client{Transport: w.transport, CheckRedirect: w.checkRedirect}
-	if s.OAuth2 != nil {
-		if w.auth, err = openOAuth2(s.OAuth2, env, w.transport, logger); err != nil {
-			return nil, fmt.Errorf("source %q: sse: %w", env.Name, err)
-		}
+	if err = w.openClient(env, "sse", s.TLSCAFile, s.TLSInsecureSkipVerify, s.OAuth2, logger); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
 // sseSource is an open sse source. A reader goroutine (sse_conn.go) owns
-// the stream and fills buf; Fetch drains it.
+// the stream and fills buf with the events received; Fetch drains it.
+// streamCore (stream.go) holds the client, the buffer, the stream's state
+// and the reader's lifecycle, as for websocket; sse adds the 204, which is
+// quiet, not down (stopped).
 type sseSource struct {
+	streamCore[sseItem]
+
 	url, host string
 	// header holds the expanded headers. Its values are secrets: they never
 	// appear in errors, logs or traces.
 	header http.Header
-	// auth, when set, sends each request with an OAuth2 token.
-	auth *oauth2Token
 	// initial is initial_cursor, the cursor when Fetch is first given none.
-	initial string
-	// insecure is tls_insecure_skip_verify, warned about on every connect.
-	insecure                  bool
-	parser                    sseParser
-	maxBatch, maxEvent        int
-	readTimeout, reconnectMax time.Duration
-	// where starts every error: source "NAME": sse URL, without the query
-	// or user info, which may hold secrets. sent is the URL as traceURL
-	// shows it, for logs and traces.
-	where, sent string
-	client      *http.Client
-	transport   *http.Transport
-	trace       func(TraceEvent)
-	log         *slog.Logger
+	initial            string
+	parser             sseParser
+	maxBatch, maxEvent int
+	reconnectMax       time.Duration
+	log                *slog.Logger
 
-	// buf holds the events received and not yet handed out. Only the
-	// reader sends to it; only Fetch receives from it.
-	buf chan sseItem
-	// held is an event Fetch took from buf but could not hand out with
-	// the batch it was building; the next Fetch starts with it. Only Fetch
-	// uses it.
-	held *sseItem
+	// The fields below are guarded by mu.
 
-	mu sync.Mutex
 	// cursor is the newest last event ID handed out, or given to the first
 	// Fetch (initial_cursor when that is empty): what the next connection
 	// sends as Last-Event-ID. batched is the newest one a batch carried
 	// (or the first Fetch was given), so that one handed out with a
 	// malformed event alone is committed by the next fetch.
 	cursor, batched string
-	// started and closed guard the reader's lifecycle; stop ends it and
-	// done is closed when it has returned.
-	started, closed bool
-	stop            context.CancelFunc
-	done            chan struct{}
-	// up reports an open stream; stopped that the upstream answered 204,
-	// which is quiet, not down. Otherwise downSince is when the source
-	// last had a stream (or started) and lastErr why the last attempt
-	// failed; permanent marks a request refused with a 4xx status.
-	up, stopped bool
-	downSince   time.Time
-	lastErr     error
-	permanent   bool
-	// wait is set when the last request was answered with Retry-After:
-	// no request goes out before wait.Until, and until then Fetch returns
-	// wait when nothing is buffered.
-	wait *WaitError
 	// retry is the reconnection time the stream's retry field set last, a
 	// floor under the wait before every reconnect.
 	retry time.Duration
-	// stateChanged is closed, and replaced, whenever up, stopped or wait
-	// changes.
-	stateChanged chan struct{}
 }
 
 // sseItem is one dispatch of the stream, as buffered: the envelope of an
@@ -335,22 +287,8 @@ func (w *sseSource) Fetch(ctx context.Context, cursor string) (*Batch, error) {
 		w.handOut(first.lastID, false)
 		return nil, &MalformedError{Body: first.env, FetchedAt: first.at, Reason: first.bad}
 	}
-	items := []*sseItem{first}
-take:
-	for len(items) < w.maxBatch {
-		select {
-		case it := <-w.buf:
-			if it.bad != "" {
-				w.held = &it // hand out the good events first
-				break take
-			}
-			items = append(items, &it)
-		default:
-			break take // nothing more buffered
-		}
-	}
-	b := w.assemble(items)
-	b.More = w.held != nil || len(w.buf) > 0
+	b := w.assemble(w.take(first, w.maxBatch, func(it *sseItem) bool { return it.bad != "" }))
+	b.More = w.more()
 	if moved := w.handOut(b.Cursor, true); !moved && len(b.Records) == 0 {
 		return &Batch{FetchedAt: b.FetchedAt, More: b.More}, nil // nothing to commit
 	}
@@ -387,100 +325,15 @@ func (w *sseSource) idle() *Batch {
 // start notes the caller's cursor on the first call, and starts the
 // reader.
 func (w *sseSource) start(cursor string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return fmt.Errorf("%s: source is closed", w.where)
-	}
-	if !w.started {
+	return w.streamCore.start(func(first bool) {
+		if !first {
+			return
+		}
 		if cursor == "" {
 			cursor = w.initial // nothing is durable yet
 		}
 		w.cursor, w.batched = cursor, cursor
-		w.started = true
-		w.downSince = time.Now()
-		ctx, cancel := context.WithCancel(context.Background())
-		w.stop = cancel
-		go w.run(ctx)
-	}
-	return nil
-}
-
-// sseIdleWait bounds how long a fetch waits for a first event, as
-// wsIdleWait does for websocket.
-const sseIdleWait = time.Second
-
-// next returns the first event of a fetch: the held one or the next
-// buffered one, waiting for it until ctx ends or sseIdleWait has passed
-// (nil, nil) or the source has been down too long (an error).
-func (w *sseSource) next(ctx context.Context) (*sseItem, error) {
-	if it := w.held; it != nil {
-		w.held = nil
-		return it, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, sseIdleWait)
-	defer cancel()
-	for {
-		select {
-		case it := <-w.buf:
-			return &it, nil
-		default:
-		}
-		changed, deadline, err := w.downState()
-		if err != nil {
-			return nil, err
-		}
-		var expire <-chan time.Time
-		var timer *time.Timer
-		if !deadline.IsZero() {
-			timer = time.NewTimer(time.Until(deadline))
-			expire = timer.C
-		}
-		var it *sseItem
-		select {
-		case got := <-w.buf:
-			it = &got
-		case <-ctx.Done():
-		case <-changed:
-		case <-expire:
-		case <-w.done:
-			err = fmt.Errorf("%s: source is closed", w.where)
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if it != nil || err != nil || ctx.Err() != nil {
-			return it, err
-		}
-	}
-}
-
-// downState returns a channel closed when the stream's state changes,
-// and, while the source has no stream, when that outage will have lasted
-// read_timeout, or the error to report when it already has or the
-// upstream asked to wait. A source told 204 is quiet, not down.
-func (w *sseSource) downState() (<-chan struct{}, time.Time, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.up || w.stopped {
-		return w.stateChanged, time.Time{}, nil
-	}
-	if w.wait != nil && time.Now().Before(w.wait.Until) {
-		return nil, time.Time{}, w.wait
-	}
-	deadline := w.downSince.Add(w.readTimeout)
-	if time.Now().Before(deadline) {
-		return w.stateChanged, deadline, nil
-	}
-	cause := w.lastErr
-	if cause == nil {
-		cause = errors.New("still connecting")
-	}
-	err := fmt.Errorf("%s: no stream for %s: %w", w.where, time.Since(w.downSince).Round(time.Millisecond), cause)
-	if w.permanent {
-		return nil, time.Time{}, &PermanentError{Err: err}
-	}
-	return nil, time.Time{}, err
+	}, w.run)
 }
 
 // assemble builds the batch of items: Body is the array of the envelopes
@@ -512,31 +365,4 @@ func (w *sseSource) assemble(items []*sseItem) *Batch {
 	}
 	b.Body = append(body, ']')
 	return b
-}
-
-// Close implements Source: it stops the reader, which closes the stream,
-// and waits for it.
-func (w *sseSource) Close() error {
-	w.mu.Lock()
-	w.closed = true
-	stop, started := w.stop, w.started
-	w.mu.Unlock()
-	if started {
-		stop()
-		<-w.done
-	}
-	w.transport.CloseIdleConnections()
-	return nil
-}
-
-// checkRedirect follows up to 10 redirects on the same host: the headers
-// carry credentials.
-func (w *sseSource) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	if req.URL.Host != via[0].URL.Host {
-		return fmt.Errorf("redirect to %s refused: only the url's host is followed", redactURL(req.URL))
-	}
-	return nil
 }

@@ -166,21 +166,7 @@ func (w *sseSource) refused(resp *http.Response, began time.Time) (stopped bool,
 		err = fmt.Errorf("status %d", status)
 	}
 	ev.Err, ev.Note = err, "refused"
-	var wait *WaitError
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		// As http_poll does: no request before the time the upstream
-		// gave, and Fetch hands the wait to the caller.
-		now := time.Now()
-		if until, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
-			ev.Note += "; Retry-After " + until.Sub(now).Round(time.Millisecond).String()
-			wait = &WaitError{Until: until, Err: fmt.Errorf("%s: status %d", w.where, status), Reason: WaitRetryAfter}
-		}
-	}
-	w.traceEvent(ev)
-	w.setDown(err, status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests)
-	if wait != nil {
-		w.setWait(wait)
-	}
+	w.refuse(ev, resp, err, "status")
 	return false, err
 }
 
@@ -192,19 +178,7 @@ func (w *sseSource) readLoop(ctx context.Context, sc *sseScanner, wd *watchdog) 
 		if err != nil {
 			return n, err
 		}
-		it := w.item(ev)
-		select {
-		case w.buf <- it:
-			continue
-		default:
-		}
-		// The buffer is full: stop reading, which pushes back on the
-		// connection, and stop the watchdog, since nothing is read now.
-		wd.pause()
-		select {
-		case w.buf <- it:
-			wd.resume()
-		case <-ctx.Done():
+		if !w.push(ctx, w.item(ev), wd) {
 			return n + 1, ctx.Err()
 		}
 	}
@@ -243,48 +217,6 @@ func describeEvent(ev sseEvent) string {
 	return fmt.Sprintf("event of type %q after id %q", ev.typ, ev.lastID)
 }
 
-// setUp records an open stream.
-func (w *sseSource) setUp() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.up, w.stopped, w.lastErr, w.permanent, w.wait = true, false, nil, false, nil
-	w.changed()
-}
-
-// setStopped records a 204: the source is quiet until the next try.
-func (w *sseSource) setStopped() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.up, w.stopped, w.lastErr, w.permanent, w.wait = false, true, nil, false, nil
-	w.changed()
-}
-
-// setDown records a failed request or a lost stream.
-func (w *sseSource) setDown(err error, permanent bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lastErr, w.permanent = err, permanent
-	if w.up || w.stopped {
-		w.up, w.stopped, w.downSince = false, false, time.Now()
-		w.changed()
-	}
-}
-
-// setWait records a request answered with Retry-After, and wakes a Fetch
-// waiting for the stream so that it returns wait at once.
-func (w *sseSource) setWait(wait *WaitError) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.wait = wait
-	w.changed()
-}
-
-// changed wakes whoever waits on stateChanged; w.mu is held.
-func (w *sseSource) changed() {
-	close(w.stateChanged)
-	w.stateChanged = make(chan struct{})
-}
-
 // setRetry records the reconnection time a stream's retry field set.
 func (w *sseSource) setRetry(d time.Duration) {
 	w.mu.Lock()
@@ -297,23 +229,4 @@ func (w *sseSource) reconnectionTime() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.retry
-}
-
-// retryAfter returns the time before which no request may go out: the
-// last Retry-After, or zero.
-func (w *sseSource) retryAfter() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.wait == nil {
-		return time.Time{}
-	}
-	return w.wait.Until
-}
-
-// traceEvent reports a stream event to Env.Trace, if set.
-func (w *sseSource) traceEvent(ev TraceEvent) {
-	if w.trace != nil {
-		ev.Method, ev.URL = http.MethodGet, w.sent
-		w.trace(ev)
-	}
 }

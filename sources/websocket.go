@@ -2,14 +2,12 @@ package sources
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -205,20 +203,17 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	w := &wsSource{
-		url:          s.URL,
-		initial:      s.InitialCursor,
-		header:       make(http.Header, len(s.Headers)),
-		subscribe:    s.Subscribe,
-		parser:       wsParser{idField: s.IDField, cursorField: s.CursorField, timeField: s.TimeField, recordsPath: s.RecordsPath},
-		maxBatch:     s.MaxBatch,
-		maxMessage:   s.MaxMessageBytes,
-		trace:        env.Trace,
-		log:          logger,
-		where:        fmt.Sprintf("source %q: websocket %s", env.Name, redactURL(u)),
-		redacted:     redactURL(u),
-		buf:          make(chan wsMessage, 4*s.MaxBatch),
-		done:         make(chan struct{}),
-		stateChanged: make(chan struct{}),
+		streamCore: newStreamCore[wsMessage](fmt.Sprintf("source %q: websocket %s", env.Name, redactURL(u)),
+			"connection", "WS", 4*s.MaxBatch, env.Trace),
+		url:        s.URL,
+		initial:    s.InitialCursor,
+		header:     make(http.Header, len(s.Headers)),
+		subscribe:  s.Subscribe,
+		parser:     wsParser{idField: s.IDField, cursorField: s.CursorField, timeField: s.TimeField, recordsPath: s.RecordsPath},
+		maxBatch:   s.MaxBatch,
+		maxMessage: s.MaxMessageBytes,
+		log:        logger,
+		redacted:   redactURL(u),
 	}
 	for _, d := range []struct {
 		key, val string
@@ -239,24 +234,20 @@ func (s *WebSocketSpec) Open(env Env) (Source, error) {
 	if env.Member != "" {
 		w.header.Set(MemberHeader, env.Member)
 	}
-	w.transport = http.DefaultTransport.(*http.Transport).Clone()
-	if w.transport.TLSClientConfig, err = clientTLSConfig(s.TLSCAFile, s.TLSInsecureSkipVerify, logger); err != nil {
-		return nil, fmt.Errorf("source %q: websocket: %w", env.Name, err)
-	}
-	w.insecure = s.TLSInsecureSkipVerify
-	w.client = &http.Client{Transport: w.transport, CheckRedirect: w.checkRedirect}
-	if s.OAuth2 != nil {
-		if w.auth, err = openOAuth2(s.OAuth2, env, w.transport, logger); err != nil {
-			return nil, fmt.Errorf("source %q: websocket: %w", env.Name, err)
-		}
+	if err = w.openClient(env, "websocket", s.TLSCAFile, s.TLSInsecureSkipVerify, s.OAuth2, logger); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
 // wsSource is an open websocket source. A reader goroutine (websocket_conn.go)
-// owns the connection and fills buf; Fetch drains it.
+// owns the connection and fills buf with the messages received; Fetch
+// drains it. streamCore (stream.go) holds the client, the buffer, the
+// connection's state and the reader's lifecycle, as for sse.
 type wsSource struct {
-	// url is the url key, with its {cursor} templates: handshakeURL fills
+	streamCore[wsMessage]
+
+	// url is the url key, with its {cursor} templates: handshake fills
 	// them in.
 	url, host string
 	// header holds the expanded headers. Its values are secrets: they never
@@ -264,57 +255,23 @@ type wsSource struct {
 	// them hold {cursor}.
 	header        http.Header
 	cursorHeaders bool
-	// auth, when set, sends each handshake with an OAuth2 token.
-	auth      *oauth2Token
-	subscribe string
+	subscribe     string
 	// initial is initial_cursor, the cursor when Fetch is first given none.
-	initial string
-	// insecure is tls_insecure_skip_verify, warned about on every connect.
-	insecure                                bool
-	parser                                  wsParser
-	maxBatch                                int
-	maxMessage                              int64
-	pingInterval, readTimeout, reconnectMax time.Duration
-	// where starts every error: source "NAME": websocket URL, without the
-	// query or user info, which may hold secrets. redacted is that URL.
-	// sent is the URL of the newest handshake as traceURL shows it; only
-	// the reader uses it.
-	where, redacted, sent string
-	client                *http.Client
-	transport             *http.Transport
-	trace                 func(TraceEvent)
-	log                   *slog.Logger
+	initial                    string
+	parser                     wsParser
+	maxBatch                   int
+	maxMessage                 int64
+	pingInterval, reconnectMax time.Duration
+	// redacted is the url without the query or user info, which may hold
+	// secrets, as where shows it. Each handshake sets streamCore's sent
+	// to its own URL as traceURL shows it.
+	redacted string
+	log      *slog.Logger
 
-	// buf holds the messages received and not yet handed out. Only the
-	// reader sends to it; only Fetch receives from it.
-	buf chan wsMessage
-	// held is a message Fetch took from buf but could not hand out with
-	// the batch it was building; the next Fetch starts with it. Only Fetch
-	// uses it.
-	held *wsMessage
-
-	mu sync.Mutex
-	// cursor is the newest cursor handed out, or given to Fetch (at first
-	// initial_cursor): what the next handshake and subscribe message carry.
+	// cursor, guarded by mu, is the newest cursor handed out, or given to
+	// Fetch (at first initial_cursor): what the next handshake and
+	// subscribe message carry.
 	cursor string
-	// started and closed guard the reader's lifecycle; stop ends it and
-	// done is closed when it has returned.
-	started, closed bool
-	stop            context.CancelFunc
-	done            chan struct{}
-	// up reports a subscribed connection. Otherwise downSince is when the
-	// source last had one (or started) and lastErr why the last attempt
-	// failed; permanent marks a handshake refused with a 4xx status.
-	up        bool
-	downSince time.Time
-	lastErr   error
-	permanent bool
-	// wait is set when the last handshake was answered with Retry-After:
-	// no handshake goes out before wait.Until, and until then Fetch
-	// returns wait when nothing is buffered.
-	wait *WaitError
-	// stateChanged is closed, and replaced, whenever up changes.
-	stateChanged chan struct{}
 }
 
 // wsMessage is one message received: its bytes, the records in it (Off
@@ -361,23 +318,7 @@ func (w *wsSource) Fetch(ctx context.Context, cursor string) (*Batch, error) {
 	if first.bad != "" {
 		return nil, &MalformedError{Body: first.data, FetchedAt: first.at, Reason: first.bad}
 	}
-	msgs := []*wsMessage{first}
-	size := len(first.data)
-take:
-	for len(msgs) < w.maxBatch {
-		select {
-		case m := <-w.buf:
-			if m.bad != "" {
-				w.held = &m // hand out the good messages first
-				break take
-			}
-			msgs = append(msgs, &m)
-			size += len(m.data)
-		default:
-			break take // nothing more buffered
-		}
-	}
-	b := w.assemble(msgs, size)
+	b := w.assemble(w.take(first, w.maxBatch, func(m *wsMessage) bool { return m.bad != "" }))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if largest := b.Cursor; largest != "" {
@@ -387,116 +328,28 @@ take:
 			w.cursor = largest
 		}
 	}
-	b.More = w.held != nil || len(w.buf) > 0
+	b.More = w.more()
 	return b, nil
 }
 
 // start notes the caller's cursor and starts the reader on the first call.
 func (w *wsSource) start(cursor string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return fmt.Errorf("%s: source is closed", w.where)
-	}
-	if cursor != "" && (w.cursor == "" || CompareCursor(cursor, w.cursor) > 0) {
-		w.cursor = cursor
-	}
-	if !w.started {
-		if w.cursor == "" {
+	return w.streamCore.start(func(first bool) {
+		if cursor != "" && (w.cursor == "" || CompareCursor(cursor, w.cursor) > 0) {
+			w.cursor = cursor
+		}
+		if first && w.cursor == "" {
 			w.cursor = w.initial // nothing is durable yet
 		}
-		w.started = true
-		w.downSince = time.Now()
-		ctx, cancel := context.WithCancel(context.Background())
-		w.stop = cancel
-		go w.run(ctx)
-	}
-	return nil
-}
-
-// wsIdleWait bounds how long a fetch waits for a first message. A quiet
-// stream then costs one empty fetch a second, and a fetch in progress
-// delays a drain (which waits for it) by a second at most.
-const wsIdleWait = time.Second
-
-// next returns the first message of a fetch: the held one or the next
-// buffered one, waiting for it until ctx ends or wsIdleWait has passed
-// (nil, nil) or the source has been down too long (an error).
-func (w *wsSource) next(ctx context.Context) (*wsMessage, error) {
-	if m := w.held; m != nil {
-		w.held = nil
-		return m, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, wsIdleWait)
-	defer cancel()
-	for {
-		select {
-		case m := <-w.buf:
-			return &m, nil
-		default:
-		}
-		changed, deadline, err := w.downState()
-		if err != nil {
-			return nil, err
-		}
-		var expire <-chan time.Time
-		var timer *time.Timer
-		if !deadline.IsZero() {
-			timer = time.NewTimer(time.Until(deadline))
-			expire = timer.C
-		}
-		var m *wsMessage
-		select {
-		case got := <-w.buf:
-			m = &got
-		case <-ctx.Done():
-		case <-changed:
-		case <-expire:
-		case <-w.done:
-			err = fmt.Errorf("%s: source is closed", w.where)
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if m != nil || err != nil || ctx.Err() != nil {
-			return m, err
-		}
-	}
-}
-
-// downState returns a channel closed when the connection state changes,
-// and, while the source has no connection, when that outage will have
-// lasted read_timeout, or the error to report when it already has or the
-// upstream asked to wait.
-func (w *wsSource) downState() (<-chan struct{}, time.Time, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.up {
-		return w.stateChanged, time.Time{}, nil
-	}
-	if w.wait != nil && time.Now().Before(w.wait.Until) {
-		return nil, time.Time{}, w.wait
-	}
-	deadline := w.downSince.Add(w.readTimeout)
-	if time.Now().Before(deadline) {
-		return w.stateChanged, deadline, nil
-	}
-	cause := w.lastErr
-	if cause == nil {
-		cause = errors.New("still connecting")
-	}
-	err := fmt.Errorf("%s: no connection for %s: %w", w.where, time.Since(w.downSince).Round(time.Millisecond), cause)
-	if w.permanent {
-		return nil, time.Time{}, &PermanentError{Err: err}
-	}
-	return nil, time.Time{}, err
+	}, w.run)
 }
 
 // assemble builds the batch of msgs: Body is [m1,m2,...] and each record's
 // offset is moved into it.
-func (w *wsSource) assemble(msgs []*wsMessage, size int) *Batch {
-	n := 0
+func (w *wsSource) assemble(msgs []*wsMessage) *Batch {
+	size, n := 0, 0
 	for _, m := range msgs {
+		size += len(m.data)
 		n += len(m.records)
 	}
 	body := make([]byte, 0, size+len(msgs)+1)
@@ -518,31 +371,4 @@ func (w *wsSource) assemble(msgs []*wsMessage, size int) *Batch {
 	}
 	b.Body = append(body, ']')
 	return b
-}
-
-// Close implements Source: it stops the reader, which closes the
-// connection (with no close handshake), and waits for it.
-func (w *wsSource) Close() error {
-	w.mu.Lock()
-	w.closed = true
-	stop, started := w.stop, w.started
-	w.mu.Unlock()
-	if started {
-		stop()
-		<-w.done
-	}
-	w.transport.CloseIdleConnections()
-	return nil
-}
-
-// checkRedirect follows up to 10 redirects of the handshake on the same
-// host: the headers carry credentials.
-func (w *wsSource) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	if req.URL.Host != via[0].URL.Host {
-		return fmt.Errorf("redirect to %s refused: only the url's host is followed", redactURL(req.URL))
-	}
-	return nil
 }

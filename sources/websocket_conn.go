@@ -106,22 +106,7 @@ func (w *wsSource) session(ctx context.Context) (connectedAt time.Time, err erro
 	}
 	if err != nil {
 		err = fmt.Errorf("dial: %w", unwrapURLError(err))
-		ev := TraceEvent{URL: sent, Status: status, Duration: time.Since(began), Err: err, Note: "handshake failed"}
-		var wait *WaitError
-		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-			// As http_poll does: no handshake before the time the
-			// upstream gave, and Fetch hands the wait to the caller.
-			now := time.Now()
-			if until, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
-				ev.Note += "; Retry-After " + until.Sub(now).Round(time.Millisecond).String()
-				wait = &WaitError{Until: until, Err: fmt.Errorf("%s: handshake status %d", w.where, status), Reason: WaitRetryAfter}
-			}
-		}
-		w.traceEvent(ev)
-		w.setDown(err, status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests)
-		if wait != nil {
-			w.setWait(wait)
-		}
+		w.refuse(TraceEvent{URL: sent, Status: status, Duration: time.Since(began), Err: err, Note: "handshake failed"}, resp, err, "handshake status")
 		return time.Time{}, err
 	}
 	defer func() {
@@ -229,18 +214,7 @@ func (w *wsSource) readLoop(ctx context.Context, conn *websocket.Conn, wd *watch
 		} else if m.records, err = w.parser.records(nil, data); err != nil {
 			m.bad, m.records = "message is not valid JSON: "+err.Error(), nil
 		}
-		select {
-		case w.buf <- m:
-			continue
-		default:
-		}
-		// The buffer is full: stop reading, which pushes back on the
-		// socket, and stop the watchdog, since no pong can be read now.
-		wd.pause()
-		select {
-		case w.buf <- m:
-			wd.resume()
-		case <-ctx.Done():
+		if !w.push(ctx, m, wd) {
 			return n + 1, ctx.Err()
 		}
 	}
@@ -264,20 +238,6 @@ func readMessage(r io.Reader, limit int64, kick func()) (data []byte, tooBig boo
 	return data[:limit], true, nil
 }
 
-// kickReader calls kick whenever bytes arrive.
-type kickReader struct {
-	r    io.Reader
-	kick func()
-}
-
-func (k kickReader) Read(p []byte) (int, error) {
-	n, err := k.r.Read(p)
-	if n > 0 {
-		k.kick()
-	}
-	return n, err
-}
-
 // keepalive pings every ping_interval while the connection is read; the
 // pong kicks the watchdog through OnPongReceived.
 func (w *wsSource) keepalive(ctx context.Context, conn *websocket.Conn, wd *watchdog) {
@@ -299,122 +259,4 @@ func (w *wsSource) keepalive(ctx context.Context, conn *websocket.Conn, wd *watc
 			w.log.Debug("websocket ping unanswered", "err", err)
 		}
 	}
-}
-
-// setUp records a subscribed connection.
-func (w *wsSource) setUp() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.up, w.lastErr, w.permanent, w.wait = true, nil, false, nil
-	close(w.stateChanged)
-	w.stateChanged = make(chan struct{})
-}
-
-// setDown records a failed connection attempt or a lost connection.
-func (w *wsSource) setDown(err error, permanent bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lastErr, w.permanent = err, permanent
-	if w.up {
-		w.up, w.downSince = false, time.Now()
-		close(w.stateChanged)
-		w.stateChanged = make(chan struct{})
-	}
-}
-
-// setWait records a handshake answered with Retry-After, and wakes a
-// Fetch waiting for the connection so that it returns wait at once.
-func (w *wsSource) setWait(wait *WaitError) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.wait = wait
-	close(w.stateChanged)
-	w.stateChanged = make(chan struct{})
-}
-
-// retryAfter returns the time before which no handshake may go out: the
-// last Retry-After, or zero.
-func (w *wsSource) retryAfter() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.wait == nil {
-		return time.Time{}
-	}
-	return w.wait.Until
-}
-
-// traceEvent reports a connection event to Env.Trace, if set.
-func (w *wsSource) traceEvent(ev TraceEvent) {
-	if w.trace != nil {
-		ev.Method, ev.URL = "WS", w.sent
-		w.trace(ev)
-	}
-}
-
-// watchdog calls its fire function when it has not been kicked for d while
-// armed and not paused.
-type watchdog struct {
-	d time.Duration
-
-	mu     sync.Mutex
-	timer  *time.Timer
-	paused bool
-	fired  bool
-}
-
-// arm starts the watchdog, which calls fire on expiry.
-func (wd *watchdog) arm(fire func()) {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	wd.paused = false
-	wd.timer = time.AfterFunc(wd.d, func() {
-		wd.mu.Lock()
-		expired := !wd.paused && !wd.fired
-		wd.fired = wd.fired || expired
-		wd.mu.Unlock()
-		if expired {
-			fire()
-		}
-	})
-}
-
-// kick restarts the countdown.
-func (wd *watchdog) kick() {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	if wd.timer != nil && !wd.paused && !wd.fired {
-		wd.timer.Reset(wd.d)
-	}
-}
-
-// pause stops the countdown until resume.
-func (wd *watchdog) pause() {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	wd.paused = true
-	if wd.timer != nil {
-		wd.timer.Stop()
-	}
-}
-
-// resume restarts a paused countdown from d.
-func (wd *watchdog) resume() {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	wd.paused = false
-	if wd.timer != nil && !wd.fired {
-		wd.timer.Reset(wd.d)
-	}
-}
-
-func (wd *watchdog) isPaused() bool {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	return wd.paused
-}
-
-func (wd *watchdog) hasFired() bool {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	return wd.fired
 }
