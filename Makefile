@@ -78,9 +78,14 @@ test-deps: deps
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3; \
 	fi
 
+# REVISION is the commit `ingestor version`, /status and ingestor_build_info
+# name (internal/buildinfo), passed in because builds here do not stamp it
+# (GOFLAGS=-buildvcs=false on some machines).
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+
 build: deps
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ingestor ./cmd/ingestor
+	$(GO) build -ldflags "-X github.com/ingestorhq/ingestor/internal/buildinfo.revision=$(REVISION)" -o $(BIN)/ingestor ./cmd/ingestor
 	$(GO) build -o $(BIN)/processor ./cmd/processor
 	$(GO) build -o $(BIN)/ingestor-bench ./cmd/ingestor-bench
 
@@ -189,7 +194,7 @@ image:
 		echo "make image: docker cannot reach its daemon (not running, or no permission on its socket)" >&2; \
 		exit 1; \
 	fi
-	docker build -f deploy/Dockerfile -t $(IMAGE) .
+	docker build -f deploy/Dockerfile --build-arg VCS_REVISION="$$(git rev-parse HEAD 2>/dev/null)" -t $(IMAGE) .
 
 clean:
 	rm -rf $(BIN) $(TOOLS)

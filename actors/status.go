@@ -294,6 +294,21 @@ func (m *Metrics) ForgetSource(name string) {
 	m.restarts.DeleteLabelValues("source-" + name)
 }
 
+// initPolled exports every counter of the polled source name at 0 before
+// its first event, so that increase() and rate() see its first poll,
+// malformed payload or restart (a series born at 1 counts as no
+// increase), and alerts on them need no absent().
+func (m *Metrics) initPolled(name string) {
+	for _, result := range []string{"ok", "error", "malformed", "wait"} {
+		m.polls.WithLabelValues(name, result)
+	}
+	for _, v := range []*prometheus.CounterVec{m.events, m.duplicates, m.bytes, m.malformed} {
+		v.WithLabelValues(name)
+	}
+	m.paused.WithLabelValues(name)
+	m.restarts.WithLabelValues("source-" + name)
+}
+
 // RawStoreUp reports whether the last raw-store write succeeded.
 func (m *Metrics) RawStoreUp() bool {
 	var v dto.Metric

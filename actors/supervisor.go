@@ -143,6 +143,7 @@ func (s *supervisorActor) spawnSources(ctx actor.Context, names []string) error 
 			continue
 		}
 		d, limiters := s.p.deps, s.p.limiters
+		d.Metrics.initPolled(src.Name)
 		pid, err := spawnChild(ctx, "source-"+src.Name, func() actor.Actor { return newSourceActor(src, d, limiters) })
 		if err != nil {
 			return err

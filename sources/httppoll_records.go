@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -125,8 +126,11 @@ func (sc *recordScan) extract(r *recordRules) (extracted, error) {
 		}
 	case r.recordsPath == "":
 		sc.d.Reset(body)
-		if sc.d.Peek() != jsonscan.Array {
+		if kind := sc.d.Peek(); kind != jsonscan.Array {
 			_, err = jsonscan.SplitArray(body) // its message names what was found
+			if path := arrayPath(body); kind == jsonscan.Object && path != "" {
+				err = fmt.Errorf("%w; the records may be the array at %q: set records_path = %q", err, path, path)
+			}
 			break
 		}
 		if err = sc.d.Array(sc.record); err == nil {
@@ -425,4 +429,58 @@ func (p *httpPoll) Parse(body []byte, fetchedAt time.Time) (*Batch, error) {
 		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error()}
 	}
 	return &Batch{Body: body, FetchedAt: fetchedAt, Records: ex.records}, nil
+}
+
+// arrayPath returns the dotted path of the first array in body, a JSON
+// object, found at most three objects deep (the records of an API that
+// wraps them, such as {"data":{"items":[...]}}), or "" when there is
+// none: records_path's hint for a body that is not an array. It reads
+// tokens only until it finds one, and at most a few thousand.
+func arrayPath(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type object struct {
+		key     string
+		wantKey bool
+	}
+	var stack []object // the objects around the next token
+	for range 5000 {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].wantKey {
+			if tok == json.Delim('}') {
+				stack = stack[:top]
+				if top > 0 {
+					stack[top-1].wantKey = true
+				}
+				continue
+			}
+			key, _ := tok.(string)
+			stack[top].key, stack[top].wantKey = key, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			if len(stack) == 3 {
+				return ""
+			}
+			stack = append(stack, object{wantKey: true})
+			continue
+		case json.Delim('['):
+			if top < 0 {
+				return ""
+			}
+			keys := make([]string, len(stack))
+			for i, o := range stack {
+				keys[i] = o.key
+			}
+			return strings.Join(keys, ".")
+		}
+		if top >= 0 {
+			stack[top].wantKey = true // a scalar value: a key comes next
+		}
+	}
+	return ""
 }

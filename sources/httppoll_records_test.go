@@ -318,3 +318,26 @@ func TestHTTPPollPageOfManySlices(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordsPathHint: a body that is an object where an array was
+// expected names the first array in it as the records_path to set, at
+// most three objects deep; an object without one gets no hint.
+func TestRecordsPathHint(t *testing.T) {
+	for _, tc := range []struct{ body, hint string }{
+		{`{"data":{"items":[{"id":1}]}}`, `set records_path = "data.items"`},
+		{`{"meta":{"n":1,"next":null},"results":[{"id":1}],"more":[2]}`, `set records_path = "results"`},
+		{`{"count":0,"data":{"empty":{}},"rows":[]}`, `set records_path = "rows"`},
+		{`{"a":1}`, ""},
+		{`{"a":{"b":{"c":{"d":[1]}}}}`, ""},
+	} {
+		r := &recordRules{format: "json"}
+		_, err := r.extract([]byte(tc.body), SliceRecords)
+		if err == nil || !strings.Contains(err.Error(), "not a JSON array (found an object)") {
+			t.Errorf("%s: error %v, want it to say the body is not an array", tc.body, err)
+			continue
+		}
+		if tc.hint == "" && strings.Contains(err.Error(), "records_path") || !strings.Contains(err.Error(), tc.hint) {
+			t.Errorf("%s: error %q, want the hint %q", tc.body, err, tc.hint)
+		}
+	}
+}

@@ -198,7 +198,7 @@ func cmdEdgeStatus(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("c", "", "the forwarder's config `file` (its [edge] outbox)")
 	outbox := fs.String("outbox", "", "the outbox's SQLite `file`")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if (*path == "") == (*outbox == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: ingestor edge status (-c FILE | -outbox FILE)")

@@ -19,7 +19,7 @@ func cmdHealthcheck(args []string, stderr io.Writer) int {
 	addr := fs.String("addr", "127.0.0.1:9464", "host:port of the daemon's http_addr")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ingestor healthcheck: unexpected argument %q\n", fs.Arg(0))

@@ -19,7 +19,7 @@ func cmdCurveKeygen(args []string, stdout, stderr io.Writer) int {
 			"  writes a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub (public)")
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		fs.Usage()

@@ -61,7 +61,7 @@ const usage = `usage:
                                An aligned table, coloured on a terminal only; -o json for scripts.
                                Without -c or -addr (--addr): the default 127.0.0.1:9464. Exit 1
                                when the daemon cannot be reached
-  ingestor version             print the build's version
+  ingestor version             print the build's version and commit (also --version)
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
   ingestor edge -c FILE | -url URL -device-id ID -token-file FILE (-http ADDR|-socket PATH|-stdin)
@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdEdge(args[1:], os.Stdin, stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(args[1:], stderr)
-	case "version":
+	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "ingestor", daemon.Version())
 		return 0
 	case "-h", "--help", "help":
@@ -188,7 +188,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("c", "", "config file (default: the embedded example config)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	cfg, err := loadConfig(*path)
 	if err != nil {

@@ -101,7 +101,7 @@ func TestOAuth2TokensExpireMidRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(metrics, `ingestor_source_polls_total{result="error",source="tickets"}`) {
+	if !strings.Contains(metrics, `ingestor_source_polls_total{result="error",source="tickets"} 0`) {
 		t.Errorf("a poll failed:\n%s", grepLines(metrics, "ingestor_source_polls_total"))
 	}
 	mu.Lock()

@@ -35,7 +35,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool("dry-run", false, "parse and report only; write nothing")
 	deadLetters := fs.Bool("include-deadletters", false, "also replay the payloads under deadletter/NAME/ (those that failed to parse)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if *path == "" || *source == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "ingestor replay: -c FILE and -source NAME are required, and nothing else")

@@ -28,7 +28,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "", "the daemon's ops address HOST:PORT (instead of -c)")
 	output := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ingestor status: unexpected argument %q\n", fs.Arg(0))

@@ -49,6 +49,16 @@ func (s *subcommand) parse(args []string) (pos []string, code int, done bool) {
 	return pos, 0, false
 }
 
+// flagExit is the exit code of a command whose flags did not parse: 0
+// after -h or --help (the flag package printed the usage), 2 after a
+// flag error (it printed the error and the usage).
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
 // fail prints "ingestor NAME: message" and returns 2, the exit code of a
 // usage error.
 func (s *subcommand) fail(format string, a ...any) int {

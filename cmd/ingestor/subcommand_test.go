@@ -24,6 +24,30 @@ func TestSubcommandHelp(t *testing.T) {
 	}
 }
 
+// TestEveryCommandAnswersHelpAndVersion: -h and --help on every command,
+// the ones without -c FILE too (run, replay, status, healthcheck,
+// curve-keygen, edge status exited 2 after their usage), print a usage
+// and exit 0; `ingestor --version`, `-version` and `version` print the
+// version and exit 0 (--version was "unknown command").
+func TestEveryCommandAnswersHelpAndVersion(t *testing.T) {
+	for _, cmd := range [][]string{{"run"}, {"replay"}, {"status"}, {"healthcheck"}, {"curve-keygen"}, {"edge"}, {"edge", "status"}} {
+		for _, help := range []string{"-h", "--help"} {
+			var out, errb bytes.Buffer
+			args := append(append([]string(nil), cmd...), help)
+			code := run(args, &out, &errb)
+			if all := out.String() + errb.String(); code != 0 || !strings.Contains(strings.ToLower(all), "usage") {
+				t.Errorf("ingestor %s: exit %d, want 0 and a usage:\n%s", strings.Join(args, " "), code, all)
+			}
+		}
+	}
+	for _, v := range []string{"--version", "-version", "version"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{v}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "ingestor ") {
+			t.Errorf("ingestor %s: exit %d, %q; want 0 and the version", v, code, out.String()+errb.String())
+		}
+	}
+}
+
 // TestSubcommandsShareTheConfigPreamble: every subcommand that loads -c
 // FILE reports the same usage error without it and every problem of a bad
 // file with file:line.

@@ -92,6 +92,7 @@ import (
 	ingestorconfig "github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/logattr"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 	"github.com/ingestorhq/ingestor/processor"
 	"github.com/ingestorhq/ingestor/processor/etcdmembers"
@@ -216,7 +217,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	var h slog.Handler = slog.NewTextHandler(logOut, nil)
 	if cfg.logFormat == "json" {
-		h = slog.NewJSONHandler(logOut, nil)
+		h = slog.NewJSONHandler(logOut, &slog.HandlerOptions{ReplaceAttr: logattr.DurationSeconds})
 	}
 	log := slog.New(h)
 	o := processor.Options{

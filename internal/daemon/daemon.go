@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/buildinfo"
 	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/datadir"
@@ -31,6 +33,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/diskspace"
 	"github.com/ingestorhq/ingestor/internal/durable"
 	"github.com/ingestorhq/ingestor/internal/ingest"
+	"github.com/ingestorhq/ingestor/internal/logattr"
 	"github.com/ingestorhq/ingestor/internal/push"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawretention"
@@ -86,17 +89,25 @@ type Daemon struct {
 	stops stops
 }
 
-// NewLogger builds the daemon's logger from its config.
+// NewLogger builds the daemon's logger from its config, writing to
+// stderr.
 func NewLogger(d config.Daemon) *slog.Logger {
+	return newLogger(d, os.Stderr)
+}
+
+// newLogger is NewLogger writing to w. JSON logs write durations in
+// seconds (logattr.DurationSeconds).
+func newLogger(d config.Daemon, w io.Writer) *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(d.LogLevel)); err != nil {
 		level = slog.LevelInfo
 	}
 	ho := &slog.HandlerOptions{Level: level}
 	if d.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, ho))
+		ho.ReplaceAttr = logattr.DurationSeconds
+		return slog.New(slog.NewJSONHandler(w, ho))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, ho))
+	return slog.New(slog.NewTextHandler(w, ho))
 }
 
 // Start opens every component and starts the pipeline, each component
@@ -118,7 +129,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 			err = errors.Join(err, opened.close())
 		}
 	}()
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoMetric())
 	d.reload = newReloader(d.reg)
 	d.clusterMetrics = cluster.NewMetrics(d.reg)
 	d.metrics = actors.NewMetrics(d.reg)
@@ -336,6 +347,18 @@ func (d *Daemon) logStarted() {
 	d.log.Info("ingestor started", "sources", enabled, "publish", pub.Endpoint, "acks", pub.AckEndpoint,
 		"curve", d.curve != nil, "http", d.HTTPAddr(), "admin", d.AdminAddr(), "admin_token", d.cfg.Daemon.AdminToken != "",
 		"push", d.PushAddr())
+}
+
+// buildInfoMetric is ingestor_build_info: 1, labelled with the build's
+// version, commit and Go version, to join with other series or to see a
+// rollout's progress.
+func buildInfoMetric() prometheus.Gauge {
+	in := buildinfo.Read()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_build_info",
+		Help:        "Always 1; its labels say the build running: version, the commit it was built from, and the Go that built it.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.Revision, "goversion": in.GoVersion}})
+	g.Set(1)
+	return g
 }
 
 // damagedQueue adds to a *queue.DamagedError what the operator can do.

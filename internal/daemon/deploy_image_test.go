@@ -149,7 +149,8 @@ func (img *dockerImage) stageRuns(stage int) string {
 func (img *dockerImage) checkStages(t *testing.T) {
 	t.Helper()
 	build := img.stageRuns(0)
-	for _, want := range []string{"libzmq3-dev", "pkg-config", "CGO_ENABLED=1", "./cmd/ingestor", "./cmd/processor"} {
+	for _, want := range []string{"libzmq3-dev", "pkg-config", "CGO_ENABLED=1", "./cmd/ingestor", "./cmd/processor",
+		"internal/buildinfo.revision=${VCS_REVISION}"} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the build stage does not mention %s", want)
 		}

@@ -3,12 +3,12 @@ package daemon
 import (
 	"context"
 	"net/http"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/ingestorhq/ingestor/actors"
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/buildinfo"
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -238,26 +238,10 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// Version returns the module version of the binary, or for a development
-// build "devel" and its VCS revision.
+// Version returns the binary's version and the commit it was built from,
+// such as "devel 1a2b3c4d5e6f" (internal/buildinfo).
 func Version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	v := "devel"
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			v += " " + s.Value[:min(12, len(s.Value))]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			v += " (modified)"
-		}
-	}
-	return v
+	return buildinfo.Read().String()
 }
 
 // handleStatus serves GET /status.

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"html"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,5 +138,31 @@ func TestStatusPageInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("screenshot copied to %s", dst)
+	}
+}
+
+// TestStatusPageBehindAProxy loads the page through a reverse proxy that
+// serves the daemon under /ops/ingestor/, as an ingress with a sub-path
+// does: the page's script fetches the status relative to the page, so the
+// table fills through the proxy. (It fetched the absolute /status, which
+// the proxy does not serve, and the page stayed empty.)
+func TestStatusPageBehindAProxy(t *testing.T) {
+	h := startDaemon(t, "", "", `
+[source.demo]
+kind = "demo"
+interval = "200ms"
+`)
+	target, err := url.Parse("http://" + h.d.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewServer(http.StripPrefix("/ops/ingestor", httputil.NewSingleHostReverseProxy(target)))
+	t.Cleanup(proxy.Close)
+	dom := string(chromium(t, filepath.Join(t.TempDir(), "profile"), "--dump-dom", proxy.URL+"/ops/ingestor/"))
+	if !strings.Contains(dom, `data-loaded="true"`) {
+		t.Fatalf("the page's script never rendered the status through the proxy:\n%s", dom)
+	}
+	if _, ok := pageRows(dom)["demo"]; !ok {
+		t.Errorf("source demo has no row in the page served through the proxy")
 	}
 }

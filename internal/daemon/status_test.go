@@ -145,7 +145,7 @@ func TestStatusPageHeaders(t *testing.T) {
 	}
 	csp := resp.Header.Get("Content-Security-Policy")
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
-		!strings.Contains(csp, "script-src 'sha256-") || !strings.Contains(csp, "connect-src 'self'") || !strings.Contains(string(body), `fetch("/status"`) {
+		!strings.Contains(csp, "script-src 'sha256-") || !strings.Contains(csp, "connect-src 'self'") || !strings.Contains(string(body), `fetch("status"`) {
 		t.Fatalf("GET / answered %d %q, CSP %q", resp.StatusCode, resp.Header.Get("Content-Type"), csp)
 	}
 	// Only / is the page: other paths stay 404.

@@ -1,0 +1,55 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
+)
+
+// TestSourceCountersStartAtZero: a polled source's counters are exported
+// at 0 as soon as it starts, before any malformed payload, failed poll or
+// restart, so that increase() over a window sees the first one (a series
+// born at 1 shows no increase) and alerts need no absent().
+func TestSourceCountersStartAtZero(t *testing.T) {
+	h := startDaemon(t, "", "", `
+[source.quiet]
+kind = "demo"
+interval = "1h"
+`)
+	exported := func() map[string]bool {
+		mfs, err := h.d.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				var labels []string
+				for _, lp := range m.GetLabel() {
+					labels = append(labels, lp.GetName()+"="+lp.GetValue())
+				}
+				have[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = true
+			}
+		}
+		return have
+	}
+	want := []string{"ingestor_source_malformed_total{source=quiet}", "ingestor_actor_restarts_total{actor=source-quiet}",
+		"ingestor_source_events_total{source=quiet}", "ingestor_source_duplicates_total{source=quiet}",
+		"ingestor_source_bytes_total{source=quiet}", "ingestor_source_paused{source=quiet}"}
+	for _, r := range []string{"ok", "error", "malformed", "wait"} {
+		want = append(want, fmt.Sprintf("ingestor_source_polls_total{result=%s,source=quiet}", r))
+	}
+	missing := want
+	testsync.WaitFor(t, "every counter of the source exported", 10*time.Second, func() bool {
+		have := exported()
+		missing = slices.DeleteFunc(slices.Clone(want), func(w string) bool { return have[w] })
+		return len(missing) == 0
+	})
+	if polls := metric(t, h.d.Registry(), "ingestor_source_polls_total", "source", "quiet", "result", "ok"); polls != 0 {
+		t.Errorf("%v polls ok before the first poll is due (interval 1h, spread over it): the check above saw a series born at its first event", polls)
+	}
+}
