@@ -220,11 +220,13 @@ func (a *SourceActor) cursorLoaded(ctx actor.Context, m *cursorRead) {
 		panic(fmt.Errorf("source %q: read cursor: %w", a.cfg.Name, m.err))
 	}
 	a.cursor, a.ready = m.cursor, true
-	a.log.Info("source started", "kind", a.cfg.Kind, "cursor", a.cursor, "interval", a.cfg.Interval)
 	a.deps.Metrics.interval.WithLabelValues(a.cfg.Name).Set(a.cfg.Interval.Seconds())
-	// Spread first polls over one interval so many sources do not fire
-	// together, and keep a wait the upstream asked for before a restart.
-	first, reason := time.Duration(rand.Int64N(int64(a.cfg.Interval)+1)), ReasonInterval
+	// Spread first polls over start_jitter (at most one interval) so many
+	// sources do not fire together while a new feed polls within seconds,
+	// and keep a wait the upstream asked for before a restart.
+	first, reason := time.Duration(rand.Int64N(int64(min(a.cfg.StartJitter, a.cfg.Interval))+1)), ReasonInterval
+	a.log.Info("source started", "kind", a.cfg.Kind, "cursor", a.cursor, "interval", a.cfg.Interval,
+		"first_poll_in", max(first, time.Until(m.notBefore)).Round(time.Millisecond))
 	if wait := time.Until(m.notBefore); wait > first {
 		a.log.Info("still waiting as the upstream asked before the restart", "until", m.notBefore, "wait", wait.Round(time.Millisecond))
 		first, reason = wait, ReasonRetryAfter

@@ -85,7 +85,7 @@ func TestGoodFiles(t *testing.T) {
 				Push:    Push{Addr: "127.0.0.1:9465"},
 				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second, RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
-					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3,
+					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3, StartJitter: 5 * time.Second,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
 			}
 			if !reflect.DeepEqual(cfg, want) {

@@ -294,6 +294,7 @@ type defaultsTOML struct {
 	Timeout          duration `toml:"timeout"`
 	InflightBatches  int      `toml:"inflight_batches"`
 	MalformedRetries int      `toml:"malformed_retries"`
+	StartJitter      duration `toml:"start_jitter"`
 }
 
 // sourceDefaults are the validated [defaults] that sources inherit.
@@ -302,10 +303,15 @@ type sourceDefaults struct {
 	jitter            float64
 	inflightBatches   int
 	malformedRetries  int
+	startJitter       time.Duration
 }
 
+// defaultStartJitter is [defaults] start_jitter's default: a new feed
+// shows data within seconds, and sources started together still spread.
+const defaultStartJitter = 5 * time.Second
+
 func (d *decoder) defaults(top map[string]toml.Primitive) sourceDefaults {
-	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3}
+	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3, StartJitter: "5s"}
 	d.section(top, "defaults", &t)
 	p := []string{"defaults"}
 	return sourceDefaults{
@@ -314,6 +320,7 @@ func (d *decoder) defaults(top map[string]toml.Primitive) sourceDefaults {
 		timeout:          d.duration(child(p, "timeout"), t.Timeout, 30*time.Second),
 		inflightBatches:  d.inflight(child(p, "inflight_batches"), t.InflightBatches, 2),
 		malformedRetries: d.malformedRetries(child(p, "malformed_retries"), t.MalformedRetries, 3),
+		startJitter:      d.durationOrOff(child(p, "start_jitter"), t.StartJitter, defaultStartJitter, time.Millisecond, 24*time.Hour),
 	}
 }
 

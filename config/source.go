@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -22,6 +23,7 @@ type sourceTOML struct {
 	Timeout          duration `toml:"timeout"`
 	InflightBatches  int      `toml:"inflight_batches"`
 	MalformedRetries int      `toml:"malformed_retries"`
+	StartJitter      duration `toml:"start_jitter"`
 }
 
 // sourceName matches a valid NAME in [source.NAME].
@@ -90,7 +92,10 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 
 	src.Kind, src.Enabled = t.Kind, t.Enabled
 	src.Interval, src.Jitter, src.Timeout, src.InflightBatches = def.interval, def.jitter, def.timeout, def.inflightBatches
-	src.MalformedRetries = def.malformedRetries
+	src.MalformedRetries, src.StartJitter = def.malformedRetries, def.startJitter
+	if present["start_jitter"] {
+		src.StartJitter = d.durationOrOff(child(path, "start_jitter"), t.StartJitter, def.startJitter, time.Millisecond, 24*time.Hour)
+	}
 	if present["interval"] {
 		src.Interval = d.duration(child(path, "interval"), t.Interval, def.interval)
 	}

@@ -148,6 +148,11 @@ type Source struct {
 	Jitter float64
 	// Timeout bounds one fetch. Default 30s.
 	Timeout time.Duration
+	// StartJitter spreads the first poll after a start over
+	// [0, min(StartJitter, Interval)], so that sources started together do
+	// not fire at once, while a new feed polls within seconds, whatever
+	// its interval; 0 polls at once. Default 5s.
+	StartJitter time.Duration
 	// InflightBatches is how many fetched batches may wait for durability
 	// before the source stops fetching. Default 2.
 	InflightBatches int

@@ -452,19 +452,6 @@ func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
 // Queue returns the daemon's queue, for tests and benchmarks.
 func (d *Daemon) Queue() *queue.Queue { return d.queue }
 
-func (d *Daemon) registerQueueMetrics() {
-	d.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_pending_events",
-			Help: "Events in the write-ahead queue not yet acked."}, func() float64 { return float64(d.queue.PendingEvents()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_pending_frames",
-			Help: "Frames in the write-ahead queue not yet acked."}, func() float64 { return float64(d.queue.PendingFrames()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_max_pending_events",
-			Help: "The configured queue limit at which sources pause."}, func() float64 { return float64(d.cfg.Publish.MaxPendingEvents) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_oldest_pending_age_seconds",
-			Help: "Age of the oldest frame not yet acked (0 when none is pending)."}, d.oldestPendingAge),
-	)
-}
-
 // rawPruner returns the raw store's retention, nil when [raw_store]
 // retention is 0 (keep everything).
 func (d *Daemon) rawPruner() *rawretention.Pruner {

@@ -19,6 +19,7 @@ func TestSourceCountersStartAtZero(t *testing.T) {
 [source.quiet]
 kind = "demo"
 interval = "1h"
+start_jitter = "1h"
 `)
 	exported := func() map[string]bool {
 		mfs, err := h.d.Registry().Gather()
@@ -50,6 +51,40 @@ interval = "1h"
 		return len(missing) == 0
 	})
 	if polls := metric(t, h.d.Registry(), "ingestor_source_polls_total", "source", "quiet", "result", "ok"); polls != 0 {
-		t.Errorf("%v polls ok before the first poll is due (interval 1h, spread over it): the check above saw a series born at its first event", polls)
+		t.Errorf("%v polls ok before the first poll is due (start_jitter 1h): the check above saw a series born at its first event", polls)
+	}
+}
+
+// TestDeadLetterGauge: ingestor_dead_letters counts the active dead
+// letters of each source, and is 0, not absent, for a source without any.
+func TestDeadLetterGauge(t *testing.T) {
+	h := startDaemon(t, "", "", `
+[source.bad]
+kind = "demo"
+interval = "50ms"
+malformed_every = 1
+malformed_retries = 0
+
+[source.good]
+kind = "demo"
+interval = "1h"
+`)
+	testsync.WaitFor(t, "a dead letter of bad in the gauge", 20*time.Second, func() bool {
+		return metric(t, h.d.Registry(), "ingestor_dead_letters", "source", "bad") >= 1
+	})
+	mfs, err := h.d.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := false
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "ingestor_dead_letters" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "good" {
+				good = m.GetGauge().GetValue() == 0
+			}
+		}
+	}
+	if !good {
+		t.Error("ingestor_dead_letters{source=\"good\"} is not exported at 0")
 	}
 }

@@ -324,19 +324,3 @@ func (r *settleRate) Close() {
 	r.stop()
 	<-r.done
 }
-
-// oldestPendingAge is the value of ingestor_queue_oldest_pending_age_seconds:
-// one primary-key lookup per scrape (queue.OldestPending).
-func (d *Daemon) oldestPendingAge() float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	oldest, err := d.queue.OldestPending(ctx)
-	if err != nil {
-		d.log.Debug("metrics: oldest pending frame", "err", err)
-		return 0
-	}
-	if oldest.IsZero() {
-		return 0
-	}
-	return time.Since(oldest).Seconds()
-}
