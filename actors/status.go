@@ -309,6 +309,15 @@ func (m *Metrics) initPolled(name string) {
 	m.restarts.WithLabelValues("source-" + name)
 }
 
+// initPushed exports the counters a push source shares with polled ones
+// (events, duplicates, bytes) at 0 before its first request, as
+// initPolled does.
+func (m *Metrics) initPushed(name string) {
+	for _, v := range []*prometheus.CounterVec{m.events, m.duplicates, m.bytes} {
+		v.WithLabelValues(name)
+	}
+}
+
 // RawStoreUp reports whether the last raw-store write succeeded.
 func (m *Metrics) RawStoreUp() bool {
 	var v dto.Metric

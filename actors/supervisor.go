@@ -124,7 +124,8 @@ func (s *supervisorActor) started(ctx actor.Context) {
 	s.p.mu.Lock()
 	var names []string
 	for _, src := range s.p.srcs {
-		if !d.Placed {
+		_, push := src.Spec.(sources.PushSpec)
+		if !d.Placed || push { // push sources are served on every member
 			names = append(names, src.Name)
 		}
 	}
@@ -134,12 +135,16 @@ func (s *supervisorActor) started(ctx actor.Context) {
 
 // spawnSources spawns a SourceActor for each of names that is an enabled
 // polled source of the pipeline's current config; a push source is served
-// by the push listener, not polled.
+// by the push listener, not polled: it only gets its counters at 0.
 func (s *supervisorActor) spawnSources(ctx actor.Context, names []string) error {
 	s.p.mu.Lock()
 	defer s.p.mu.Unlock()
 	for _, src := range s.p.srcs {
-		if _, push := src.Spec.(sources.PushSpec); !src.Enabled || push || !slices.Contains(names, src.Name) {
+		if !src.Enabled || !slices.Contains(names, src.Name) {
+			continue
+		}
+		if _, push := src.Spec.(sources.PushSpec); push {
+			s.p.deps.Metrics.initPushed(src.Name)
 			continue
 		}
 		d, limiters := s.p.deps, s.p.limiters

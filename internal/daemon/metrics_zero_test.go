@@ -10,8 +10,8 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
-// TestSourceCountersStartAtZero: a polled source's counters are exported
-// at 0 as soon as it starts, before any malformed payload, failed poll or
+// TestSourceCountersStartAtZero: a polled source's counters (and those a
+// push source shares with it) are exported at 0 as soon as it starts, before any malformed payload, failed poll or
 // restart, so that increase() over a window sees the first one (a series
 // born at 1 shows no increase) and alerts need no absent().
 func TestSourceCountersStartAtZero(t *testing.T) {
@@ -20,6 +20,13 @@ func TestSourceCountersStartAtZero(t *testing.T) {
 kind = "demo"
 interval = "1h"
 start_jitter = "1h"
+
+[push]
+addr = "127.0.0.1:0"
+
+[source.hooks]
+kind = "webhook"
+id_field = "id"
 `)
 	exported := func() map[string]bool {
 		mfs, err := h.d.Registry().Gather()
@@ -41,6 +48,9 @@ start_jitter = "1h"
 	want := []string{"ingestor_source_malformed_total{source=quiet}", "ingestor_actor_restarts_total{actor=source-quiet}",
 		"ingestor_source_events_total{source=quiet}", "ingestor_source_duplicates_total{source=quiet}",
 		"ingestor_source_bytes_total{source=quiet}", "ingestor_source_paused{source=quiet}"}
+	for _, c := range []string{"events", "duplicates", "bytes"} {
+		want = append(want, "ingestor_source_"+c+"_total{source=hooks}")
+	}
 	for _, r := range []string{"ok", "error", "malformed", "wait"} {
 		want = append(want, fmt.Sprintf("ingestor_source_polls_total{result=%s,source=quiet}", r))
 	}
