@@ -393,17 +393,16 @@ func TestSSEBufferIsBounded(t *testing.T) {
 	testsync.WaitFor(t, "a full buffer", 15*time.Second, func() bool { return len(src.buf) >= limit })
 	// The upstream stalls once the socket buffers are full too: wait until
 	// it has sent nothing for half a second.
-	stalled := 0
-	for last := -1; stalled < 10; time.Sleep(50 * time.Millisecond) {
-		if sent := feed.Sent(); sent == last {
-			stalled++
-		} else {
-			last, stalled = sent, 0
-		}
+	last, since := -1, time.Now()
+	testsync.WaitFor(t, "the upstream to stall (nothing sent for half a second)", 30*time.Second, func() bool {
 		if n := len(src.buf); n > limit {
 			t.Fatalf("%d events buffered, over 4 * max_batch (%d)", n, limit)
 		}
-	}
+		if sent := feed.Sent(); sent != last {
+			last, since = sent, time.Now()
+		}
+		return time.Since(since) >= 500*time.Millisecond
+	})
 	sent := feed.Sent()
 	if sent >= total/4 {
 		t.Fatalf("the upstream sent %d of %d events with nobody fetching: no backpressure", sent, total)
