@@ -18,6 +18,9 @@ or EtcdMembers).
     client.run_tx("sink.db", handle)  # until client.stop()
 """
 
+# The package's version, stated here only: pyproject.toml reads it.
+__version__ = "0.1.0"
+
 from .acks import MAX_BATCH_BYTES, MAX_BATCH_FRAMES, MAX_BATCH_KEYS, AckBatch
 from .client import (DEFAULT_ACK_FLUSH_INTERVAL, DEFAULT_DEDUPE_CACHE_SIZE, DEFAULT_DEDUPE_RETENTION, DEFAULT_RECEIVE_HWM, Client,
                      Permanent, Stats, check_curve_key, open_database, read_curve_key,

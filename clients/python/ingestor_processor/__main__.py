@@ -1,12 +1,15 @@
 """The example processor: writes every event exactly once into the table
 events of a SQLite database.
 
-    python3 -m ingestor_processor --sqlite sink.db [--connect tcp://127.0.0.1:5557]
+    ingestor-processor-py --sqlite sink.db [--connect tcp://127.0.0.1:5557]
         [--ack tcp://127.0.0.1:5558] [--fail-keys REGEX]
         [--curve-server-key daemon.pub --curve-secret-key processor.key]
         [--etcd URL[,URL...] [--cluster NAME] [--etcd-ca FILE]
          [--etcd-cert FILE --etcd-key FILE] [--etcd-user NAME]]
         [--member NAME=EVENTS,ACKS ...]
+
+ingestor-processor-py is the console script pip installs; python3 -m
+ingestor_processor runs the same.
 
 With --etcd it follows a cluster of daemons (their [cluster] mode) instead
 of one daemon: it reads the members from etcd every second and consumes
@@ -32,8 +35,8 @@ import signal
 import sqlite3
 import sys
 
-from . import (DEFAULT_DEDUPE_RETENTION, Client, Cluster, EtcdMembers, Member, Permanent, StaticMembers, read_curve_key,
-               read_curve_secret)
+from . import (DEFAULT_DEDUPE_RETENTION, Client, Cluster, EtcdMembers, Member, Permanent, StaticMembers, __version__,
+               read_curve_key, read_curve_secret)
 
 EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     source TEXT NOT NULL,
@@ -44,8 +47,9 @@ EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
 )"""
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python3 -m ingestor_processor", description=__doc__.split("\n")[0])
+def main(argv=None, prog="python3 -m ingestor_processor"):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--connect", default="tcp://127.0.0.1:5557", help="the daemon's publish.endpoint")
     p.add_argument("--ack", default="tcp://127.0.0.1:5558", help="the daemon's publish.ack_endpoint")
     p.add_argument("--sqlite", required=True, help="the SQLite database to write events into")
@@ -138,6 +142,11 @@ def cluster_members(p, args):
                            key_file=args.etcd_key, username=args.etcd_user, password=password)
     except (ValueError, OSError) as e:
         p.error(f"--etcd: {e}")
+
+
+def console_script():
+    """The ingestor-processor-py command pip installs."""
+    return main(prog=os.path.basename(sys.argv[0]) or "ingestor-processor-py")
 
 
 if __name__ == "__main__":
