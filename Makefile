@@ -33,21 +33,30 @@ deps:
 	fi
 
 # test-deps installs what the tests use beyond the build: python3-zmq for
-# the Python processor example, promtool (Debian's prometheus package) for
-# the alert rules in deploy/ (the package also has a prometheus service,
-# which Debian starts where systemd runs), chromium for the status page
-# test (headless), etcd (Debian's etcd-server, for the cluster tests; its
-# service, where systemd starts it, listens on 127.0.0.1:2379, which the
-# tests leave alone: each starts its own etcd on free ports), the
-# versitygw S3 server, and Debian's fuse3 for the power-loss tests (their
-# file system, internal/powercut, is ours, on go-fuse; fuse3 gives it
-# fusermount3).
+# the Python processor example, python3-venv, python3-setuptools and
+# python3-wheel for the Python client's tests (they pip install
+# clients/python, offline, into a fresh virtual environment; ensurepip is
+# in python3-venv, and this setuptools builds wheels with python3-wheel),
+# promtool (Debian's prometheus package) for the alert rules in deploy/
+# (the package also has a prometheus service, which Debian starts where
+# systemd runs), chromium for the status page test (headless), etcd
+# (Debian's etcd-server, for the cluster tests; its service, where
+# systemd starts it, listens on 127.0.0.1:2379, which the tests leave
+# alone: each starts its own etcd on free ports), the versitygw S3
+# server, and Debian's fuse3 for the power-loss tests (their file system,
+# internal/powercut, is ours, on go-fuse; fuse3 gives it fusermount3).
 test-deps: deps
 	@if ! $(PYTHON3) -c 'import zmq' >/dev/null 2>&1; then \
 		echo "make test-deps: installing python3 python3-zmq" >&2; \
 		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-zmq; \
+	fi
+	@if ! $(PYTHON3) -c 'import ensurepip, setuptools, wheel' >/dev/null 2>&1; then \
+		echo "make test-deps: installing python3-venv python3-setuptools python3-wheel (the Python client's package tests)" >&2; \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-setuptools python3-wheel; \
 	fi
 	@if ! command -v promtool >/dev/null 2>&1; then \
 		echo "make test-deps: installing prometheus (for promtool)" >&2; \

@@ -1,18 +1,22 @@
-// Package python_test runs the Python processor client in clients/python:
-// its unit tests, and its example processor against the real daemon binary
+// Package python_test runs the Python processor client in clients/python
+// as pip installs it: its unit tests, and its example processor (the
+// console script ingestor-processor-py) against the real daemon binary
 // through kill -9 loops and a poison event.
 package python_test
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,22 +29,141 @@ import (
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
 
-// pythonCommand runs python3 with args in this directory, where the
-// ingestor_processor package is, without writing bytecode into the tree.
-func pythonCommand(t *testing.T, args ...string) *exec.Cmd {
-	cmd := exec.Command(testsync.Python3(t), args...)
-	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
-	return cmd
+// consoleScript is the example processor's command, installed by pip.
+const consoleScript = "ingestor-processor-py"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if installDir != "" {
+		_ = os.RemoveAll(installDir)
+	}
+	os.Exit(code)
 }
 
-// TestPythonUnitTests runs the client's unittest suite: frame decoding,
-// ack batching, nacks, dedupe, exactly-once SQLite, CURVE and following a
-// cluster, against real sockets, SQLite files and two real etcd servers
-// (one for the test that turns authentication on).
+// The package installed once per test binary, for every test here.
+var (
+	installOnce sync.Once
+	installDir  string // removed by TestMain
+	installed   *venv
+	installErr  error
+)
+
+// venv is a fresh virtual environment the package is installed into.
+type venv struct {
+	dir    string // the environment (INGESTOR_TEST_VENV for the tests)
+	python string // its interpreter
+	script string // its ingestor-processor-py
+	tests  string // a directory holding a copy of tests/ and nothing else
+}
+
+// installPackage installs this directory's package the way its README
+// says, offline: into a fresh `python3 -m venv --system-site-packages`
+// (pyzmq, setuptools and wheel come from Debian's packages),
+// `pip install --no-build-isolation --no-index`. pip builds from a copy of
+// this directory, as setuptools writes build/ and the egg-info into the
+// folder it builds; and the unit tests run from a copy of tests/ in a
+// directory of their own, so the source folder is never on sys.path.
+func installPackage(t *testing.T) *venv {
+	t.Helper()
+	py := testsync.Python3(t)
+	installOnce.Do(func() { installed, installErr = install(py) })
+	if installErr != nil {
+		t.Fatalf("installing the package: %v", installErr)
+	}
+	return installed
+}
+
+func install(py string) (*venv, error) {
+	if out, err := exec.Command(py, "-c", "import ensurepip, setuptools, wheel").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s cannot make a virtual environment or build the package (%v: %s); run make test-deps, "+
+			"which installs python3-venv, python3-setuptools and python3-wheel, or set PYTHON3", py, err, out)
+	}
+	dir, err := os.MkdirTemp("", "ingestor-python-")
+	if err != nil {
+		return nil, err
+	}
+	installDir = dir
+	src, run := filepath.Join(dir, "src"), filepath.Join(dir, "run")
+	if err := copySource(".", src); err != nil {
+		return nil, err
+	}
+	if err := os.CopyFS(filepath.Join(run, "tests"), os.DirFS(filepath.Join(src, "tests"))); err != nil {
+		return nil, err
+	}
+	v := &venv{dir: filepath.Join(dir, "venv"), tests: run}
+	v.python, v.script = filepath.Join(v.dir, "bin", "python"), filepath.Join(v.dir, "bin", consoleScript)
+	for _, args := range [][]string{
+		{py, "-m", "venv", "--system-site-packages", v.dir},
+		{v.python, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-cache-dir", src},
+	} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir, cmd.Env = dir, pythonEnv()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if _, err := os.Stat(v.script); err != nil {
+		return nil, fmt.Errorf("pip did not install the console script: %v", err)
+	}
+	return v, nil
+}
+
+// copySource copies the package's directory as a clean checkout has it:
+// without what a build or Python wrote into it.
+func copySource(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && path != from && (name == "build" || name == "__pycache__" || strings.HasSuffix(name, ".egg-info")) {
+			return filepath.SkipDir
+		}
+		target := filepath.Join(to, path)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s: not a regular file", path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+}
+
+// pythonEnv is the environment for Python and pip: nothing from the
+// caller's PYTHONPATH, user site-packages or pip settings (an index, a
+// wheel folder) reaches them, and nothing writes bytecode.
+func pythonEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "PYTHONPATH" || name == "PYTHONHOME" || name == "PYTHONUSERBASE" || strings.HasPrefix(name, "PIP_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
+		"PIP_CONFIG_FILE="+os.DevNull, "PIP_DISABLE_PIP_VERSION_CHECK=1")
+}
+
+// TestPythonUnitTests installs the package into a fresh virtual
+// environment and runs the client's unittest suite against the installed
+// package: frame decoding, ack batching, nacks, dedupe, exactly-once
+// SQLite, CURVE and following a cluster, against real sockets, SQLite
+// files and two real etcd servers (one for the test that turns
+// authentication on); and the installation itself (the package imported
+// from the environment's site-packages, its metadata, the console script).
 func TestPythonUnitTests(t *testing.T) {
+	v := installPackage(t)
 	etcd, etcdAuth := etcdtest.Start(t), etcdtest.Start(t)
-	cmd := pythonCommand(t, "-m", "unittest", "-v")
-	cmd.Env = append(cmd.Env, "INGESTOR_TEST_ETCD="+etcd.Endpoint, "INGESTOR_TEST_ETCD_AUTH="+etcdAuth.Endpoint)
+	cmd := exec.Command(v.python, "-m", "unittest", "-v")
+	cmd.Dir = v.tests
+	cmd.Env = append(pythonEnv(), "INGESTOR_TEST_VENV="+v.dir,
+		"INGESTOR_TEST_ETCD="+etcd.Endpoint, "INGESTOR_TEST_ETCD_AUTH="+etcdAuth.Endpoint)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
@@ -48,7 +171,33 @@ func TestPythonUnitTests(t *testing.T) {
 	if !strings.Contains(string(out), "\nOK") {
 		t.Fatalf("python3 -m unittest did not report OK:\n%s", out)
 	}
+	for _, name := range []string{"test_imported_from_the_venv", "test_metadata", "test_console_script_help"} {
+		if !strings.Contains(string(out), name+" (tests.test_installed.") {
+			t.Errorf("python3 -m unittest did not run %s:\n%s", name, out)
+		}
+	}
 	t.Logf("%s", lastLines(string(out), 3))
+}
+
+// TestPythonConsoleScript runs the installed example processor's --help:
+// exit status 0 and its usage under its own name.
+func TestPythonConsoleScript(t *testing.T) {
+	v := installPackage(t)
+	cmd := exec.Command(v.script, "--help")
+	cmd.Dir, cmd.Env = t.TempDir(), pythonEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("%s --help exited %d, want 0:\n%s%s", consoleScript, exit.ExitCode(), out, stderr.String())
+		}
+		t.Fatalf("%s --help: %v", consoleScript, err)
+	}
+	if usage := "usage: " + consoleScript + " "; !strings.HasPrefix(string(out), usage) || !strings.Contains(string(out), "--sqlite SQLITE") {
+		t.Errorf("%s --help, want a usage starting %q that names --sqlite:\n%s", consoleScript, usage, out)
+	}
 }
 
 // TestPythonExactlyOnceUnderKill runs the example processor (run_tx into a
@@ -144,9 +293,11 @@ type env struct {
 	failKeys           string
 	procArgs           []string
 	daemonLog, procLog string
+	venv               *venv
 }
 
 func newEnv(t *testing.T, pollURL, failKeys string) *env {
+	v := installPackage(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "ingestor")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ingestorhq/ingestor/cmd/ingestor").CombinedOutput(); err != nil {
@@ -154,7 +305,7 @@ func newEnv(t *testing.T, pollURL, failKeys string) *env {
 	}
 	e := &env{t: t, dir: dir, bin: bin, cfg: filepath.Join(dir, "ingestor.toml"), httpAddr: testsync.FreePort(t),
 		pub: "tcp://" + testsync.FreePort(t), ack: "tcp://" + testsync.FreePort(t), sink: filepath.Join(dir, "sink.db"), pollURL: pollURL, failKeys: failKeys,
-		daemonLog: filepath.Join(dir, "daemon.log"), procLog: filepath.Join(dir, "processor.log")}
+		daemonLog: filepath.Join(dir, "daemon.log"), procLog: filepath.Join(dir, "processor.log"), venv: v}
 	e.writeConfig("")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -224,13 +375,15 @@ func (e *env) startDaemon() *exec.Cmd {
 	return cmd
 }
 
-// startProcessor starts the Python example processor.
+// startProcessor starts the Python example processor, the installed
+// console script.
 func (e *env) startProcessor() *exec.Cmd {
-	args := append([]string{"-m", "ingestor_processor", "--connect", e.pub, "--ack", e.ack, "--sqlite", e.sink}, e.procArgs...)
+	args := append([]string{"--connect", e.pub, "--ack", e.ack, "--sqlite", e.sink}, e.procArgs...)
 	if e.failKeys != "" {
 		args = append(args, "--fail-keys", e.failKeys)
 	}
-	cmd := pythonCommand(e.t, args...)
+	cmd := exec.Command(e.venv.script, args...)
+	cmd.Dir, cmd.Env = e.dir, pythonEnv()
 	out := e.logFile(e.procLog)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
