@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/ingest"
@@ -47,6 +48,9 @@ type Deps struct {
 	// source and until when: a source polls only while it does, and ends
 	// each poll by that deadline. Nil outside cluster mode.
 	Fence func(source string) (deadline time.Time, ok bool)
+	// Tracing, when set, traces each poll (and its HTTP requests), the
+	// raw write and commit of what it fetched; nil traces nothing.
+	Tracing trace.TracerProvider
 
 	// Set by the Supervisor when it spawns the shared actors.
 	PersistRaw, Publisher *actor.PID
@@ -110,7 +114,8 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
 		go func() {
 			w := rawWrite{raw: p.deps.Ingest.Page(m.source, m.batch.FetchedAt, m.batch.Body)}
-			err := p.put(p.ctx, m.abandon, &w)
+			// The raw write is traced under the poll that fetched the batch.
+			err := p.put(trace.ContextWithSpanContext(p.ctx, m.batch.Trace), m.abandon, &w)
 			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, raw: w.raw.Ref(), err: err})
 		}()
 	case *deadLetterPayload:

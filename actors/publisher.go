@@ -9,6 +9,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 )
 
 // Publisher commits durable batches through Ingest: events and cursor in
@@ -107,6 +108,7 @@ func (p *Publisher) abandon(ctx actor.Context) {
 // payloads are slices of the batch's body, not copies.
 func queueBatch(m *appendBatch) queue.Batch {
 	b := ingest.PageBatch(m.source, m.batch.FetchedAt, m.raw, m.batch.Body, m.records)
+	b.Traceparent, b.Tracestate = telemetry.Parent(m.batch.Trace)
 	if m.last {
 		b.Cursor, b.SetCursor = m.batch.Cursor, m.batch.Cursor != ""
 	}

@@ -10,11 +10,15 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -158,7 +162,8 @@ func (a *SourceActor) start(ctx actor.Context) {
 	a.abandon = make(chan struct{})
 	a.malformed = malformedPages{}
 	a.status().set(StateWaiting, ReasonStarting, time.Time{}, "", "")
-	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters, Member: a.deps.Member})
+	src, err := a.cfg.Spec.Open(sources.Env{Name: a.cfg.Name, Timeout: a.cfg.Timeout, Logger: a.log, Limiters: a.limiters,
+		Member: a.deps.Member, TracerProvider: a.deps.Tracing})
 	if err != nil {
 		// A source that cannot be built fails; the supervisor retries it
 		// with backoff, and other sources are untouched.
@@ -292,8 +297,10 @@ func (a *SourceActor) poll(ctx actor.Context) {
 			msg.err = fmt.Errorf("poll not sent: its deadline passed before it started: %w", context.DeadlineExceeded)
 			return
 		}
+		fctx, span := a.startPoll(fctx)
 		msg.batch, msg.err = src.Fetch(fctx, cursor)
 		a.deps.Metrics.pollDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		endPoll(span, msg.batch, msg.err)
 		// A Retry-After promise is made durable before the wait begins, so
 		// that a restart keeps it. Failing to store it only risks an early
 		// request after a crash: the wait itself goes on.
@@ -304,6 +311,28 @@ func (a *SourceActor) poll(ctx actor.Context) {
 			}
 		}
 	}()
+}
+
+// startPoll starts the span of a poll, the root of its trace, when tracing
+// is on (the sampler decides); else it returns ctx and a no-op span.
+func (a *SourceActor) startPoll(ctx context.Context) (context.Context, trace.Span) {
+	if a.deps.Tracing == nil {
+		return ctx, noop.Span{}
+	}
+	return a.deps.Tracing.Tracer(telemetry.ScopeName).Start(ctx, "poll", trace.WithNewRoot(),
+		trace.WithAttributes(attribute.String("ingestor.source", a.cfg.Name), attribute.String("ingestor.kind", a.cfg.Kind)))
+}
+
+// endPoll ends a poll's span, giving the batch its context: the batch's
+// raw write and commit are traced under it, its events carry it.
+func endPoll(span trace.Span, b *sources.Batch, err error) {
+	if b != nil {
+		b.Trace = span.SpanContext()
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("ingestor.records", len(b.Records)), attribute.Int("ingestor.bytes", len(b.Body)))
+		}
+	}
+	telemetry.End(span, err)
 }
 
 func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {

@@ -61,7 +61,7 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg := &Config{File: file}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
 		switch k {
-		case "daemon", "raw_store", "publish", "push", "cluster", "defaults", "source", "rate_limiters":
+		case "daemon", "raw_store", "publish", "push", "cluster", "telemetry", "defaults", "source", "rate_limiters":
 		default:
 			d.unknown([]string{k})
 		}
@@ -71,6 +71,7 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg.Publish = d.publish(top)
 	cfg.Push = d.push(top)
 	cfg.Cluster = d.cluster(top)
+	cfg.Telemetry = d.telemetry(top)
 	defaults := d.defaults(top)
 	cfg.Sources = d.sources(top, defaults)
 	cfg.RateLimiters = d.rateLimiters(top)

@@ -82,14 +82,22 @@ func TestGoodFiles(t *testing.T) {
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
 					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20},
-				Push:    Push{Addr: "127.0.0.1:9465"},
-				Cluster: Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second, RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
+				Push:      Push{Addr: "127.0.0.1:9465"},
+				Cluster:   Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second, RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
+				Telemetry: Telemetry{Protocol: "grpc", SamplingRatio: 1, ServiceName: "ingestor", ExportTimeout: 10 * time.Second},
 				Sources: []Source{{Name: "demo", Kind: "demo", Enabled: true, Interval: 10 * time.Second,
 					Jitter: 0.1, Timeout: 30 * time.Second, InflightBatches: 2, MalformedRetries: 3, StartJitter: 5 * time.Second,
 					Spec: &sources.DemoSpec{EventsPerTick: 100, EventSize: 256}, Line: 2}},
 			}
 			if !reflect.DeepEqual(cfg, want) {
 				t.Errorf("got  %+v\nwant %+v", cfg, want)
+			}
+		}},
+		"telemetry.good.toml": {env: map[string]string{"OTEL_API_KEY": "k1"}, check: func(t *testing.T, cfg *Config) {
+			want := Telemetry{Endpoint: "https://otel.example:4318/custom/traces", Protocol: "http/protobuf",
+				Headers: map[string]string{"x-api-key": "k1"}, SamplingRatio: 0.01, ServiceName: "ingestor-eu", ExportTimeout: 10 * time.Second}
+			if !reflect.DeepEqual(cfg.Telemetry, want) || !cfg.Telemetry.Enabled() {
+				t.Errorf("telemetry = %+v, want %+v", cfg.Telemetry, want)
 			}
 		}},
 		"empty.good.toml": {check: func(t *testing.T, cfg *Config) {
@@ -429,6 +437,15 @@ func TestBadFiles(t *testing.T) {
 			`webhook.bad.toml:111: source "quarantine": quarantine_size: must be between 0 (keep none) and 10000, not -1`,
 			`webhook.bad.toml:112: source "quarantine": quarantine_body_bytes: must be between 0 and 65536 (64 KiB), not 1048576`,
 		}, absent: []string{"changeme", "s3cret-value", "not-base64"}},
+		"telemetry.bad.toml": {want: []string{
+			`telemetry.bad.toml:2: telemetry.endpoint: must be a URL: http://HOST:PORT (plaintext) or https://HOST:PORT (TLS), not "collector:4317"`,
+			`telemetry.bad.toml:3: telemetry.protocol: must be one of "grpc" or "http/protobuf", not "zipkin"`,
+			`telemetry.bad.toml:4: telemetry.sampling_ratio: must be from 0 to 1, not 1.5`,
+			`telemetry.bad.toml:5: telemetry.cert_file: telemetry.cert_file and telemetry.key_file go together`,
+			`telemetry.bad.toml:6: telemetry.service_name: must not be empty`,
+			`telemetry.bad.toml:7: telemetry.export_timeout:`,
+			`telemetry.bad.toml:9: telemetry.header_files: header "x-api-key" is set in telemetry.headers too`,
+		}},
 		"cluster.bad.toml": {want: []string{
 			`cluster.bad.toml:3: cluster.name: must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit, not "prod/eu"`,
 			`cluster.bad.toml:4: cluster.etcd_endpoints: "http://etcd-0.example:2379" is plain http beyond loopback: use https://`,

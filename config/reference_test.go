@@ -34,6 +34,7 @@ func referenceTables() map[string][]reflect.Type {
 		"publish":              {reflect.TypeFor[publishTOML]()},
 		"push":                 {reflect.TypeFor[pushTOML]()},
 		"cluster":              {reflect.TypeFor[clusterTOML]()},
+		"telemetry":            {reflect.TypeFor[telemetryTOML]()},
 		"rate_limiters":        {reflect.TypeFor[rateLimiterTOML]()},
 		"defaults":             {reflect.TypeFor[defaultsTOML]()},
 		"source":               {reflect.TypeFor[sourceTOML]()},

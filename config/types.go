@@ -15,6 +15,8 @@ type Config struct {
 	Publish  Publish
 	Push     Push
 	Cluster  Cluster
+	// Telemetry is OpenTelemetry tracing ([telemetry]), off by default.
+	Telemetry Telemetry
 	// Sources holds every [source.NAME] block, enabled or not, sorted by name.
 	Sources []Source
 	// RateLimiters are the shared limiters, sorted by name.

@@ -25,6 +25,12 @@ type Event struct {
 	// EventTime is the event's own timestamp when the source knows it,
 	// otherwise zero.
 	EventTime time.Time `json:"event_time,omitzero"`
+	// Traceparent and Tracestate are the W3C trace context of the event's
+	// trace when the daemon traced it (PROTOCOL.md): the Handler's context
+	// carries it as the remote parent, so spans started from that context
+	// continue the trace.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 	// Raw locates the event's bytes in the daemon's raw store.
 	Raw RawRef `json:"raw"`
 	// Payload is the event's bytes exactly as the upstream sent them, when
@@ -80,6 +86,8 @@ func newFrame(wf *wire.Frame) *frame {
 			Seq:           w.Seq,
 			FetchedAt:     w.FetchedAt,
 			EventTime:     w.EventTime,
+			Traceparent:   w.Traceparent,
+			Tracestate:    w.Tracestate,
 			Raw:           RawRef{Key: w.Raw.Key, Off: w.Raw.Off, Len: w.Raw.Len},
 			Payload:       w.Payload,
 			PayloadBase64: w.PayloadBase64,

@@ -7,6 +7,10 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
@@ -95,6 +99,20 @@ func reason(err error) string {
 
 // call runs h, turning a panic into an error.
 func (c *Client) call(ctx context.Context, h Handler, ev *Event) (err error) {
+	if ev.Traceparent != "" {
+		// The handler continues the event's trace: spans it starts from
+		// ctx are in it, with or without Options.TracerProvider.
+		ctx = telemetry.WithParent(ctx, ev.Traceparent, ev.Tracestate)
+		if c.opts.TracerProvider != nil {
+			var span trace.Span
+			ctx, span = c.opts.TracerProvider.Tracer(telemetry.ScopeName+"/processor").Start(ctx, "process",
+				trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+					attribute.String("ingestor.source", ev.Source), attribute.String("ingestor.key", ev.Key),
+					attribute.Int64("ingestor.seq", ev.Seq), attribute.Int("ingestor.delivery", ev.Delivery),
+					attribute.String("messaging.system", "zeromq"), attribute.String("messaging.operation.type", "process")))
+			defer func() { telemetry.End(span, err) }()
+		}
+	}
 	defer c.recoverPanic(ev, &err)
 	return h(ctx, ev)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
@@ -70,6 +71,11 @@ type Options struct {
 	// in the background, a thousand at a time. Default
 	// DefaultDedupeRetention; negative keeps every key.
 	DedupeRetention time.Duration
+	// TracerProvider, when set, wraps the Handler's call for every event
+	// the daemon traced (Event.Traceparent) in a "process" span of the
+	// event's trace. Without it the Handler's context still carries the
+	// event's trace context, for the handler's own spans.
+	TracerProvider trace.TracerProvider
 	// CurveServerKey is the daemon's CURVE public key in Z85 (40
 	// characters): the public half of its publish.curve_secret_key_file.
 	// Set it and CurveSecretKey to connect to a daemon that uses CURVE;

@@ -449,7 +449,7 @@ func (s *HTTPPollSpec) Open(env Env) (Source, error) {
 		return nil, fmt.Errorf("source %q: http_poll: %w", env.Name, err)
 	}
 	p.client = &http.Client{
-		Transport:     p.transport,
+		Transport:     env.transport(p.transport),
 		Timeout:       env.Timeout,
 		CheckRedirect: p.checkRedirect,
 	}

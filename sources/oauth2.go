@@ -144,7 +144,7 @@ func openOAuth2(s *OAuth2Spec, env Env, transport http.RoundTripper, logger *slo
 	}
 	u, _ := url.Parse(s.TokenURL) // validated
 	o.where = fmt.Sprintf("source %q: oauth2 token from %s", env.Name, redactURL(u))
-	o.client = &http.Client{Transport: transport, Timeout: env.Timeout}
+	o.client = &http.Client{Transport: env.transport(transport), Timeout: env.Timeout}
 	secret := s.ClientSecret
 	if s.ClientSecretFile != "" {
 		b, err := os.ReadFile(s.ClientSecretFile)

@@ -33,8 +33,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sort"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Record is one event found in a fetched payload. Its bytes are
@@ -81,6 +86,10 @@ type Batch struct {
 	// pages of one poll): the caller waits for its interval before the
 	// next fetch, so that a long catch-up yields, and says so.
 	Capped bool
+	// Trace is the span context of the poll that fetched the batch, set by
+	// the pipeline; its raw write and commit are traced under it when it
+	// is sampled, and its events carry it to processors.
+	Trace trace.SpanContext
 }
 
 // SliceRecords is the most records of one page found, held and committed
@@ -211,6 +220,19 @@ type Env struct {
 	// mode); HTTP sources send it as MemberHeader with every request, so
 	// an upstream's logs show which daemon asked.
 	Member string
+	// TracerProvider, when set, traces every upstream HTTP request as a
+	// child of the poll's span (telemetry on); nil traces none.
+	TracerProvider trace.TracerProvider
+}
+
+// transport returns t, traced with otelhttp (the HTTP client semantic
+// conventions) when tracing is on.
+func (env Env) transport(t http.RoundTripper) http.RoundTripper {
+	if env.TracerProvider == nil {
+		return t
+	}
+	return otelhttp.NewTransport(t, otelhttp.WithTracerProvider(env.TracerProvider),
+		otelhttp.WithPropagators(propagation.TraceContext{}))
 }
 
 // MemberHeader carries Env.Member on upstream requests.

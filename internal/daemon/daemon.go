@@ -38,6 +38,8 @@ import (
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawretention"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
+	"github.com/ingestorhq/ingestor/internal/telemetry/otlp"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -62,6 +64,8 @@ type Daemon struct {
 	reload   *reloader
 	log      *slog.Logger
 	reg      *prometheus.Registry
+	// tracing is OpenTelemetry tracing ([telemetry]); off, a no-op.
+	tracing  *otlp.Tracing
 	queue    *queue.Queue
 	raw      rawstore.Store
 	zctx     *zmq.Context
@@ -105,9 +109,9 @@ func newLogger(d config.Daemon, w io.Writer) *slog.Logger {
 	ho := &slog.HandlerOptions{Level: level}
 	if d.LogFormat == "json" {
 		ho.ReplaceAttr = logattr.DurationSeconds
-		return slog.New(slog.NewJSONHandler(w, ho))
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, ho)))
 	}
-	return slog.New(slog.NewTextHandler(w, ho))
+	return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, ho)))
 }
 
 // Start opens every component and starts the pipeline, each component
@@ -117,6 +121,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	log := o.Logger
 	if log == nil {
 		log = NewLogger(cfg.Daemon)
+	} else {
+		log = slog.New(telemetry.LogHandler(log.Handler())) // trace ids, as NewLogger's
 	}
 	if msg := cfg.Daemon.AdminProblem(); msg != "" {
 		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
@@ -129,6 +135,9 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 			err = errors.Join(err, opened.close())
 		}
 	}()
+	if err := d.startTracing(ctx); err != nil {
+		return nil, err
+	}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoMetric())
 	d.reload = newReloader(d.reg)
 	d.clusterMetrics = cluster.NewMetrics(d.reg)
@@ -250,7 +259,7 @@ func (d *Daemon) startDelivery(onAck func(fetchedAt time.Time, events int)) (err
 	if d.sender, err = delivery.NewSender(d.zctx, d.queue, d.raw, delivery.SenderOptions{
 		Endpoint: pub.Endpoint, HighWaterMark: pub.HighWaterMark, AckTimeout: pub.AckTimeout,
 		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: onAck,
-		Curve: d.curve, Member: member,
+		Curve: d.curve, Member: member, Tracer: d.tracer(),
 	}); err != nil {
 		return err
 	}
@@ -266,6 +275,9 @@ func (d *Daemon) startDelivery(onAck func(fetchedAt time.Time, events int)) (err
 		return err
 	}
 	d.acks = acks
+	d.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_processors_connected",
+		Help: "Processors connected to the ack socket now (each processor's ack connection; a processor that connected only its events socket is not counted)."},
+		func() float64 { return float64(acks.Connected()) }))
 	d.stops.spawn("ack receiver", func(ctx context.Context) {
 		// Run fails only when libzmq's poll does, which a new socket on the
 		// same context would not cure; like the sender's, it is logged.
@@ -286,9 +298,9 @@ func (d *Daemon) startPipeline() (*actors.Deps, error) {
 	}))
 	d.stops.addFunc("actor system", d.system.Shutdown)
 	deps := &actors.Deps{
-		Queue: d.queue, Ingest: ingest.New(ingest.Options{Queue: d.queue, Raw: d.raw, Sender: d.sender, Disk: d.disk}),
+		Queue: d.queue, Ingest: ingest.New(ingest.Options{Queue: d.queue, Raw: d.raw, Sender: d.sender, Disk: d.disk, Tracer: d.tracer()}),
 		Metrics: d.metrics, Logger: log, MaxPendingEvents: cfg.Publish.MaxPendingEvents, RawWriters: 8,
-		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir,
+		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir, Tracing: d.tracingProvider(),
 	}
 	if cfg.Cluster.Enabled {
 		coord, err := newClusterMode(d, cfg)
@@ -398,11 +410,11 @@ func startCurve(zctx *zmq.Context, pub config.Publish, log *slog.Logger) (*deliv
 func (d *Daemon) startPush(deps *actors.Deps, pm *push.Metrics) error {
 	m := deps.Metrics
 	d.inbox = push.NewInbox(push.InboxOptions{Queue: d.queue, Ingest: deps.Ingest,
-		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm,
+		MaxPendingEvents: d.cfg.Publish.MaxPendingEvents, Logger: d.log, Metrics: pm, Tracer: d.tracer(),
 		OnCommit: func(source string, s push.CommitStats) { m.Pushed(source, s.New, s.Duplicates, s.Bytes, s.Newest) }})
 	d.stops.addFunc("push inbox", d.inbox.Close)
 	srv, err := push.Start(push.ServerOptions{Push: d.cfg.Push, Sources: d.cfg.Sources, Inbox: d.inbox,
-		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: d.limiters, OnRequest: m.PushRequest})
+		Logger: d.log, Metrics: pm, Registry: d.reg, Limiters: d.limiters, OnRequest: m.PushRequest, Tracing: d.tracingProvider()})
 	if err != nil {
 		return err
 	}

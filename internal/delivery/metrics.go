@@ -12,6 +12,7 @@ type Metrics struct {
 	deadLettered prometheus.Counter
 	inflight     prometheus.Gauge
 	fetchToAck   prometheus.Histogram
+	publish      prometheus.Histogram
 	acks         prometheus.Counter
 	badAcks      prometheus.Counter
 	framesAcked  prometheus.Counter
@@ -43,6 +44,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		fetchToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_fetch_to_ack_seconds",
 			Help:    "Time from fetching a payload to the ack of the frame carrying its events.",
 			Buckets: FetchToAckBuckets}),
+		publish: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestor_publish_latency_seconds",
+			Help:    "Time from the commit of a frame's events to the frame's first send to a processor (a backlog shows here).",
+			Buckets: FetchToAckBuckets}),
 		acks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_received_total",
 			Help: "Ack messages received from processors."}),
 		badAcks: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_acks_malformed_total",
@@ -62,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.framesSent, m.framesResent, m.eventsSent, m.sendBlocked, m.ackTimeouts,
-			m.deadLettered, m.inflight, m.fetchToAck, m.acks, m.badAcks, m.framesAcked,
+			m.deadLettered, m.inflight, m.fetchToAck, m.publish, m.acks, m.badAcks, m.framesAcked,
 			m.acksUnknown, m.acksOverridden, m.ackDisconnects, m.nacksRetryable, m.eventsDeadLettered)
 	}
 	return m

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/queue"
@@ -58,12 +59,20 @@ type SenderOptions struct {
 	// OnAck, when set, is called on the Sender's goroutine for every frame
 	// acked while in flight, with its first event's fetch time and its size.
 	OnAck func(fetchedAt time.Time, events int)
+	// Tracer, when set, traces the send and the ack of every frame holding
+	// traced events, in each of their traces.
+	Tracer trace.Tracer
 }
 
 type inflight struct {
 	deadline  time.Time
 	fetchedAt time.Time
 	events    int
+	// sends are the contexts of the frame's send spans, one per trace its
+	// events belong to (nil when none is traced); its ack spans go under
+	// them.
+	sends []trace.SpanContext
+	sent  time.Time
 }
 
 // Sender delivers frames. Submit and Acked may be called from any goroutine.
@@ -356,6 +365,7 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 		e := &f.Events[i]
 		ev := wire.Event{
 			Key: e.Key, Source: e.Source, Seq: e.Seq, FetchedAt: e.FetchedAt, EventTime: e.EventTime,
+			Traceparent: e.Traceparent, Tracestate: e.Tracestate,
 			Raw: wire.RawRef{Key: e.RawKey, Off: e.RawOff, Len: e.RawLen},
 		}
 		s.enc.Add(&ev, e.Payload, notJSON == nil || !notJSON[i])
@@ -373,8 +383,12 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 	if len(f.Events) > 0 {
 		fetched = f.Events[0].FetchedAt
 	}
+	if delivery == 1 && !f.Committed.IsZero() {
+		s.o.Metrics.publish.Observe(now.Sub(f.Committed).Seconds())
+	}
 	s.inflightMu.Lock()
-	s.inflight[f.ID] = inflight{deadline: now.Add(s.ackWait(delivery)), fetchedAt: fetched, events: len(f.Events)}
+	s.inflight[f.ID] = inflight{deadline: now.Add(s.ackWait(delivery)), fetchedAt: fetched, events: len(f.Events),
+		sends: s.traceSend(f, delivery), sent: now}
 	s.inflightMu.Unlock()
 	s.inflightN.Store(int64(len(s.inflight)))
 	s.o.Metrics.framesSent.Inc()
@@ -414,6 +428,7 @@ func (s *Sender) clearAcked(ids []int64) {
 		s.inflightMu.Lock()
 		delete(s.inflight, id)
 		s.inflightMu.Unlock()
+		s.traceAck(id, in, now)
 		if !in.fetchedAt.IsZero() {
 			s.o.Metrics.fetchToAck.Observe(now.Sub(in.fetchedAt).Seconds())
 			if s.o.OnAck != nil {

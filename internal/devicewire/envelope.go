@@ -19,11 +19,17 @@ type Envelope struct {
 	// positive integer (such a seq is not tracked; the envelope is stored
 	// all the same, since refusing it would lose the event).
 	Seq int64
+	// Traceparent and Tracestate are the envelope's optional W3C trace
+	// context: the daemon continues that trace (an invalid one is ignored,
+	// as the W3C spec says, and the envelope is stored all the same).
+	Traceparent, Tracestate string
 }
 
 // envelopeFields are the top-level keys of an envelope the daemon reads;
-// every one but schema_version and seq is required.
-var envelopeFields = [...]string{"schema_version", "event_id", "type", "ts", "session_id", "device_id", "payload", "seq"}
+// every one but schema_version, seq, traceparent and tracestate is
+// required.
+var envelopeFields = [...]string{"schema_version", "event_id", "type", "ts", "session_id", "device_id", "payload", "seq",
+	"traceparent", "tracestate"}
 
 // DecodeEnvelope reads and validates one envelope (PROTOCOL.md, "Device
 // ingress (ws_ingress)"). On error, env holds the event_id if one could be
@@ -43,7 +49,8 @@ func DecodeEnvelope(msg []byte) (env Envelope, err error) {
 		return env, fmt.Errorf("the envelope must be a JSON object, not %s", kindPhrase(k))
 	}
 	var seen [len(envelopeFields)]bool
-	strs := map[string]*string{"event_id": &env.EventID, "type": &env.Type, "session_id": &env.SessionID, "device_id": &env.DeviceID}
+	strs := map[string]*string{"event_id": &env.EventID, "type": &env.Type, "session_id": &env.SessionID, "device_id": &env.DeviceID,
+		"traceparent": &env.Traceparent, "tracestate": &env.Tracestate}
 	var ts string
 	strs["ts"] = &ts
 	err = d.Object(func(rawKey []byte, plain bool) error {
@@ -107,7 +114,7 @@ func DecodeEnvelope(msg []byte) (env Envelope, err error) {
 		return env, err
 	}
 	for i, key := range envelopeFields {
-		if !seen[i] && key != "schema_version" && key != "seq" {
+		if !seen[i] && key != "schema_version" && key != "seq" && key != "traceparent" && key != "tracestate" {
 			return env, fmt.Errorf("%s is missing", key)
 		}
 	}

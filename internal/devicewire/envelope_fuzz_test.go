@@ -73,7 +73,8 @@ func referenceEnvelope(msg []byte) (Envelope, bool) {
 		members[key] = append(members[key], raw)
 	}
 	for _, key := range envelopeFields {
-		if len(members[key]) > 1 || (len(members[key]) == 0 && key != "schema_version" && key != "seq") {
+		optional := key == "schema_version" || key == "seq" || key == "traceparent" || key == "tracestate"
+		if len(members[key]) > 1 || (len(members[key]) == 0 && !optional) {
 			return env, false
 		}
 	}
@@ -89,6 +90,11 @@ func referenceEnvelope(msg []byte) (Envelope, bool) {
 	if v, ok := members["seq"]; ok {
 		if n, err := strconv.ParseInt(string(v[0]), 10, 64); err == nil && n > 0 {
 			env.Seq = n
+		}
+	}
+	for key, dst := range map[string]*string{"traceparent": &env.Traceparent, "tracestate": &env.Tracestate} {
+		if v, ok := members[key]; ok && (!strings.HasPrefix(string(v[0]), `"`) || json.Unmarshal(v[0], dst) != nil) {
+			return env, false
 		}
 	}
 	var ts string

@@ -4,7 +4,12 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -28,13 +33,25 @@ func PageBatch(source string, fetchedAt time.Time, page Ref, body []byte, record
 // queue holds already is a duplicate and is dropped. It then hands the
 // frames of the new events to the sender and returns them. A failed
 // commit stores nothing and is shown to the disk guard (IsDiskFull).
-func (in *Ingest) Commit(ctx context.Context, b queue.Batch) ([]queue.Frame, error) {
-	frames, err := in.o.Queue.Append(ctx, b)
+func (in *Ingest) Commit(ctx context.Context, b queue.Batch) (frames []queue.Frame, err error) {
+	span := in.commitSpan(&b)
+	defer func() { telemetry.End(span, err) }()
+	frames, err = in.o.Queue.Append(ctx, b)
 	if err != nil {
 		return nil, in.failed(err)
 	}
 	in.deliver(frames)
 	return frames, nil
+}
+
+// commitSpan starts the commit span of a traced batch, or a no-op one.
+func (in *Ingest) commitSpan(b *queue.Batch) trace.Span {
+	if b.Traceparent == "" || in.o.Tracer == nil {
+		return noop.Span{}
+	}
+	_, span := telemetry.Child(telemetry.WithParent(context.Background(), b.Traceparent, b.Tracestate), in.o.Tracer, "commit",
+		trace.WithAttributes(attribute.String("ingestor.source", b.Source), attribute.Int("ingestor.events", len(b.Events))))
+	return span
 }
 
 // TryCommit is Commit without waiting, for a caller that must not block
@@ -48,7 +65,9 @@ func (in *Ingest) Commit(ctx context.Context, b queue.Batch) ([]queue.Frame, err
 // Any other error (the queue is closed) means b was not handed over and
 // done is not called.
 func (in *Ingest) TryCommit(b queue.Batch, chain *queue.Chain, done func([]queue.Frame, error), room func()) error {
-	return in.o.Queue.TryAppendAsync(b, chain, func(frames []queue.Frame, err error) {
+	span := in.commitSpan(&b)
+	err := in.o.Queue.TryAppendAsync(b, chain, func(frames []queue.Frame, err error) {
+		telemetry.End(span, err)
 		if err != nil {
 			done(nil, in.failed(err))
 			return
@@ -56,6 +75,10 @@ func (in *Ingest) TryCommit(b queue.Batch, chain *queue.Chain, done func([]queue
 		in.deliver(frames)
 		done(frames, nil)
 	}, room)
+	if err != nil {
+		span.End() // not handed over: done is not called
+	}
+	return err
 }
 
 // deliver hands frames to the sender, if any.

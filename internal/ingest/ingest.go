@@ -3,6 +3,8 @@ package ingest
 import (
 	"errors"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
 )
@@ -37,6 +39,9 @@ type Options struct {
 	// Disk, when set, says when new work must wait for space (DiskLow) and
 	// is shown every write that fails.
 	Disk DiskGuard
+	// Tracer, when set, traces the raw writes and commits of traced
+	// batches (those whose context, or Traceparent, is sampled).
+	Tracer trace.Tracer
 }
 
 // Ingest makes batches durable: their raw bytes, then their events. Its

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 )
 
 // Ref locates a payload in the raw store: the key of the object that holds
@@ -86,11 +90,13 @@ var errNoRawStore = errors.New("no raw store to write to")
 // write is shown to the disk guard (IsDiskFull). Writing an object again
 // stores the same bytes under the same key; a page written again is
 // appended again, and only the last Ref is referenced.
-func (in *Ingest) Write(ctx context.Context, p *Payload) error {
+func (in *Ingest) Write(ctx context.Context, p *Payload) (err error) {
 	if in.o.Raw == nil {
 		return errNoRawStore
 	}
-	var err error
+	ctx, span := telemetry.Child(ctx, in.o.Tracer, "raw write", trace.WithAttributes(
+		attribute.String("ingestor.source", p.Source), attribute.Int("ingestor.bytes", len(p.Body))))
+	defer func() { telemetry.End(span, err) }()
 	if app, ok := in.o.Raw.(rawstore.PageAppender); ok && p.page {
 		var ref Ref
 		if ref.Key, ref.Off, err = app.AppendPage(ctx, p.Source, p.fetchedAt, p.Body); err == nil {

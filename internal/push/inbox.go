@@ -8,8 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ingestorhq/ingestor/internal/ingest"
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 )
 
 // Event is one event of a pushed body.
@@ -27,6 +32,10 @@ type Event struct {
 	// Verdict is the signature verdict of a signed webhook's event, or
 	// nil; the events of one request share it.
 	Verdict *queue.Verdict
+	// Trace is the span context of the request or envelope that brought
+	// the event: its raw write and commit are traced under it when it is
+	// sampled, and the event carries it to processors.
+	Trace trace.SpanContext
 }
 
 // Outcome is what a commit did with one event.
@@ -86,6 +95,9 @@ type InboxOptions struct {
 	// OnCommit, when set, is called after each group commit with each
 	// source's share.
 	OnCommit func(source string, s CommitStats)
+	// Tracer, when set, traces the raw write and commit of each traced
+	// request or envelope of a group, in its own trace.
+	Tracer trace.Tracer
 }
 
 // Inbox makes pushed events durable with group commit: every commit waiting
@@ -366,6 +378,8 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	ctx, cancel := context.WithTimeout(context.Background(), in.o.RawTimeout)
 	err := in.o.Ingest.Write(ctx, &page)
 	cancel()
+	wrote := time.Now()
+	in.traceGroup(cs, "raw write", fetchedAt, wrote, err)
 	if err != nil {
 		in.o.Metrics.rawErrors.Inc()
 		in.o.Logger.Error("push: raw store write failed; senders are told to retry", "source", source, "err", err)
@@ -376,6 +390,7 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	var findings []queue.SeqFinding
 	b.SeqGrace, b.SeqFindings = in.seqGrace(source), &findings
 	frames, err := in.o.Ingest.Commit(context.Background(), b)
+	in.traceGroup(cs, "commit", wrote, time.Now(), err)
 	if err != nil {
 		in.o.Logger.Error("push: queue commit failed; senders are told to retry", "source", source, "err", err)
 		fail(fmt.Errorf("commit to the queue: %w", err))
@@ -395,8 +410,10 @@ func groupBatch(source string, fetchedAt time.Time, page *ingest.Payload, cs []*
 	for _, c := range cs {
 		for _, e := range c.events {
 			off := base + e.Off
-			b.Events = append(b.Events, queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: at.Off + off, RawLen: e.Len,
-				Payload: page.Body[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq, Verdict: e.Verdict})
+			ne := queue.NewEvent{Key: e.Key, EventTime: e.Time, RawOff: at.Off + off, RawLen: e.Len,
+				Payload: page.Body[off : off+e.Len : off+e.Len], Device: e.Device, DevSeq: e.Seq, Verdict: e.Verdict}
+			ne.Traceparent, ne.Tracestate = telemetry.Parent(e.Trace)
+			b.Events = append(b.Events, ne)
 		}
 		base += len(c.body) + 1
 	}
@@ -474,5 +491,28 @@ func (in *Inbox) answer(source string, cs []*commit, b queue.Batch, frames []que
 	}
 	if in.o.OnCommit != nil {
 		in.o.OnCommit(source, stats)
+	}
+}
+
+// traceGroup records the span name, from start to end, in the trace of
+// each commit of cs whose request or envelope is traced: a group holds
+// many callers' events, and each trace shows the group's work as its own.
+func (in *Inbox) traceGroup(cs []*commit, name string, start, end time.Time, err error) {
+	if in.o.Tracer == nil {
+		return
+	}
+	for _, c := range cs {
+		if len(c.events) == 0 || !c.events[0].Trace.IsSampled() {
+			continue
+		}
+		ctx := trace.ContextWithSpanContext(context.Background(), c.events[0].Trace)
+		_, span := in.o.Tracer.Start(ctx, name, trace.WithTimestamp(start), trace.WithAttributes(
+			attribute.String("ingestor.source", c.source), attribute.Int("ingestor.events", len(c.events)),
+			attribute.Int("ingestor.group", len(cs))))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End(trace.WithTimestamp(end))
 	}
 }

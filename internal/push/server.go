@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/sources"
@@ -40,6 +41,10 @@ type ServerOptions struct {
 	// request to an enabled source, before its guard (the status page's
 	// last request).
 	OnRequest func(source string)
+	// Tracing, when set, traces every request but WebSocket upgrades as a
+	// server span (continuing a W3C traceparent header), and each device
+	// envelope; nil traces nothing.
+	Tracing trace.TracerProvider
 }
 
 // Server is the push listener: /ingest/NAME and below, for each enabled
@@ -85,6 +90,8 @@ type handlerEnv struct {
 	loopback bool
 	// quarantine is the listener's quarantine (nil without an inbox).
 	quarantine *quarantine
+	// tracing traces each device envelope; nil with tracing off.
+	tracing trace.TracerProvider
 }
 
 // Limits of the push listener's connections. A webhook handler bounds the
@@ -123,7 +130,7 @@ func Start(o ServerOptions) (*Server, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		WriteError(w, http.StatusNotFound, "not found: push sources are served under /ingest/NAME")
 	})
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+	s.srv = &http.Server{Handler: traced(mux, o.Tracing), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)}
 	ln, err := net.Listen("tcp", o.Push.Addr)
 	if err != nil {
@@ -156,7 +163,7 @@ func (s *Server) addRoute(r *routes, src config.Source, limiters *sources.RateLi
 	}
 	o := s.o
 	env := handlerEnv{source: src, inbox: o.Inbox, log: o.Logger.With("source", src.Name), metrics: o.Metrics, reg: o.Registry,
-		loopback: config.LoopbackAddr(o.Push.Addr), quarantine: s.quarantine}
+		loopback: config.LoopbackAddr(o.Push.Addr), quarantine: s.quarantine, tracing: o.Tracing}
 	var h handler
 	var keys *sources.PushGuard
 	var rejects *rejections

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
@@ -243,8 +244,9 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 		h.refuse(w, r, reqID, http.StatusBadRequest, reasonInvalidKey, err.Error(), body, true)
 		return
 	}
+	sc := trace.SpanContextFromContext(r.Context()) // the request's span, when traced
 	for i := range events {
-		events[i].Verdict = verdict
+		events[i].Verdict, events[i].Trace = verdict, sc
 	}
 	outs, err := h.env.inbox.Commit(r.Context(), h.name, body, events)
 	if err != nil {

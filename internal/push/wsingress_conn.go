@@ -14,6 +14,7 @@ import (
 
 	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 )
 
 // wsConn is one device connection. Its reader goroutine reads envelopes
@@ -228,9 +229,11 @@ func (c *wsConn) read() (msg []byte, oversize bool, why closeReason, ok bool) {
 // which took the CPU the commits needed (ingestor-bench -mode overload).
 func (c *wsConn) commit(msg []byte, env devicewire.Envelope) {
 	h := c.h
+	span := envelopeSpan(h.env.tracing, h.env.source.Name, &env)
 	in, err := h.env.inbox.enter(c.stop, h.env.source.Name, msg,
-		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg), Device: env.DeviceID, Seq: env.Seq}})
+		[]Event{{Key: env.EventID, Time: env.TS, Len: len(msg), Device: env.DeviceID, Seq: env.Seq, Trace: span.SpanContext()}})
 	if errors.Is(err, errGaveUp) {
+		telemetry.End(span, err)
 		c.pending.Done()
 		<-c.slots
 		return
@@ -241,6 +244,7 @@ func (c *wsConn) commit(msg []byte, env devicewire.Envelope) {
 			outs, err = in.wait()
 		}
 		c.answerCommit(env, outs, err)
+		telemetry.End(span, err)
 	}()
 }
 

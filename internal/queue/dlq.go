@@ -341,7 +341,7 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Fram
 				}
 				frameID := q.nextFrame
 				q.nextFrame++
-				fr := Frame{ID: frameID, Source: src}
+				fr := Frame{ID: frameID, Source: src, Committed: now}
 				for _, h := range chunk {
 					if _, err := tx.Exec(`DELETE FROM events WHERE id = ?`, h.oldSeq); err != nil {
 						return err

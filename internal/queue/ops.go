@@ -32,6 +32,11 @@ type NewEvent struct {
 	// Verdict, when set, is the signature verdict of a signed webhook
 	// event, stored with it when it is new (verdict.go).
 	Verdict *Verdict
+	// Traceparent and Tracestate, when set, are the event's own trace
+	// context (a push event's request or envelope), carried by the frames
+	// Append returns in place of the batch's. They are not stored: a
+	// frame loaded from the database carries the batch's.
+	Traceparent, Tracestate string
 }
 
 // Batch is one fetched batch: its events, its raw object and the cursor
@@ -51,6 +56,10 @@ type Batch struct {
 	// device seqs revealed (devseq.go).
 	SeqGrace    time.Duration
 	SeqFindings *[]SeqFinding
+	// Traceparent and Tracestate are the W3C trace context of a traced
+	// batch, stored with its raw object; every event of the batch carries
+	// it. Empty when the batch is not traced.
+	Traceparent, Tracestate string
 }
 
 // Event is one queued event as it is sent.
@@ -66,6 +75,9 @@ type Event struct {
 	// Payload is set for frames returned by Append and nil for frames
 	// loaded from the database, whose payload is read from the raw store.
 	Payload []byte
+	// Traceparent and Tracestate are the trace context of the event's
+	// batch, empty when it was not traced (Batch.Traceparent).
+	Traceparent, Tracestate string
 }
 
 // Frame is a unit of delivery.
@@ -75,7 +87,10 @@ type Frame struct {
 	// Deliveries counts earlier deliveries recorded for the frame (the
 	// sender records them in batches, so a crash can leave it one low).
 	Deliveries int
-	Events     []Event
+	// Committed is when the transaction that queued the frame began: the
+	// publish latency runs from it to the frame's first send.
+	Committed time.Time
+	Events    []Event
 }
 
 // Append commits b durably and returns the frames of its events that were
@@ -214,8 +229,8 @@ func (q *Queue) prepareInserts() error {
 	}{
 		{&q.insertOne, "an event", `INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
 			VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, key) DO NOTHING`},
-		{&q.insertRaw, "a raw object", `INSERT INTO raw_objects(key, fetched_at, seq_floor)
-			VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1)`},
+		{&q.insertRaw, "a raw object", `INSERT INTO raw_objects(key, fetched_at, seq_floor, traceparent, tracestate)
+			VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1, ?, ?)`},
 		{&q.insertFrameRow, "a frame", `INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`},
 		{&q.storeCursor, "a cursor", `INSERT INTO offsets(source, cursor, updated_at) VALUES (?,?,?)
 			ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`},
@@ -407,7 +422,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 	var frames []Frame
 	var added int64
 	if len(b.Events) > 0 {
-		res, err := tx.Stmt(q.insertRaw).Exec(b.RawKey, b.FetchedAt.UnixNano())
+		res, err := tx.Stmt(q.insertRaw).Exec(b.RawKey, b.FetchedAt.UnixNano(), nullString(b.Traceparent), nullString(b.Tracestate))
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert raw object: %w", err)
 		}
@@ -427,7 +442,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			if err := q.insertChunk(tx, b.Source, frameID, rawID, chunk, seqs); err != nil {
 				return nil, 0, err
 			}
-			f := Frame{ID: frameID, Source: b.Source, Events: make([]Event, 0, len(chunk))}
+			f := Frame{ID: frameID, Source: b.Source, Committed: time.Unix(0, now), Events: make([]Event, 0, len(chunk))}
 			var first, last int64
 			for i, seq := range seqs {
 				if seq == 0 {
@@ -445,10 +460,15 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				if e.Verdict != nil {
 					verdicts = e.Verdict.appendRow(verdicts, seq)
 				}
-				f.Events = append(f.Events, Event{
+				ev := Event{
 					Seq: seq, Source: b.Source, Key: e.Key, FetchedAt: b.FetchedAt, EventTime: e.EventTime,
 					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
-				})
+					Traceparent: b.Traceparent, Tracestate: b.Tracestate,
+				}
+				if e.Traceparent != "" {
+					ev.Traceparent, ev.Tracestate = e.Traceparent, e.Tracestate
+				}
+				f.Events = append(f.Events, ev)
 			}
 			if len(f.Events) == 0 {
 				continue
@@ -540,15 +560,17 @@ func (q *Queue) FramesAfter(ctx context.Context, after int64, limit int) ([]int6
 // false when the frame is no longer pending.
 func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 	f := Frame{ID: id}
-	var first, last int64
-	err := q.rdb.QueryRowContext(ctx, `SELECT source, deliveries, first_seq, last_seq FROM frames WHERE id = ?`, id).Scan(&f.Source, &f.Deliveries, &first, &last)
+	var first, last, created int64
+	err := q.rdb.QueryRowContext(ctx, `SELECT source, deliveries, first_seq, last_seq, created_at FROM frames WHERE id = ?`, id).Scan(&f.Source, &f.Deliveries, &first, &last, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Frame{}, false, nil
 	}
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
-	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, r.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len
+	f.Committed = time.Unix(0, created)
+	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, r.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len,
+		coalesce(r.traceparent, ''), coalesce(r.tracestate, '')
 		FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.id BETWEEN ? AND ? AND e.acked = 0 ORDER BY e.id`, first, last)
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
@@ -556,7 +578,7 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 	for rows.Next() {
 		var e Event
 		var fetched, et int64
-		if err := rows.Scan(&e.Seq, &e.Source, &e.Key, &fetched, &et, &e.RawKey, &e.RawOff, &e.RawLen); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Source, &e.Key, &fetched, &et, &e.RawKey, &e.RawOff, &e.RawLen, &e.Traceparent, &e.Tracestate); err != nil {
 			return Frame{}, false, fmt.Errorf("load frame %d: %w", id, errors.Join(err, rows.Close()))
 		}
 		e.FetchedAt = time.Unix(0, fetched).UTC()
@@ -659,4 +681,12 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		return 0, err
 	}
 	return deleted, nil
+}
+
+// nullString is s, or NULL for "".
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

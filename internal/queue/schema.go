@@ -158,6 +158,14 @@ ALTER TABLE dead_letters ADD COLUMN count     INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE dead_letters ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX dead_letters_digest ON dead_letters(source, digest) WHERE event_key = '' AND digest != '' AND resolved_at = 0 AND replayed_at = 0;
 `,
+	// v9: the W3C trace context of a traced batch (its poll, webhook
+	// request or device envelope), which every frame of its events carries,
+	// also after a restart. NULL for a batch not traced: the row of an
+	// untraced batch grows by two bytes.
+	`
+ALTER TABLE raw_objects ADD COLUMN traceparent TEXT;
+ALTER TABLE raw_objects ADD COLUMN tracestate  TEXT;
+`,
 }
 
 // migrate brings the schema to the newest version, one transaction per step.

@@ -176,7 +176,7 @@ func (d *frameDecoder) event() error {
 
 // eventNames are the members of an event, in the order the Encoder writes
 // them, for jsonscan.Decoder.ObjectNames; the event* constants index it.
-var eventNames = []string{"key", "source", "seq", "fetched_at", "event_time", "raw", "payload", "payload_b64"}
+var eventNames = []string{"key", "source", "seq", "fetched_at", "event_time", "traceparent", "tracestate", "raw", "payload", "payload_b64"}
 
 const (
 	eventKey = iota
@@ -184,6 +184,8 @@ const (
 	eventSeq
 	eventFetchedAt
 	eventEventTime
+	eventTraceparent
+	eventTracestate
 	eventRaw
 	eventPayload
 	eventPayloadB64
@@ -208,6 +210,10 @@ func (d *frameDecoder) eventField(name int, key []byte, plain bool) error {
 		err = d.fetchedAt.decode(&d.dec, &ev.FetchedAt, "fetched_at", nullLeaves)
 	case eventEventTime:
 		err = decodeTime(&d.dec, &ev.EventTime, "event_time", nullLeaves)
+	case eventTraceparent:
+		err = decodeString(&d.dec, &ev.Traceparent, "traceparent", nullLeaves)
+	case eventTracestate:
+		err = decodeString(&d.dec, &ev.Tracestate, "tracestate", nullLeaves)
 	case eventRaw:
 		switch kind := d.dec.Peek(); kind {
 		case jsonscan.Null:
@@ -251,6 +257,8 @@ var eventLayout = [...]struct {
 	{jsonscan.NewLit(`,"seq":`), eventSeq, false, false},
 	{jsonscan.NewLit(`,"fetched_at":`), eventFetchedAt, false, false},
 	{jsonscan.NewLit(`,"event_time":`), eventEventTime, false, true},
+	{jsonscan.NewLit(`,"traceparent":`), eventTraceparent, false, true},
+	{jsonscan.NewLit(`,"tracestate":`), eventTracestate, false, true},
 	{jsonscan.NewLit(`,"raw":{"key":`), rawKey, true, false},
 	{jsonscan.NewLit(`,"off":`), rawOff, true, false},
 	{jsonscan.NewLit(`,"len":`), rawLen, true, false},

@@ -43,6 +43,11 @@ type Event struct {
 	FetchedAt time.Time `json:"fetched_at"`
 	// EventTime is the event's own timestamp when the source knows it.
 	EventTime time.Time `json:"event_time,omitzero"`
+	// Traceparent and Tracestate are the W3C trace context of the event's
+	// trace, set when the daemon traced it (sampled); a processor continues
+	// the trace from them.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 	// Raw locates the event's bytes in the raw store.
 	Raw RawRef `json:"raw"`
 	// Payload is the event's bytes exactly as the upstream sent them, when
@@ -176,6 +181,14 @@ func (e *Encoder) Add(ev *Event, payload []byte, payloadIsJSON bool) {
 		b = append(b, `,"event_time":"`...)
 		b = ev.EventTime.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
+	}
+	if ev.Traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = AppendString(b, ev.Traceparent)
+		if ev.Tracestate != "" {
+			b = append(b, `,"tracestate":`...)
+			b = AppendString(b, ev.Tracestate)
+		}
 	}
 	b = append(b, `,"raw":{"key":`...)
 	b = AppendString(b, ev.Raw.Key)

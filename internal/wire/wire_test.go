@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,12 @@ func TestEncoderRoundTrip(t *testing.T) {
 		}
 		if i%3 == 2 {
 			in.payload, in.isJSON = binPayload, false
+		}
+		if i%4 == 1 { // a traced event, with and without a tracestate
+			in.ev.Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			if i%8 == 1 {
+				in.ev.Tracestate = "vendor=" + strconv.Itoa(i)
+			}
 		}
 		inputs = append(inputs, in)
 	}

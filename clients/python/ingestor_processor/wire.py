@@ -25,11 +25,14 @@ class Event:
     payload holds the parsed JSON value (None for JSON null); otherwise
     payload_bytes holds the bytes of payload_b64 and payload is None.
     fetched_at and event_time are RFC 3339 strings as sent; event_time is
-    None when the source did not know one.
+    None when the source did not know one. traceparent and tracestate are
+    the W3C trace context of an event the daemon traced, else None:
+    trace_context() hands them to opentelemetry.propagate.extract.
     """
 
     __slots__ = ("key", "source", "seq", "fetched_at", "event_time",
-                 "raw_key", "raw_off", "raw_len", "is_json", "payload", "payload_bytes")
+                 "raw_key", "raw_off", "raw_len", "is_json", "payload", "payload_bytes",
+                 "traceparent", "tracestate")
 
     def __init__(self, key, source, seq, fetched_at=None, event_time=None, raw_key=None,
                  raw_off=None, raw_len=None, is_json=True, payload=None, payload_bytes=None):
@@ -44,6 +47,22 @@ class Event:
         self.is_json = is_json
         self.payload = payload
         self.payload_bytes = payload_bytes
+        self.traceparent = None
+        self.tracestate = None
+
+    def trace_context(self):
+        """Returns the event's trace context as a carrier dict for
+        opentelemetry.propagate.extract ({} when the event is not traced):
+
+            ctx = opentelemetry.propagate.extract(event.trace_context())
+            with tracer.start_as_current_span("handle", context=ctx): ...
+        """
+        carrier = {}
+        if self.traceparent is not None:
+            carrier["traceparent"] = self.traceparent
+            if self.tracestate is not None:
+                carrier["tracestate"] = self.tracestate
+        return carrier
 
     def data(self):
         """Returns the event's bytes: the payload_b64 bytes, or the JSON
@@ -170,21 +189,27 @@ def _decode_event(i, ev):
         if (raw_key is not None and type(raw_key) is not str) or \
                 (raw_off is not None and not _is_int(raw_off)) or (raw_len is not None and not _is_int(raw_len)):
             raise MalformedFrame(f"{where}.raw: want a string key and integer off and len")
+    traceparent, tracestate = ev.get("traceparent"), ev.get("tracestate")
+    if (traceparent is not None and type(traceparent) is not str) or (tracestate is not None and type(tracestate) is not str):
+        raise MalformedFrame(f"{where}: want string traceparent and tracestate")
     has_json, has_b64 = "payload" in ev, "payload_b64" in ev
     if has_json == has_b64:
         raise MalformedFrame(f"{where}: want exactly one of payload and payload_b64")
     if has_json:
-        return Event(key, source, seq, fetched_at, event_time, raw_key, raw_off, raw_len,
-                     is_json=True, payload=ev["payload"])
-    b64 = ev["payload_b64"]
-    if type(b64) is not str:
-        raise MalformedFrame(f"{where}.payload_b64: want a string")
-    try:
-        data = base64.b64decode(b64.encode("ascii"), validate=True)
-    except (UnicodeEncodeError, binascii.Error) as e:
-        raise MalformedFrame(f"{where}.payload_b64: not standard base64: {e}") from None
-    return Event(key, source, seq, fetched_at, event_time, raw_key, raw_off, raw_len,
-                 is_json=False, payload_bytes=data)
+        out = Event(key, source, seq, fetched_at, event_time, raw_key, raw_off, raw_len,
+                    is_json=True, payload=ev["payload"])
+    else:
+        b64 = ev["payload_b64"]
+        if type(b64) is not str:
+            raise MalformedFrame(f"{where}.payload_b64: want a string")
+        try:
+            data = base64.b64decode(b64.encode("ascii"), validate=True)
+        except (UnicodeEncodeError, binascii.Error) as e:
+            raise MalformedFrame(f"{where}.payload_b64: not standard base64: {e}") from None
+        out = Event(key, source, seq, fetched_at, event_time, raw_key, raw_off, raw_len,
+                    is_json=False, payload_bytes=data)
+    out.traceparent, out.tracestate = traceparent, tracestate
+    return out
 
 
 def cut_reason(reason):

@@ -28,6 +28,20 @@ class DecodeFrameTest(unittest.TestCase):
         self.assertEqual((b.is_json, b.payload, b.payload_bytes, b.data()), (False, None, b"hello\xffwor\n", b"hello\xffwor\n"))
         self.assertEqual(a.data(), b'{"n":1}')
 
+    def test_trace_context(self):
+        tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        f = decode_frame([frame(events=[
+            event("a", extra=',"traceparent":"%s","tracestate":"v=1"' % tp),
+            event("b", extra=',"traceparent":"%s"' % tp),
+            event("c"),
+        ]).encode()])
+        a, b, c = f.events
+        self.assertEqual(a.trace_context(), {"traceparent": tp, "tracestate": "v=1"})
+        self.assertEqual(b.trace_context(), {"traceparent": tp})
+        self.assertEqual((c.traceparent, c.trace_context()), (None, {}))
+        with self.assertRaises(MalformedFrame):
+            decode_frame([frame(events=[event("d", extra=',"traceparent":7')]).encode()])
+
     def test_unknown_fields_and_null_payload(self):
         f = decode_frame([frame(head='"v":1,"type":"events","future":[{"a":1}]',
                                 events=[event(payload='"payload":null')]).encode()])
