@@ -138,7 +138,9 @@ test: test-deps
 # rate in a 5-second window, a device does not finish or a sender
 # starves); last the real path through the built binaries, each in its
 # own process: a firehose upstream polled by bin/ingestor, acked by
-# bin/processor (see docs/performance.md), then the same on a cluster
+# bin/processor (see docs/performance.md), with OpenTelemetry tracing at
+# 1% and 100% sampling between two runs with it off (its cost, compared in
+# the same sitting), then the same on a cluster
 # of 1, 2 and 3 members on etcd (installed by test-deps), and cluster mode
 # at scale (20 in-process members sharing 10,000 stub sources on one etcd
 # for 10 minutes, then one killed, failing when etcd's writes or size, the
@@ -161,6 +163,9 @@ bench: build test-deps
 	$(BIN)/ingestor-bench -mode overload -devices 200
 	$(BIN)/ingestor-bench -mode overload -devices 1000
 	$(BIN)/ingestor-bench -mode real
+	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 0.01
+	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 1
+	$(BIN)/ingestor-bench -mode real -events 1000000
 	$(BIN)/ingestor-bench -mode cluster
 	$(BIN)/ingestor-bench -mode cluster-scale
 	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg

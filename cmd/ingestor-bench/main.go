@@ -105,6 +105,7 @@ const (
 // options is the command line.
 type options struct {
 	exactlyOnce    bool
+	traceRatio     float64
 	mode           string
 	events         int64
 	duration       time.Duration
@@ -146,6 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
 	fs.StringVar(&o.sourceExtra, "source-extra", "", "real mode: TOML lines added to the http_poll source's block, e.g. 'inflight_batches = 4'")
+	fs.Float64Var(&o.traceRatio, "trace-ratio", -1, "real mode: turn the daemon's OpenTelemetry tracing on with this sampling_ratio (0 to 1), exporting to an OTLP receiver in the bench; -1: off")
 	fs.Int64Var(&o.halfEvents, "half-events", 0, "real mode: events of the half-load phase (default: a quarter of -events, at least one page)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "firehose mode: address to listen on")
 	fs.IntVar(&o.members, "members", 3, "cluster mode: run on 1, 2, ... this many members (-sources sources of -events events each, default 6 of 200000)")

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/telemetry/otlptest"
 )
 
 // modeReal runs the real path through the built binaries, each in its own
@@ -55,6 +56,10 @@ type realResult struct {
 	RawMiB   float64 `json:"raw_mib"`
 	// What the processor counted (-count-out) over the whole run.
 	Received counts `json:"received"`
+	// TraceRatio is the daemon's sampling ratio with -trace-ratio, -1 with
+	// tracing off; Spans the spans its OTLP receiver got.
+	TraceRatio float64 `json:"trace_ratio"`
+	Spans      int     `json:"spans"`
 }
 
 // counts is what the processor's -count-out file holds (cmd/processor,
@@ -91,8 +96,17 @@ func (r *realResult) columns() [][2]string {
 		{"half load p50/p99 ms", fmt.Sprintf("%.1f / %.1f", r.HalfP50Ms, r.HalfP99Ms)},
 		{"queue MiB", fmt.Sprintf("%.1f", r.QueueMiB)},
 		{"raw MiB", fmt.Sprintf("%.1f", r.RawMiB)},
+		{"tracing", r.tracing()},
 		{"exactly once", once},
 	}
+}
+
+// tracing describes the run's tracing: off, or its ratio and spans.
+func (r *realResult) tracing() string {
+	if r.TraceRatio < 0 {
+		return "off"
+	}
+	return fmt.Sprintf("%g sampled, %d spans", r.TraceRatio, r.Spans)
 }
 
 // printReal prints the summary table.
@@ -252,12 +266,12 @@ func writeConfig(dir, text string) (string, error) {
 }
 
 // realConfig writes the daemon's config into dir and checks it loads.
-func realConfig(dir, firehose, publishExtra, sourceExtra string) (string, error) {
+func realConfig(dir, firehose, publishExtra, sourceExtra, topExtra string) (string, error) {
 	head, err := daemonTOML(dir, "", "", "events_per_frame = 100\nsynchronous = \"full\"\n"+publishExtra)
 	if err != nil {
 		return "", err
 	}
-	return writeConfig(dir, head+fmt.Sprintf(`[source.firehose]
+	return writeConfig(dir, head+topExtra+fmt.Sprintf(`[source.firehose]
 kind = "http_poll"
 poll_url = %s
 interval = "1ms"
@@ -303,7 +317,23 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 	if err := r.startFirehose(self); err != nil {
 		return nil, err
 	}
-	cfgPath, err := realConfig(dir, r.firehose, o.publishExtra, o.sourceExtra)
+	topExtra := ""
+	if o.traceRatio >= 0 {
+		// Tracing on, exporting to a receiver in this process that keeps
+		// the spans: the bench measures what tracing costs the daemon.
+		recv, stop, err := otlptest.Listen()
+		if err != nil {
+			return nil, fmt.Errorf("otlp receiver: %w", err)
+		}
+		defer func() {
+			if res != nil {
+				res.Spans = recv.Count()
+			}
+			stop()
+		}()
+		topExtra = fmt.Sprintf("[telemetry]\nendpoint = %q\nsampling_ratio = %v\n\n", recv.Endpoint(), o.traceRatio)
+	}
+	cfgPath, err := realConfig(dir, r.firehose, o.publishExtra, o.sourceExtra, topExtra)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +362,7 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 	}
 	r.metrics = "http://" + addr + "/metrics"
 
-	res = &realResult{Events: o.events, EventSize: o.eventSize, PageSize: o.pageSize, HalfEvents: o.halfEvents}
+	res = &realResult{Events: o.events, EventSize: o.eventSize, PageSize: o.pageSize, HalfEvents: o.halfEvents, TraceRatio: o.traceRatio}
 	if err := r.measure(ctx, res); err != nil {
 		return nil, err
 	}

@@ -37,16 +37,32 @@ type Receiver struct {
 // Start starts a receiver on a free loopback port, stopped when t ends.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, stop, err := Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Receiver{addr: ln.Addr().String()}
+	t.Cleanup(stop)
+	return r
+}
+
+// Listen starts a receiver on a free loopback port; stop stops it.
+func Listen() (r *Receiver, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	r = &Receiver{addr: ln.Addr().String()}
 	srv := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(srv, r)
 	go func() { _ = srv.Serve(ln) }() // returns when Stop closes the listener
-	t.Cleanup(srv.Stop)
-	return r
+	return r, srv.Stop, nil
+}
+
+// Count returns how many spans were received.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.spans)
 }
 
 // Endpoint is the receiver's URL for [telemetry] endpoint (plaintext).
