@@ -96,6 +96,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the daemon repeatedly")
 	}
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	bin := buildBinary(t, t.TempDir())
 	t.Run("cursor", func(t *testing.T) {
 		feed := testupstream.New(t, 8000, 20)

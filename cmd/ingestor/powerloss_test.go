@@ -64,6 +64,7 @@ func TestPowerLossKeepsWhatWasPromised(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the daemon and cuts the power under it repeatedly")
 	}
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	dir := t.TempDir()
 	bin, procBin := buildBinary(t, dir), buildProcessor(t, dir)
 	t.Run("full", func(t *testing.T) { powerLossCycles(t, bin, procBin, "full", 55, 11, 6000) })

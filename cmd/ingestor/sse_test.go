@@ -225,6 +225,7 @@ func TestSSEThroughTheDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon and the processor")
 	}
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	dir := t.TempDir()
 	bin, procBin := buildBinary(t, dir), buildProcessor(t, dir)
 	t.Run("drops", func(t *testing.T) { sseDrops(t, bin, procBin) })
