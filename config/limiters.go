@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -29,15 +27,8 @@ type rateLimiterTOML struct {
 type limiterUser interface{ LimiterName() string }
 
 // rateLimiters decodes every [rate_limiters.NAME] block, sorted by name.
-func (d *decoder) rateLimiters(top map[string]toml.Primitive) []RateLimiter {
-	prim, ok := top["rate_limiters"]
-	if !ok {
-		return nil
-	}
-	blocks, ok := d.table(prim, []string{"rate_limiters"})
-	if !ok {
-		return nil
-	}
+func (d *decoder) rateLimiters() []RateLimiter {
+	blocks := d.blocks["rate_limiters"]
 	var out []RateLimiter
 	for _, name := range slices.Sorted(maps.Keys(blocks)) {
 		path := []string{"rate_limiters", name}
@@ -47,7 +38,7 @@ func (d *decoder) rateLimiters(top map[string]toml.Primitive) []RateLimiter {
 		}
 		t := rateLimiterTOML{Burst: 1}
 		present := d.decodeKeys(m, path, true, &t)
-		l := RateLimiter{Name: name, Burst: t.Burst, Line: d.lines.lookup(path)}
+		l := RateLimiter{Name: name, Burst: t.Burst, Line: d.line(path)}
 		if !sourceName.MatchString(name) {
 			d.errs = append(d.errs, d.newError(path, "invalid rate limiter name: use only letters, digits, '_' and '-'"))
 		}

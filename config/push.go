@@ -51,7 +51,7 @@ func (d *decoder) push(top map[string]toml.Primitive) Push {
 		d.errAt(child(p, "tls_cert_file"), "needs push.tls_key_file too: set both or neither")
 	case t.TLSCertFile == "" && t.TLSKeyFile != "":
 		d.errAt(child(p, "tls_key_file"), "needs push.tls_cert_file too: set both or neither")
-	case t.TLSCertFile != "":
+	case t.TLSCertFile != "" && d.readsKeyPair(child(p, "tls_cert_file"), t.TLSCertFile, child(p, "tls_key_file"), t.TLSKeyFile):
 		if _, err := tls.LoadX509KeyPair(t.TLSCertFile, t.TLSKeyFile); err != nil {
 			d.errAt(child(p, "tls_cert_file"), "cannot load the certificate and key: %v", err)
 		}
@@ -60,7 +60,7 @@ func (d *decoder) push(top map[string]toml.Primitive) Push {
 	case t.ClientCAFile == "":
 	case t.TLSCertFile == "" || t.TLSKeyFile == "":
 		d.errAt(ca, "needs push.tls_cert_file and push.tls_key_file: client certificates are only asked for over TLS")
-	default:
+	case d.readsFile(ca, t.ClientCAFile):
 		if _, err := LoadClientCAs(t.ClientCAFile); err != nil {
 			d.errAt(ca, "%v", err)
 		}

@@ -75,7 +75,9 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 	if t.AdminAddr != "" {
 		key = "admin_addr"
 	}
-	if !d.covered(child(p, key)) && !d.covered(child(p, "admin_token")) && !d.covered(child(p, "admin_token_file")) {
+	// Offline, a token file is not read: it gives a token all the same.
+	unread := d.offline && t.AdminTokenFile != ""
+	if !unread && !d.covered(child(p, key)) && !d.covered(child(p, "admin_token")) && !d.covered(child(p, "admin_token_file")) {
 		if msg := dm.AdminProblem(); msg != "" {
 			d.errAt(child(p, key), "%s", msg)
 		}
@@ -230,7 +232,7 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
 	d.curve(p, t.CurveSecretKey, t.CurveAuthorized)
 	ackMax := DefaultAckMaxMessageBytes(t.MaxInflightFrames, t.EventsPerFrame)
-	if d.md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
+	if d.docOf(p).md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
 		ackMax = t.AckMaxMessageBytes
 	}
 	return Publish{
@@ -262,12 +264,12 @@ func (d *decoder) curve(p []string, secret, authorized string) {
 	case authorized == "":
 		d.errAt(child(p, "curve_authorized_keys_file"), "is required when curve_secret_key_file is set: without it no processor could connect")
 	}
-	if secret != "" {
+	if secret != "" && d.readsFile(child(p, "curve_secret_key_file"), secret) {
 		if _, err := curvekey.ReadSecret(secret); err != nil {
 			d.errAt(child(p, "curve_secret_key_file"), "%v", err)
 		}
 	}
-	if authorized != "" {
+	if authorized != "" && d.readsFile(child(p, "curve_authorized_keys_file"), authorized) {
 		if _, err := curvekey.ReadKeys(authorized); err != nil {
 			d.errAt(child(p, "curve_authorized_keys_file"), "%v", err)
 		}
