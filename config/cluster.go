@@ -91,10 +91,15 @@ type clusterTOML struct {
 // path component of etcd keys.
 var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
+// clusterDefaults is [cluster] with its defaults.
+func clusterDefaults() clusterTOML {
+	return clusterTOML{Name: "ingestor", LeaseTTL: "10s", CheckpointInterval: "1s", RebalanceDelay: "30s", CompactInterval: "5m", MaxTxnOps: 128}
+}
+
 // cluster decodes and checks [cluster] without contacting etcd: what
 // can be known from the file (URLs, files that must exist, names).
 func (d *decoder) cluster(top map[string]toml.Primitive) Cluster {
-	t := clusterTOML{Name: "ingestor", LeaseTTL: "10s", CheckpointInterval: "1s", RebalanceDelay: "30s", CompactInterval: "5m", MaxTxnOps: 128}
+	t := clusterDefaults()
 	d.section(top, "cluster", &t)
 	p := []string{"cluster"}
 	c := Cluster{Enabled: t.Enabled, Name: t.Name, EtcdEndpoints: t.EtcdEndpoints, EtcdCAFile: t.EtcdCAFile,

@@ -119,9 +119,7 @@ func parse(files []File, opts Options) (*Config, *decoder, error) {
 		cfg.Files = append(cfg.Files, f.Name)
 	}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
-		switch k {
-		case "daemon", "raw_store", "publish", "push", "cluster", "defaults", "source", "rate_limiters":
-		default:
+		if !isTopTable(k) {
 			d.unknown([]string{k})
 		}
 	}

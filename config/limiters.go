@@ -23,6 +23,9 @@ type rateLimiterTOML struct {
 	Burst int    `toml:"burst"`
 }
 
+// rateLimiterDefaults is a [rate_limiters.NAME] block with its defaults.
+func rateLimiterDefaults() rateLimiterTOML { return rateLimiterTOML{Burst: 1} }
+
 // limiterUser is implemented by specs that may name a shared limiter.
 type limiterUser interface{ LimiterName() string }
 
@@ -36,7 +39,7 @@ func (d *decoder) rateLimiters() []RateLimiter {
 		if !ok {
 			continue
 		}
-		t := rateLimiterTOML{Burst: 1}
+		t := rateLimiterDefaults()
 		present := d.decodeKeys(m, path, true, &t)
 		l := RateLimiter{Name: name, Burst: t.Burst, Line: d.line(path)}
 		if !sourceName.MatchString(name) {

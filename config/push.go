@@ -39,8 +39,11 @@ type pushTOML struct {
 	ClientCAFile string `toml:"client_ca_file"`
 }
 
+// pushDefaults is [push] with its defaults.
+func pushDefaults() pushTOML { return pushTOML{Addr: "127.0.0.1:9465"} }
+
 func (d *decoder) push(top map[string]toml.Primitive) Push {
-	t := pushTOML{Addr: "127.0.0.1:9465"}
+	t := pushDefaults()
 	d.section(top, "push", &t)
 	p := []string{"push"}
 	if _, _, err := net.SplitHostPort(t.Addr); err != nil {

@@ -30,8 +30,9 @@ type daemonTOML struct {
 	MinFreeBytes   int64    `toml:"min_free_bytes"`
 }
 
-func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
-	t := daemonTOML{
+// daemonDefaults is [daemon] with its defaults.
+func daemonDefaults() daemonTOML {
+	return daemonTOML{
 		DataDir:       "./data",
 		HTTPAddr:      "127.0.0.1:9464",
 		LogLevel:      "info",
@@ -39,6 +40,10 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 		ShutdownGrace: "30s",
 		MinFreeBytes:  DefaultMinFreeBytes,
 	}
+}
+
+func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
+	t := daemonDefaults()
 	d.section(top, "daemon", &t)
 	p := []string{"daemon"}
 	if t.DataDir == "" {
@@ -96,14 +101,20 @@ type rawStoreTOML struct {
 	Retention   duration `toml:"retention"`
 }
 
-func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
-	t := rawStoreTOML{
+// rawStoreDefaults is [raw_store] with its defaults, for the data dir
+// dataDir.
+func rawStoreDefaults(dataDir string) rawStoreTOML {
+	return rawStoreTOML{
 		URL:         "file://" + strings.TrimSuffix(dataDir, "/") + "/raw",
 		Region:      "us-east-1",
 		MaxAttempts: 10,
 		SpillDir:    strings.TrimSuffix(dataDir, "/") + "/raw-spill",
 		Retention:   "24h",
 	}
+}
+
+func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
+	t := rawStoreDefaults(dataDir)
 	d.section(top, "raw_store", &t)
 	p := []string{"raw_store"}
 	if msg := checkStoreURL(t.URL); msg != "" {
@@ -200,8 +211,9 @@ type publishTOML struct {
 	CurveAuthorized    string   `toml:"curve_authorized_keys_file"`
 }
 
-func (d *decoder) publish(top map[string]toml.Primitive) Publish {
-	t := publishTOML{
+// publishDefaults is [publish] with its defaults.
+func publishDefaults() publishTOML {
+	return publishTOML{
 		Endpoint:          "tcp://127.0.0.1:5557",
 		AckEndpoint:       "tcp://127.0.0.1:5558",
 		HighWaterMark:     1000,
@@ -213,6 +225,10 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		DedupeWindow:      "1h",
 		PruneInterval:     "30s",
 	}
+}
+
+func (d *decoder) publish(top map[string]toml.Primitive) Publish {
+	t := publishDefaults()
 	d.section(top, "publish", &t)
 	p := []string{"publish"}
 	for _, e := range []struct{ key, val string }{{"endpoint", t.Endpoint}, {"ack_endpoint", t.AckEndpoint}} {
@@ -312,8 +328,13 @@ type sourceDefaults struct {
 // shows data within seconds, and sources started together still spread.
 const defaultStartJitter = 5 * time.Second
 
+// defaultsDefaults is [defaults] with its defaults.
+func defaultsDefaults() defaultsTOML {
+	return defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3, StartJitter: "5s"}
+}
+
 func (d *decoder) defaults(top map[string]toml.Primitive) sourceDefaults {
-	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3, StartJitter: "5s"}
+	t := defaultsDefaults()
 	d.section(top, "defaults", &t)
 	p := []string{"defaults"}
 	return sourceDefaults{

@@ -26,6 +26,10 @@ type sourceTOML struct {
 	StartJitter      duration `toml:"start_jitter"`
 }
 
+// sourceKeysDefaults is the common keys of a [source.NAME] block with their
+// own defaults (the others inherit [defaults]).
+func sourceKeysDefaults() sourceTOML { return sourceTOML{Enabled: true} }
+
 // sourceName matches a valid NAME in [source.NAME].
 var sourceName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
@@ -63,7 +67,7 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 		}
 	}
 	spec, known := sources.NewSpec(kind)
-	t := sourceTOML{Enabled: true}
+	t := sourceKeysDefaults()
 	targets := []any{&t}
 	if known {
 		targets = append(targets, spec)
