@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ingestorhq/ingestor/internal/testsync"
 )
 
 // unsetEnv unsets the variables names for the test, restoring them after.
@@ -165,5 +170,57 @@ func TestEveryConfigCommandTakesADirectory(t *testing.T) {
 		if code := run(append(args, "-c", dup), &out, &errb); code != 1 || !strings.Contains(errb.String(), want) {
 			t.Errorf("ingestor %s -c %s: exit %d, want 1 with %q:\n%s", strings.Join(args, " "), dup, code, want, errb.String())
 		}
+	}
+}
+
+// TestSIGHUPRereadsASplitConfig runs the built daemon on a file and a
+// conf.d directory (-c FILE -c DIR): SIGHUP reads both again, so a file
+// added to the directory starts its source; `ingestor reload` and
+// `ingestor status` with the same -c name the same config.
+func TestSIGHUPRereadsASplitConfig(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	httpAddr := testsync.FreePort(t)
+	base, confd := filepath.Join(dir, "base.toml"), filepath.Join(dir, "conf.d")
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	demo := func(name string) string {
+		return fmt.Sprintf("[source.%s]\nkind = \"demo\"\ninterval = \"100ms\"\nevents_per_tick = 1\n", name)
+	}
+	write(base, daemonTOML(dir, httpAddr, "tcp://"+testsync.FreePort(t), "tcp://"+testsync.FreePort(t), "", ""))
+	if err := os.Mkdir(confd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(confd, "10-a.toml"), demo("a"))
+	var logs testsync.LockedBuffer
+	p := startProc(t, &logs, bin, "run", "-c", base, "-c", confd)
+	waitReady(t, httpAddr, p.cmd)
+
+	write(filepath.Join(confd, "20-b.toml"), demo("b"))
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testsync.WaitFor(t, "source b to start after SIGHUP", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), `"config reloaded"`) && strings.Contains(logs.String(), `"start":["b"]`)
+	})
+	var out, errb bytes.Buffer
+	if code := run([]string{"reload", "-c", base, "-c", confd, "-dry-run"}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "dry run of "+base+", "+confd+": nothing applied") || !strings.Contains(out.String(), "stay       2  a, b") ||
+		strings.Contains(errb.String(), "note:") {
+		t.Errorf("reload -dry-run: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"status", "-c", base, "-c", confd}, &out, &errb); code != 0 || !strings.Contains(out.String(), "config: "+base+", "+confd+", applied") {
+		t.Errorf("status: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, tail(logs.String()))
 	}
 }
