@@ -39,7 +39,7 @@ func (p *configPaths) Set(v string) error {
 // configFlag adds -c to fs, with help saying what the config is for.
 func configFlag(fs *flag.FlagSet, help string) *configPaths {
 	p := &configPaths{}
-	fs.Var(p, "c", help+": a file, or a directory of *.toml files; repeat -c to merge several")
+	fs.Var(p, "c", help+": a `FILE`, or a directory of *.toml files; repeat -c to merge several")
 	return p
 }
 
