@@ -18,7 +18,7 @@ VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
 # first python3 on PATH.
 PYTHON3           ?= /usr/bin/python3
 
-.PHONY: all deps test-deps build run test bench fmt vet fuzz image clean
+.PHONY: all deps test-deps build run test bench fmt vet fuzz image clean schema
 
 all: build
 
@@ -182,6 +182,12 @@ fmt:
 
 vet: deps
 	$(GO) vet ./...
+
+# schema regenerates config/ingestor.schema.json, the JSON Schema of the
+# daemon's config, from the config types and docs/configuration.md;
+# `config` TestSchemaIsCurrent fails until it is rerun after a change.
+schema:
+	$(GO) generate ./config
 
 # fuzz runs every fuzz target for FUZZTIME each; go test -list finds them,
 # printing each package's targets before its "ok" line.

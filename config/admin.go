@@ -28,6 +28,8 @@ func (d *decoder) token(tokenPath, filePath []string, token, file, what string, 
 	case token != "" && file != "":
 		d.errAt(filePath, "set %s or %s, not both", toml.Key(tokenPath), toml.Key(filePath))
 		return ""
+	case file != "" && !d.readsFile(filePath, file):
+		return ""
 	case file != "":
 		data, err := os.ReadFile(file)
 		if err != nil {

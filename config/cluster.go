@@ -91,10 +91,15 @@ type clusterTOML struct {
 // path component of etcd keys.
 var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
+// clusterDefaults is [cluster] with its defaults.
+func clusterDefaults() clusterTOML {
+	return clusterTOML{Name: "ingestor", LeaseTTL: "10s", CheckpointInterval: "1s", RebalanceDelay: "30s", CompactInterval: "5m", MaxTxnOps: 128}
+}
+
 // cluster decodes and checks [cluster] without contacting etcd: what
 // can be known from the file (URLs, files that must exist, names).
 func (d *decoder) cluster(top map[string]toml.Primitive) Cluster {
-	t := clusterTOML{Name: "ingestor", LeaseTTL: "10s", CheckpointInterval: "1s", RebalanceDelay: "30s", CompactInterval: "5m", MaxTxnOps: 128}
+	t := clusterDefaults()
 	d.section(top, "cluster", &t)
 	p := []string{"cluster"}
 	c := Cluster{Enabled: t.Enabled, Name: t.Name, EtcdEndpoints: t.EtcdEndpoints, EtcdCAFile: t.EtcdCAFile,
@@ -133,18 +138,18 @@ func (d *decoder) cluster(top map[string]toml.Primitive) Cluster {
 		d.errAt(child(p, "etcd_cert_file"), "needs cluster.etcd_key_file too: set both or neither")
 	case c.EtcdKeyFile != "" && c.EtcdCertFile == "":
 		d.errAt(child(p, "etcd_key_file"), "needs cluster.etcd_cert_file too: set both or neither")
-	case c.EtcdCertFile != "":
+	case c.EtcdCertFile != "" && d.readsKeyPair(child(p, "etcd_cert_file"), c.EtcdCertFile, child(p, "etcd_key_file"), c.EtcdKeyFile):
 		if _, err := tls.LoadX509KeyPair(c.EtcdCertFile, c.EtcdKeyFile); err != nil {
 			d.errAt(child(p, "etcd_cert_file"), "cannot load the certificate and key: %v", err)
 		}
 	}
-	if c.EtcdCAFile != "" {
+	if c.EtcdCAFile != "" && d.readsFile(child(p, "etcd_ca_file"), c.EtcdCAFile) {
 		if _, err := LoadClientCAs(c.EtcdCAFile); err != nil {
 			d.errAt(child(p, "etcd_ca_file"), "%v", err)
 		}
 	}
 	switch {
-	case c.EtcdUsername != "" && c.EtcdPassword == "" && !d.flagged[pathKey(child(p, "etcd_password_file"))]:
+	case c.EtcdUsername != "" && c.EtcdPassword == "" && t.EtcdPasswordFile == "":
 		d.errAt(child(p, "etcd_username"), "needs cluster.etcd_password or cluster.etcd_password_file")
 	case c.EtcdUsername == "" && c.EtcdPassword != "":
 		d.errAt(child(p, "etcd_password"), "needs cluster.etcd_username")

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	_ "embed" // ExampleTOML
 	"errors"
 	"fmt"
@@ -18,31 +19,61 @@ import (
 //go:embed ingestor.example.toml
 var ExampleTOML string
 
-// Load reads and parses the config file at path. ${NAME} references are
+// Load reads and parses the config file at path (or, for a directory,
+// the *.toml files in it, as LoadPaths does). ${NAME} references are
 // resolved from the process environment.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	return LoadPaths([]string{path}, Options{})
+}
+
+// Options say how a config is checked.
+type Options struct {
+	// Lookup resolves ${NAME}; nil is the process environment.
+	Lookup func(string) (string, bool)
+	// Offline checks only what needs nothing of the machine the daemon
+	// runs on, as in a CI pipeline: a ${NAME} whose variable is not set is
+	// left as written and unchecked (not an error), no file a key names
+	// is read (CURVE keys, token and password files, certificates, CA
+	// bundles, device tokens: only that a path is given where one is
+	// required is checked), and, as always, no listener is bound. What was
+	// left unchecked is in Config.Skipped. Every other mistake, an
+	// unknown key, a value of the wrong type, a bad duration, a missing
+	// required key, is reported as online.
+	Offline bool
+}
+
+// LoadPaths reads the config at paths, files or directories in the order
+// given (a directory stands for its *.toml files in lexical order, see
+// ReadPaths), and parses them as one config with opts (ParseFiles).
+func LoadPaths(paths []string, opts Options) (*Config, error) {
+	files, err := ReadPaths(paths)
 	if err != nil {
-		return nil, fmt.Errorf("load config: %w", err)
+		return nil, err
 	}
-	return ParseWithEnv(path, data, os.LookupEnv)
+	cfg, err := ParseFiles(files, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Paths = slices.Clone(paths)
+	return cfg, nil
 }
 
 // Parse parses data, the contents of the config file named file (which
-// errors and Config.File report), resolving ${NAME} from the process
+// errors and Config.Files report), resolving ${NAME} from the process
 // environment.
 func Parse(file string, data []byte) (*Config, error) {
 	return ParseWithEnv(file, data, os.LookupEnv)
 }
 
-// Default returns the configuration of ExampleTOML, with File empty. It
-// panics if the embedded example is invalid, which a test rules out.
+// Default returns the configuration of ExampleTOML, with no Paths or
+// Files. It panics if the embedded example is invalid, which a test
+// rules out.
 func Default() *Config {
 	cfg, err := ParseWithEnv("ingestor.example.toml", []byte(ExampleTOML), func(string) (string, bool) { return "", false })
 	if err != nil {
 		panic("config: embedded example is invalid: " + err.Error())
 	}
-	cfg.File = ""
+	cfg.Paths, cfg.Files = nil, nil
 	return cfg
 }
 
@@ -54,15 +85,41 @@ func Default() *Config {
 // sources, so a secret need not be set for a source that is off; $${ stands
 // for a literal ${.
 func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
-	d, top, err := newDecoder(file, data, lookup)
+	cfg, err := ParseFiles([]File{{Name: file, Data: data}}, Options{Lookup: lookup})
 	if err != nil {
 		return nil, err
 	}
-	cfg := &Config{File: file}
+	cfg.Paths = []string{file}
+	return cfg, nil
+}
+
+// ParseFiles parses files as one config, as ParseWithEnv parses one file:
+// every [source.NAME] and [rate_limiters.NAME] block may be in any of
+// them, and every other table in one of them only; a table or block
+// defined in two files is an error naming both. Every problem is located
+// in its own file, and Errors are sorted by file (in the order given),
+// then line. Config.Paths is left empty (LoadPaths sets it).
+func ParseFiles(files []File, opts Options) (*Config, error) {
+	cfg, _, err := parse(files, opts)
+	return cfg, err
+}
+
+// parse is ParseFiles, also returning the decoder, whose line indexes
+// LoadChange uses.
+func parse(files []File, opts Options) (*Config, *decoder, error) {
+	if len(files) == 0 {
+		return nil, nil, errors.New("load config: no config file given")
+	}
+	d, top, err := newDecoder(files, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := &Config{}
+	for _, f := range files {
+		cfg.Files = append(cfg.Files, f.Name)
+	}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
-		switch k {
-		case "daemon", "raw_store", "publish", "push", "cluster", "telemetry", "defaults", "source", "rate_limiters":
-		default:
+		if !isTopTable(k) {
 			d.unknown([]string{k})
 		}
 	}
@@ -73,51 +130,80 @@ func ParseWithEnv(file string, data []byte, lookup func(string) (string, bool)) 
 	cfg.Cluster = d.cluster(top)
 	cfg.Telemetry = d.telemetry(top)
 	defaults := d.defaults(top)
-	cfg.Sources = d.sources(top, defaults)
-	cfg.RateLimiters = d.rateLimiters(top)
+	cfg.Sources = d.sources(defaults)
+	cfg.RateLimiters = d.rateLimiters()
 	d.checkLimiterNames(cfg.Sources, cfg.RateLimiters)
 	d.checkPush(cfg.Push, cfg.Daemon, cfg.Sources)
 	d.undecoded()
 
 	if err := d.result(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return cfg, nil
+	cfg.Skipped = d.skipped
+	slices.SortStableFunc(cfg.Skipped, func(a, b Skipped) int {
+		return cmp.Or(slices.Index(cfg.Files, a.File)-slices.Index(cfg.Files, b.File), a.Line-b.Line)
+	})
+	return cfg, d, nil
 }
 
-// newDecoder parses data, the TOML text of file, into its top-level
-// tables and a decoder for them that resolves ${NAME} with lookup (nil:
-// the process environment). A syntax error is returned as Errors.
-func newDecoder(file string, data []byte, lookup func(string) (string, bool)) (*decoder, map[string]toml.Primitive, error) {
+// newDecoder parses each of files into its top-level tables, and merges
+// them (see merge) into one set of top-level tables and a decoder for
+// them that resolves ${NAME} with opts.Lookup (nil: the process
+// environment). Syntax errors are returned as Errors, every file's.
+func newDecoder(files []File, opts Options) (*decoder, map[string]toml.Primitive, error) {
+	lookup := opts.Lookup
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	var top map[string]toml.Primitive
-	md, err := toml.Decode(string(data), &top)
-	if err != nil {
-		return nil, nil, syntaxError(file, err)
+	d := &decoder{
+		owner:     map[string]*doc{},
+		lookup:    lookup,
+		offline:   opts.Offline,
+		unchecked: map[string]bool{},
+		flagged:   map[string]bool{},
+		raw:       map[string]string{},
 	}
-	return &decoder{
-		file:    file,
-		md:      md,
-		lines:   indexLines(string(data)),
-		lookup:  lookup,
-		flagged: map[string]bool{},
-		raw:     map[string]string{},
-	}, top, nil
+	var (
+		syntax Errors
+		tops   []map[string]toml.Primitive
+	)
+	for _, f := range files {
+		var top map[string]toml.Primitive
+		md, err := toml.Decode(string(f.Data), &top)
+		if err != nil {
+			syntax = append(syntax, syntaxError(f.Name, err)...)
+			continue
+		}
+		d.docs = append(d.docs, &doc{file: f.Name, md: md, lines: indexLines(string(f.Data))})
+		tops = append(tops, top)
+	}
+	if len(syntax) > 0 {
+		return nil, nil, syntax
+	}
+	return d, d.merge(tops), nil
 }
 
-// result returns every problem found, sorted by line, or nil.
+// result returns every problem found, sorted by file (in the order
+// given) then line, or nil.
 func (d *decoder) result() error {
 	if len(d.errs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(d.errs, func(a, b *Error) int { return a.Line - b.Line })
+	order := map[string]int{}
+	for i, o := range d.docs {
+		order[o.file] = i
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int {
+		if c := order[a.File] - order[b.File]; c != 0 {
+			return c
+		}
+		return a.Line - b.Line
+	})
 	return d.errs
 }
 
 // syntaxError turns a toml decode error into Errors with its line.
-func syntaxError(file string, err error) error {
+func syntaxError(file string, err error) Errors {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
 		line := pe.Position.Line

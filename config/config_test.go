@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,8 @@ func TestGoodFiles(t *testing.T) {
 	}{
 		"minimal.good.toml": {check: func(t *testing.T, cfg *Config) {
 			want := &Config{
-				File: filepath.Join(testdata, "minimal.good.toml"),
+				Paths: []string{filepath.Join(testdata, "minimal.good.toml")},
+				Files: []string{filepath.Join(testdata, "minimal.good.toml")},
 				Daemon: Daemon{DataDir: "./data", HTTPAddr: "127.0.0.1:9464", LogLevel: "info",
 					LogFormat: "text", ShutdownGrace: 30 * time.Second, MinFreeBytes: DefaultMinFreeBytes},
 				RawStore: RawStore{URL: "file://./data/raw", Region: "us-east-1", MaxAttempts: 10, SpillDir: "./data/raw-spill", Retention: DefaultRawRetention},
@@ -526,6 +528,25 @@ func TestBadFiles(t *testing.T) {
 			`unset_env.bad.toml:4: raw_store.endpoint: environment variable S3_ENDPOINT is not set`,
 			`unset_env.bad.toml:9: source "github": headers.Authorization: environment variable GITHUB_TOKEN is not set`,
 		}},
+		// Only the machine with its secrets has what it names: `ingestor
+		// validate --offline` passes it (TestOffline).
+		"offline.bad.toml": {want: []string{
+			`offline.bad.toml:5: daemon.admin_token_file: read the admin token: open /nonexistent/secrets/admin.token: no such file or directory`,
+			`offline.bad.toml:8: publish.curve_secret_key_file: stat /nonexistent/secrets/daemon.key: no such file or directory`,
+			`offline.bad.toml:9: publish.curve_authorized_keys_file: open /nonexistent/secrets/processors.pub: no such file or directory`,
+			`offline.bad.toml:13: push.tls_cert_file: cannot load the certificate and key: open /nonexistent/secrets/push.crt`,
+			`offline.bad.toml:15: push.client_ca_file: read the client CAs: open /nonexistent/secrets/push-ca.crt`,
+			`offline.bad.toml:20: cluster.etcd_ca_file: read the client CAs: open /nonexistent/secrets/etcd-ca.crt`,
+			`offline.bad.toml:21: cluster.etcd_cert_file: cannot load the certificate and key: open /nonexistent/secrets/etcd.crt`,
+			`offline.bad.toml:24: cluster.etcd_password_file: read the etcd password: open /nonexistent/secrets/etcd.password`,
+			`offline.bad.toml:25: cluster.member_name: environment variable POD_NAME is not set`,
+			`offline.bad.toml:26: cluster.advertise_host: environment variable POD_NAME is not set`,
+			`offline.bad.toml:26: cluster.advertise_host: environment variable POD_NAMESPACE is not set`,
+			`offline.bad.toml:31: source "orders": headers.Authorization: environment variable ORDERS_TOKEN is not set`,
+			`offline.bad.toml:32: source "orders": tls_ca_file: open /nonexistent/secrets/orders-ca.crt`,
+			`offline.bad.toml:36: source "hooks": token_file: read the token: open /nonexistent/secrets/hooks.token`,
+			`offline.bad.toml:40: source "devices": tokens_file: read the device tokens: open /nonexistent/secrets/device-tokens`,
+		}},
 		"syntax.bad.toml": {want: []string{
 			`syntax.bad.toml:5: invalid TOML: `,
 		}},
@@ -658,8 +679,8 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.File != path || cfg.RawStore.URL != "s3://acme-raw/raw" {
-		t.Errorf("file %q, url %q", cfg.File, cfg.RawStore.URL)
+	if !slices.Equal(cfg.Paths, []string{path}) || !slices.Equal(cfg.Files, []string{path}) || cfg.RawStore.URL != "s3://acme-raw/raw" {
+		t.Errorf("paths %q, files %q, url %q", cfg.Paths, cfg.Files, cfg.RawStore.URL)
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.toml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load of a missing file: %v, want os.ErrNotExist", err)

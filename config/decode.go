@@ -18,14 +18,27 @@ type duration string
 // percent is a TOML percentage string such as "10%".
 type percent string
 
-// decoder holds the state of one Parse: the decoded document, the line
-// index, and every problem found so far.
+// decoder holds the state of one Parse: the decoded documents (one per
+// file), their line indexes, and every problem found so far.
 type decoder struct {
-	file   string
-	md     toml.MetaData
-	lines  lineIndex
+	// docs are the files, in the order given.
+	docs []*doc
+	// owner maps each top-level table, and each [source.NAME] and
+	// [rate_limiters.NAME] block (as pathKey of its path), to the file
+	// that defines it: each is defined in one file only.
+	owner map[string]*doc
+	// blocks holds the blocks of each of blockTables, from every file.
+	blocks map[string]map[string]toml.Primitive
 	lookup func(string) (string, bool)
-	errs   Errors
+	// offline leaves unchecked what needs the machine the daemon runs on:
+	// unset ${NAME} and the files that keys name (see Options.Offline).
+	offline bool
+	// skipped is what an offline parse left unchecked, and unchecked the
+	// paths of the values it could not check (an unset ${NAME}): no
+	// problem is reported at them.
+	skipped   []Skipped
+	unchecked map[string]bool
+	errs      Errors
 	// flagged holds the paths that already have an error, or whose contents
 	// cannot be checked (a source of unknown kind); their descendants are not
 	// reported again.
@@ -47,16 +60,50 @@ func child(path []string, key ...string) []string {
 // the file, at its table header. A path keeps only its first error.
 func (d *decoder) errAt(path []string, format string, args ...any) {
 	k := pathKey(path)
-	if d.flagged[k] {
+	if d.flagged[k] || d.isUnchecked(path) {
 		return
 	}
 	d.flagged[k] = true
 	d.errs = append(d.errs, d.newError(path, fmt.Sprintf(format, args...)))
 }
 
+// doc is one config file being decoded.
+type doc struct {
+	file  string
+	md    toml.MetaData
+	lines lineIndex
+	// reported are the paths of tables this file defines that were
+	// reported as a whole (defined in an earlier file too): their keys
+	// are not reported again.
+	reported [][]string
+}
+
+// hides reports whether path is in a table o reported as a whole.
+func (o *doc) hides(path []string) bool {
+	return slices.ContainsFunc(o.reported, func(r []string) bool {
+		return len(path) >= len(r) && slices.Equal(path[:len(r)], r)
+	})
+}
+
+// docOf returns the file that defines path: the one that owns its
+// [source.NAME] or [rate_limiters.NAME] block, or its top-level table;
+// the first file for a path no file owns.
+func (d *decoder) docOf(path []string) *doc {
+	for n := min(len(path), 2); n > 0; n-- {
+		if o, ok := d.owner[pathKey(path[:n])]; ok {
+			return o
+		}
+	}
+	return d.docs[0]
+}
+
+// line returns the line of path in the file that defines it.
+func (d *decoder) line(path []string) int { return d.docOf(path).lines.lookup(path) }
+
 // newError locates msg at path.
 func (d *decoder) newError(path []string, msg string) *Error {
-	e := &Error{File: d.file, Line: d.lines.lookup(path), Msg: msg}
+	o := d.docOf(path)
+	e := &Error{File: o.file, Line: o.lines.lookup(path), Msg: msg}
 	if len(path) >= 2 && path[0] == "source" {
 		e.Source = path[1]
 		e.Key = toml.Key(path[2:]).String()
@@ -89,7 +136,7 @@ func (d *decoder) show(path []string, v string) string {
 // there is not a table.
 func (d *decoder) table(prim toml.Primitive, path []string) (map[string]toml.Primitive, bool) {
 	var m map[string]toml.Primitive
-	if err := d.md.PrimitiveDecode(prim, &m); err != nil {
+	if err := d.docOf(path).md.PrimitiveDecode(prim, &m); err != nil {
 		d.errAt(path, "must be a table, not %s", d.tomlType(path))
 		return nil, false
 	}
@@ -160,7 +207,7 @@ func (d *decoder) decodeKeys(m map[string]toml.Primitive, path []string, strict 
 func (d *decoder) decodeValue(prim toml.Primitive, path []string, v reflect.Value) {
 	if v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String {
 		var m map[string]toml.Primitive
-		if err := d.md.PrimitiveDecode(prim, &m); err != nil {
+		if err := d.docOf(path).md.PrimitiveDecode(prim, &m); err != nil {
 			d.errAt(path, "must be %s, not %s", describe(v.Type()), d.tomlType(path))
 			return
 		}
@@ -174,7 +221,7 @@ func (d *decoder) decodeValue(prim toml.Primitive, path []string, v reflect.Valu
 		}
 		return
 	}
-	if err := d.md.PrimitiveDecode(prim, v.Addr().Interface()); err != nil {
+	if err := d.docOf(path).md.PrimitiveDecode(prim, v.Addr().Interface()); err != nil {
 		d.errAt(path, "must be %s, not %s", describe(v.Type()), d.tomlType(path))
 	}
 }
@@ -200,18 +247,27 @@ func (d *decoder) unknown(path []string) {
 }
 
 // undecoded reports every key the decode did not consume and that no earlier
-// error covers: what is left after all tables have been decoded.
+// error covers: what is left after all tables have been decoded. A key of
+// a table that another file defines first was reported as a duplicate.
 func (d *decoder) undecoded() {
-	for _, k := range d.md.Undecoded() {
-		if !d.covered(k) {
-			d.unknown(k)
+	for _, o := range d.docs {
+		for _, k := range o.md.Undecoded() {
+			if !o.hides(k) && !d.covered(k) {
+				d.unknown(k)
+			}
 		}
 	}
 }
 
 // tomlType names the TOML type of the value at path, for messages.
 func (d *decoder) tomlType(path []string) string {
-	switch t := d.md.Type(path...); t {
+	return tomlTypeName(d.docOf(path).md.Type(path...))
+}
+
+// tomlTypeName names the TOML type t (as MetaData.Type has it), for
+// messages.
+func tomlTypeName(t string) string {
+	switch t {
 	case "Hash":
 		return "a table"
 	case "ArrayHash":
@@ -271,7 +327,16 @@ func (d *decoder) interpolate(path []string, present map[string]bool, targets ..
 func (d *decoder) expandValue(path []string, v reflect.Value) {
 	switch v.Kind() {
 	case reflect.String:
-		s, problems := expandEnv(v.String(), d.lookup)
+		s, problems, unset := expandEnv(v.String(), d.lookup)
+		if d.offline && len(unset) > 0 {
+			// Left as written, and unchecked: offline, an unset variable
+			// is the target machine's to set.
+			d.skip(path, unset...)
+			return
+		}
+		for _, name := range unset {
+			problems = append(problems, "environment variable "+name+" is not set")
+		}
 		// A value may reference several unset variables: report each.
 		for _, p := range problems {
 			d.errs = append(d.errs, d.newError(path, p))

@@ -51,7 +51,7 @@ func LoadEdge(path string) (*Edge, error) {
 // as Errors, as ParseWithEnv does for the daemon's file. The file has one
 // table, [edge].
 func ParseEdgeWithEnv(file string, data []byte, lookup func(string) (string, bool)) (*Edge, error) {
-	d, top, err := newDecoder(file, data, lookup)
+	d, top, err := newDecoder([]File{{Name: file, Data: data}}, Options{Lookup: lookup})
 	if err != nil {
 		return nil, err
 	}

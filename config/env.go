@@ -6,15 +6,17 @@ import (
 )
 
 // expandEnv replaces each ${NAME} in s with the value lookup returns for
-// NAME; $${ stands for a literal ${. It returns one problem per unset
-// variable or malformed reference. Problems name variables, never values.
-func expandEnv(s string, lookup func(string) (string, bool)) (string, []string) {
+// NAME; $${ stands for a literal ${. It returns one problem per malformed
+// reference, and the names of the variables that are not set. Problems
+// name variables, never values.
+func expandEnv(s string, lookup func(string) (string, bool)) (string, []string, []string) {
 	if !strings.Contains(s, "${") {
-		return s, nil
+		return s, nil, nil
 	}
 	var (
 		b        strings.Builder
 		problems []string
+		unset    []string
 	)
 	for {
 		i := strings.Index(s, "${")
@@ -44,12 +46,12 @@ func expandEnv(s string, lookup func(string) (string, bool)) (string, []string) 
 		}
 		v, ok := lookup(name)
 		if !ok {
-			problems = append(problems, fmt.Sprintf("environment variable %s is not set", name))
+			unset = append(unset, name)
 			continue
 		}
 		b.WriteString(v)
 	}
-	return b.String(), problems
+	return b.String(), problems, unset
 }
 
 func isEnvName(name string) bool {

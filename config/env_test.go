@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,6 +11,7 @@ func TestExpandEnv(t *testing.T) {
 	for _, tc := range []struct {
 		in, out  string
 		problems []string
+		unset    []string
 	}{
 		{in: "plain", out: "plain"},
 		{in: "${A}", out: "alpha"},
@@ -19,12 +21,16 @@ func TestExpandEnv(t *testing.T) {
 		{in: "$${A}", out: "${A}"},
 		{in: "$$${A}", out: "$${A}"},
 		{in: "$A and $", out: "$A and $"},
-		{in: "${MISSING} ${ALSO}", problems: []string{"environment variable MISSING is not set", "environment variable ALSO is not set"}},
+		{in: "${MISSING} ${ALSO}", unset: []string{"MISSING", "ALSO"}},
+		{in: "${MISSING} ${A", problems: []string{`unterminated "${"`}, unset: []string{"MISSING"}},
 		{in: "${A", problems: []string{`unterminated "${"`}},
 		{in: "${1X}", problems: []string{`invalid environment variable name "1X"`}},
 		{in: "${}", problems: []string{`invalid environment variable name ""`}},
 	} {
-		out, problems := expandEnv(tc.in, env)
+		out, problems, unset := expandEnv(tc.in, env)
+		if !slices.Equal(unset, tc.unset) {
+			t.Errorf("expandEnv(%q) unset = %q, want %q", tc.in, unset, tc.unset)
+		}
 		if len(problems) != len(tc.problems) {
 			t.Errorf("expandEnv(%q) problems = %q, want %q", tc.in, problems, tc.problems)
 			continue
@@ -34,7 +40,7 @@ func TestExpandEnv(t *testing.T) {
 				t.Errorf("expandEnv(%q) problem %q, want it to contain %q", tc.in, p, tc.problems[i])
 			}
 		}
-		if len(tc.problems) == 0 && out != tc.out {
+		if len(tc.problems)+len(tc.unset) == 0 && out != tc.out {
 			t.Errorf("expandEnv(%q) = %q, want %q", tc.in, out, tc.out)
 		}
 	}

@@ -49,7 +49,7 @@ func TestExampleLoads(t *testing.T) {
 	if cfg.Daemon.DataDir != "./data" || cfg.RawStore.URL != "file://./data/raw" {
 		t.Errorf("data_dir %q, raw_store.url %q", cfg.Daemon.DataDir, cfg.RawStore.URL)
 	}
-	if d := Default(); d.File != "" || !reflect.DeepEqual(d.Sources, cfg.Sources) {
+	if d := Default(); d.Paths != nil || d.Files != nil || !reflect.DeepEqual(d.Sources, cfg.Sources) {
 		t.Errorf("Default() = %+v, want the example with File empty", d)
 	}
 }

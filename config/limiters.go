@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -25,19 +23,15 @@ type rateLimiterTOML struct {
 	Burst int    `toml:"burst"`
 }
 
+// rateLimiterDefaults is a [rate_limiters.NAME] block with its defaults.
+func rateLimiterDefaults() rateLimiterTOML { return rateLimiterTOML{Burst: 1} }
+
 // limiterUser is implemented by specs that may name a shared limiter.
 type limiterUser interface{ LimiterName() string }
 
 // rateLimiters decodes every [rate_limiters.NAME] block, sorted by name.
-func (d *decoder) rateLimiters(top map[string]toml.Primitive) []RateLimiter {
-	prim, ok := top["rate_limiters"]
-	if !ok {
-		return nil
-	}
-	blocks, ok := d.table(prim, []string{"rate_limiters"})
-	if !ok {
-		return nil
-	}
+func (d *decoder) rateLimiters() []RateLimiter {
+	blocks := d.blocks["rate_limiters"]
 	var out []RateLimiter
 	for _, name := range slices.Sorted(maps.Keys(blocks)) {
 		path := []string{"rate_limiters", name}
@@ -45,9 +39,9 @@ func (d *decoder) rateLimiters(top map[string]toml.Primitive) []RateLimiter {
 		if !ok {
 			continue
 		}
-		t := rateLimiterTOML{Burst: 1}
+		t := rateLimiterDefaults()
 		present := d.decodeKeys(m, path, true, &t)
-		l := RateLimiter{Name: name, Burst: t.Burst, Line: d.lines.lookup(path)}
+		l := RateLimiter{Name: name, Burst: t.Burst, Line: d.line(path)}
 		if !sourceName.MatchString(name) {
 			d.errs = append(d.errs, d.newError(path, "invalid rate limiter name: use only letters, digits, '_' and '-'"))
 		}

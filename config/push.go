@@ -39,8 +39,11 @@ type pushTOML struct {
 	ClientCAFile string `toml:"client_ca_file"`
 }
 
+// pushDefaults is [push] with its defaults.
+func pushDefaults() pushTOML { return pushTOML{Addr: "127.0.0.1:9465"} }
+
 func (d *decoder) push(top map[string]toml.Primitive) Push {
-	t := pushTOML{Addr: "127.0.0.1:9465"}
+	t := pushDefaults()
 	d.section(top, "push", &t)
 	p := []string{"push"}
 	if _, _, err := net.SplitHostPort(t.Addr); err != nil {
@@ -51,7 +54,7 @@ func (d *decoder) push(top map[string]toml.Primitive) Push {
 		d.errAt(child(p, "tls_cert_file"), "needs push.tls_key_file too: set both or neither")
 	case t.TLSCertFile == "" && t.TLSKeyFile != "":
 		d.errAt(child(p, "tls_key_file"), "needs push.tls_cert_file too: set both or neither")
-	case t.TLSCertFile != "":
+	case t.TLSCertFile != "" && d.readsKeyPair(child(p, "tls_cert_file"), t.TLSCertFile, child(p, "tls_key_file"), t.TLSKeyFile):
 		if _, err := tls.LoadX509KeyPair(t.TLSCertFile, t.TLSKeyFile); err != nil {
 			d.errAt(child(p, "tls_cert_file"), "cannot load the certificate and key: %v", err)
 		}
@@ -60,7 +63,7 @@ func (d *decoder) push(top map[string]toml.Primitive) Push {
 	case t.ClientCAFile == "":
 	case t.TLSCertFile == "" || t.TLSKeyFile == "":
 		d.errAt(ca, "needs push.tls_cert_file and push.tls_key_file: client certificates are only asked for over TLS")
-	default:
+	case d.readsFile(ca, t.ClientCAFile):
 		if _, err := LoadClientCAs(t.ClientCAFile); err != nil {
 			d.errAt(ca, "%v", err)
 		}

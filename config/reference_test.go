@@ -25,22 +25,16 @@ const referenceDoc = "../docs/configuration.md"
 
 // referenceTables maps each table of the reference (the name in its
 // "<!-- keys: NAME -->" marker) to the structs whose TOML keys it lists:
-// the daemon's sections, every source kind's Spec, and the edge
-// forwarder's [edge].
+// the daemon's sections (topTables, as the JSON Schema has them), every
+// source kind's Spec, and the edge forwarder's [edge].
 func referenceTables() map[string][]reflect.Type {
 	tables := map[string][]reflect.Type{
-		"daemon":               {reflect.TypeFor[daemonTOML]()},
-		"raw_store":            {reflect.TypeFor[rawStoreTOML]()},
-		"publish":              {reflect.TypeFor[publishTOML]()},
-		"push":                 {reflect.TypeFor[pushTOML]()},
-		"cluster":              {reflect.TypeFor[clusterTOML]()},
-		"telemetry":            {reflect.TypeFor[telemetryTOML]()},
-		"rate_limiters":        {reflect.TypeFor[rateLimiterTOML]()},
-		"defaults":             {reflect.TypeFor[defaultsTOML]()},
-		"source":               {reflect.TypeFor[sourceTOML]()},
 		"kind.webhook.secrets": {reflect.TypeFor[sources.WebhookSecret]()},
 		"kind.oauth2":          {reflect.TypeFor[sources.OAuth2Spec]()},
 		"edge":                 {reflect.TypeFor[edgeDurations](), reflect.TypeFor[edgeconfig.Config]()},
+	}
+	for _, t := range topTables {
+		tables[t.name] = []reflect.Type{reflect.TypeOf(t.keys())}
 	}
 	for _, kind := range sources.Kinds() {
 		spec, _ := sources.NewSpec(kind)

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -39,39 +38,44 @@ func (p Plan) String() string {
 	return fmt.Sprintf("start %v stop %v restart %v stay %v", p.Start, p.Stop, p.Restart, p.Stay)
 }
 
-// LoadChange loads the config file at path, as Load does, and compares it
-// with old, the running config: it returns the new config and what
-// reloading it changes. Only [source.*], [defaults] and [rate_limiters] can
-// change while the daemon runs; any other difference is returned as Errors,
-// one per key, with its line in the file, and then nothing is to be
-// applied. Adding the first enabled push source is refused too: the push
-// listener opens only at start-up.
-func LoadChange(old *Config, path string) (*Config, Plan, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, Plan{}, fmt.Errorf("load config: %w", err)
-	}
-	next, err := Parse(path, data)
+// LoadChange loads the config at paths (files or directories, as
+// LoadPaths reads them: a reload passes the running config's Paths, so
+// that a file added to a directory is read too), and compares it with
+// old, the running config: it returns the new config and what reloading
+// it changes. Only [source.*], [defaults] and [rate_limiters] can change
+// while the daemon runs; any other difference is returned as Errors, one
+// per key, with its file and line, and then nothing is to be applied.
+// Adding the first enabled push source is refused too: the push listener
+// opens only at start-up.
+func LoadChange(old *Config, paths []string) (*Config, Plan, error) {
+	files, err := ReadPaths(paths)
 	if err != nil {
 		return nil, Plan{}, err
 	}
-	plan, err := diff(old, next, indexLines(string(data)))
+	next, d, err := parse(files, Options{})
+	if err != nil {
+		return nil, Plan{}, err
+	}
+	next.Paths = slices.Clone(paths)
+	plan, err := diff(old, next, d)
 	if err != nil {
 		return nil, Plan{}, err
 	}
 	return next, plan, nil
 }
 
-// diff compares old with next, whose file's lines are ix.
-func diff(old, next *Config, ix lineIndex) (Plan, error) {
+// diff compares old with next, which d decoded.
+func diff(old, next *Config, d *decoder) (Plan, error) {
 	var errs Errors
 	fixed := func(section string, a, b any) {
 		for _, key := range changedKeys(a, b) {
+			path := []string{section, key}
+			o := d.docOf(path)
 			msg := "changed"
-			if _, written := ix[section+pathSep+key]; !written {
+			if _, written := o.lines[pathKey(path)]; !written {
 				msg = "changed (its default follows a setting changed here)"
 			}
-			errs = append(errs, &Error{File: next.File, Line: ix.lookup([]string{section, key}), Key: section + "." + key,
+			errs = append(errs, &Error{File: o.file, Line: o.lines.lookup(path), Key: section + "." + key,
 				Msg: msg + ", but it cannot change while the daemon runs; restart the daemon to apply it (nothing of this edit was applied)"})
 		}
 	}
@@ -83,7 +87,7 @@ func diff(old, next *Config, ix lineIndex) (Plan, error) {
 	if !PushEnabled(old.Sources) && PushEnabled(next.Sources) {
 		for _, s := range next.Sources {
 			if _, ok := s.Spec.(sources.PushSpec); ok && s.Enabled {
-				errs = append(errs, &Error{File: next.File, Line: s.Line, Source: s.Name,
+				errs = append(errs, &Error{File: d.docOf([]string{"source", s.Name}).file, Line: s.Line, Source: s.Name,
 					Msg: "the first enabled push source needs the push listener (push.addr), which opens only at start-up; restart the daemon to add it (nothing of this edit was applied)"})
 			}
 		}

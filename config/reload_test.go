@@ -48,7 +48,7 @@ func loadChange(t *testing.T, base, next string) (Plan, error) {
 	if err := os.WriteFile(path, []byte(next), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, plan, err := LoadChange(old, path)
+	_, plan, err := LoadChange(old, []string{path})
 	return plan, err
 }
 

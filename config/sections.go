@@ -30,8 +30,9 @@ type daemonTOML struct {
 	MinFreeBytes   int64    `toml:"min_free_bytes"`
 }
 
-func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
-	t := daemonTOML{
+// daemonDefaults is [daemon] with its defaults.
+func daemonDefaults() daemonTOML {
+	return daemonTOML{
 		DataDir:       "./data",
 		HTTPAddr:      "127.0.0.1:9464",
 		LogLevel:      "info",
@@ -39,6 +40,10 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 		ShutdownGrace: "30s",
 		MinFreeBytes:  DefaultMinFreeBytes,
 	}
+}
+
+func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
+	t := daemonDefaults()
 	d.section(top, "daemon", &t)
 	p := []string{"daemon"}
 	if t.DataDir == "" {
@@ -75,7 +80,9 @@ func (d *decoder) daemon(top map[string]toml.Primitive) Daemon {
 	if t.AdminAddr != "" {
 		key = "admin_addr"
 	}
-	if !d.covered(child(p, key)) && !d.covered(child(p, "admin_token")) && !d.covered(child(p, "admin_token_file")) {
+	// Offline, a token file is not read: it gives a token all the same.
+	unread := d.offline && t.AdminTokenFile != ""
+	if !unread && !d.covered(child(p, key)) && !d.covered(child(p, "admin_token")) && !d.covered(child(p, "admin_token_file")) {
 		if msg := dm.AdminProblem(); msg != "" {
 			d.errAt(child(p, key), "%s", msg)
 		}
@@ -94,14 +101,20 @@ type rawStoreTOML struct {
 	Retention   duration `toml:"retention"`
 }
 
-func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
-	t := rawStoreTOML{
+// rawStoreDefaults is [raw_store] with its defaults, for the data dir
+// dataDir.
+func rawStoreDefaults(dataDir string) rawStoreTOML {
+	return rawStoreTOML{
 		URL:         "file://" + strings.TrimSuffix(dataDir, "/") + "/raw",
 		Region:      "us-east-1",
 		MaxAttempts: 10,
 		SpillDir:    strings.TrimSuffix(dataDir, "/") + "/raw-spill",
 		Retention:   "24h",
 	}
+}
+
+func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawStore {
+	t := rawStoreDefaults(dataDir)
 	d.section(top, "raw_store", &t)
 	p := []string{"raw_store"}
 	if msg := checkStoreURL(t.URL); msg != "" {
@@ -198,8 +211,9 @@ type publishTOML struct {
 	CurveAuthorized    string   `toml:"curve_authorized_keys_file"`
 }
 
-func (d *decoder) publish(top map[string]toml.Primitive) Publish {
-	t := publishTOML{
+// publishDefaults is [publish] with its defaults.
+func publishDefaults() publishTOML {
+	return publishTOML{
 		Endpoint:          "tcp://127.0.0.1:5557",
 		AckEndpoint:       "tcp://127.0.0.1:5558",
 		HighWaterMark:     1000,
@@ -211,6 +225,10 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		DedupeWindow:      "1h",
 		PruneInterval:     "30s",
 	}
+}
+
+func (d *decoder) publish(top map[string]toml.Primitive) Publish {
+	t := publishDefaults()
 	d.section(top, "publish", &t)
 	p := []string{"publish"}
 	for _, e := range []struct{ key, val string }{{"endpoint", t.Endpoint}, {"ack_endpoint", t.AckEndpoint}} {
@@ -230,7 +248,7 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
 	d.curve(p, t.CurveSecretKey, t.CurveAuthorized)
 	ackMax := DefaultAckMaxMessageBytes(t.MaxInflightFrames, t.EventsPerFrame)
-	if d.md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
+	if d.docOf(p).md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
 		ackMax = t.AckMaxMessageBytes
 	}
 	return Publish{
@@ -262,12 +280,12 @@ func (d *decoder) curve(p []string, secret, authorized string) {
 	case authorized == "":
 		d.errAt(child(p, "curve_authorized_keys_file"), "is required when curve_secret_key_file is set: without it no processor could connect")
 	}
-	if secret != "" {
+	if secret != "" && d.readsFile(child(p, "curve_secret_key_file"), secret) {
 		if _, err := curvekey.ReadSecret(secret); err != nil {
 			d.errAt(child(p, "curve_secret_key_file"), "%v", err)
 		}
 	}
-	if authorized != "" {
+	if authorized != "" && d.readsFile(child(p, "curve_authorized_keys_file"), authorized) {
 		if _, err := curvekey.ReadKeys(authorized); err != nil {
 			d.errAt(child(p, "curve_authorized_keys_file"), "%v", err)
 		}
@@ -310,8 +328,13 @@ type sourceDefaults struct {
 // shows data within seconds, and sources started together still spread.
 const defaultStartJitter = 5 * time.Second
 
+// defaultsDefaults is [defaults] with its defaults.
+func defaultsDefaults() defaultsTOML {
+	return defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3, StartJitter: "5s"}
+}
+
 func (d *decoder) defaults(top map[string]toml.Primitive) sourceDefaults {
-	t := defaultsTOML{Interval: "10s", Jitter: "10%", Timeout: "30s", InflightBatches: 2, MalformedRetries: 3, StartJitter: "5s"}
+	t := defaultsDefaults()
 	d.section(top, "defaults", &t)
 	p := []string{"defaults"}
 	return sourceDefaults{

@@ -26,19 +26,16 @@ type sourceTOML struct {
 	StartJitter      duration `toml:"start_jitter"`
 }
 
+// sourceKeysDefaults is the common keys of a [source.NAME] block with their
+// own defaults (the others inherit [defaults]).
+func sourceKeysDefaults() sourceTOML { return sourceTOML{Enabled: true} }
+
 // sourceName matches a valid NAME in [source.NAME].
 var sourceName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 // sources decodes every [source.NAME] block, sorted by name.
-func (d *decoder) sources(top map[string]toml.Primitive, def sourceDefaults) []Source {
-	prim, ok := top["source"]
-	if !ok {
-		return nil
-	}
-	blocks, ok := d.table(prim, []string{"source"})
-	if !ok {
-		return nil
-	}
+func (d *decoder) sources(def sourceDefaults) []Source {
+	blocks := d.blocks["source"]
 	out := make([]Source, 0, len(blocks))
 	for _, name := range slices.Sorted(maps.Keys(blocks)) {
 		out = append(out, d.source(name, blocks[name], def))
@@ -51,7 +48,7 @@ func (d *decoder) sources(top map[string]toml.Primitive, def sourceDefaults) []S
 // kind's Spec, which then validates itself.
 func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) Source {
 	path := []string{"source", name}
-	src := Source{Name: name, Line: d.lines.lookup(path), Enabled: true}
+	src := Source{Name: name, Line: d.line(path), Enabled: true}
 	if !sourceName.MatchString(name) {
 		// Not errAt: that would mark the whole block as already reported.
 		d.errs = append(d.errs, d.newError(path, "invalid source name: use only letters, digits, '_' and '-'"))
@@ -65,12 +62,12 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 	// of the wrong type is reported by decodeKeys below.
 	var kind string
 	if p, ok := m["kind"]; ok {
-		if err := d.md.PrimitiveDecode(p, &kind); err != nil {
+		if err := d.docOf(path).md.PrimitiveDecode(p, &kind); err != nil {
 			kind = ""
 		}
 	}
 	spec, known := sources.NewSpec(kind)
-	t := sourceTOML{Enabled: true}
+	t := sourceKeysDefaults()
 	targets := []any{&t}
 	if known {
 		targets = append(targets, spec)
@@ -114,7 +111,7 @@ func (d *decoder) source(name string, prim toml.Primitive, def sourceDefaults) S
 	if known {
 		// A key that already has an error (such as a value of the wrong
 		// type) keeps that error rather than gaining a second one.
-		for _, fe := range spec.Validate() {
+		for _, fe := range d.validateSpec(path, spec, targets) {
 			d.errAt(child(path, strings.Split(fe.Key, ".")...), "%s", fe.Msg)
 		}
 		src.Spec = spec

@@ -53,8 +53,13 @@ type telemetryTOML struct {
 	ExportTimeout duration          `toml:"export_timeout"`
 }
 
+// telemetryDefaults is [telemetry] before its keys are decoded.
+func telemetryDefaults() telemetryTOML {
+	return telemetryTOML{Protocol: "grpc", SamplingRatio: 1, ServiceName: "ingestor", ExportTimeout: "10s"}
+}
+
 func (d *decoder) telemetry(top map[string]toml.Primitive) Telemetry {
-	t := telemetryTOML{Protocol: "grpc", SamplingRatio: 1, ServiceName: "ingestor", ExportTimeout: "10s"}
+	t := telemetryDefaults()
 	d.section(top, "telemetry", &t)
 	p := []string{"telemetry"}
 	c := Telemetry{Endpoint: t.Endpoint, Protocol: t.Protocol, CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,

@@ -8,8 +8,19 @@ import (
 
 // Config is a loaded, validated configuration.
 type Config struct {
-	// File is the path the config was loaded from ("" for embedded defaults).
-	File     string
+	// Paths are what the config was loaded from, as given (each -c):
+	// files, and directories standing for the *.toml files in them; none
+	// for the embedded example. A reload reads them again, listing each
+	// directory anew.
+	Paths []string
+	// Files are the files read, in order: Paths with each directory
+	// replaced by its *.toml files in lexical order.
+	Files []string
+	// Skipped is what an offline check (Options.Offline) left unchecked;
+	// empty otherwise. A config checked offline is for checking only: it
+	// may hold ${NAME} references as written, and no secret read from a
+	// file.
+	Skipped  []Skipped
 	Daemon   Daemon
 	RawStore RawStore
 	Publish  Publish

@@ -206,6 +206,14 @@ func (s *HTTPPollSpec) bodyIsObject() bool {
 
 // Validate implements Spec.
 func (s *HTTPPollSpec) Validate() []FieldError {
+	errs, _ := s.validate(false)
+	return errs
+}
+
+// ValidateOffline implements OfflineSpec: tls_ca_file is not read.
+func (s *HTTPPollSpec) ValidateOffline() ([]FieldError, []string) { return s.validate(true) }
+
+func (s *HTTPPollSpec) validate(offline bool) ([]FieldError, []string) {
 	var errs []FieldError
 	bad := func(key, msg string, args ...any) { errs = append(errs, FieldError{key, fmt.Sprintf(msg, args...)}) }
 	https := false
@@ -269,11 +277,12 @@ func (s *HTTPPollSpec) Validate() []FieldError {
 	if s.RateBurst < 1 {
 		bad("rate_burst", "must be at least 1")
 	}
-	errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, https, "an https poll_url")...)
+	tlsErrs, unread := validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, https, "an https poll_url", offline)
+	errs = append(errs, tlsErrs...)
 	if s.MaxBodyBytes < 1 {
 		bad("max_body_bytes", "must be positive")
 	}
-	return errs
+	return errs, unread
 }
 
 // validateCursor checks where the cursor comes from and where it goes.

@@ -259,6 +259,17 @@ type Spec interface {
 	Open(env Env) (Source, error)
 }
 
+// OfflineSpec is a Spec whose Validate reads files that its keys name (a
+// CA bundle, a token file), which may exist only on the machine the
+// daemon runs on. ValidateOffline checks everything Validate checks
+// except those files' contents: it reads no file, and only checks that a
+// path is given where one is required. It also returns the keys of the
+// files it did not read.
+type OfflineSpec interface {
+	Spec
+	ValidateOffline() (problems []FieldError, unread []string)
+}
+
 // kinds maps a kind name to a constructor of its Spec with defaults applied.
 var kinds = map[string]func() Spec{
 	"demo":       func() Spec { return newDemoSpec() },

@@ -92,7 +92,16 @@ const sseLastEventID = "Last-Event-Id"
 
 // Validate implements Spec.
 func (s *SSESpec) Validate() []FieldError {
+	errs, _ := s.validate(false)
+	return errs
+}
+
+// ValidateOffline implements OfflineSpec: tls_ca_file is not read.
+func (s *SSESpec) ValidateOffline() ([]FieldError, []string) { return s.validate(true) }
+
+func (s *SSESpec) validate(offline bool) ([]FieldError, []string) {
 	var errs []FieldError
+	var unread []string
 	if s.URL == "" {
 		errs = append(errs, FieldError{"url", "is required for kind sse"})
 	} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -100,7 +109,8 @@ func (s *SSESpec) Validate() []FieldError {
 	} else if strings.Contains(s.URL, "{cursor}") {
 		errs = append(errs, FieldError{"url", "cannot carry {cursor}: the cursor is sent as the Last-Event-ID header"})
 	} else {
-		errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "https", "an https:// url")...)
+		tlsErrs, files := validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "https", "an https:// url", offline)
+		errs, unread = append(errs, tlsErrs...), files
 	}
 	for name := range s.Headers {
 		if name == "" || strings.ContainsAny(name, " \t\r\n:") {
@@ -133,7 +143,7 @@ func (s *SSESpec) Validate() []FieldError {
 	if s.OAuth2 != nil {
 		errs = append(errs, s.OAuth2.validate(s.Headers)...)
 	}
-	return errs
+	return errs, unread
 }
 
 // headerValue reports whether v can be sent as a header value: no control

@@ -14,12 +14,14 @@ const minTLSVersion = tls.VersionTLS12
 
 // validateClientTLS checks the tls_ca_file and tls_insecure_skip_verify keys
 // of a source whose URL is encrypted (secure) or not; needs names such a URL
-// in the errors, e.g. "an https poll_url".
-func validateClientTLS(caFile string, insecure, secure bool, needs string) []FieldError {
-	var errs []FieldError
+// in the errors, e.g. "an https poll_url". Offline, tls_ca_file is not
+// read, and unread says so.
+func validateClientTLS(caFile string, insecure, secure bool, needs string, offline bool) (errs []FieldError, unread []string) {
 	if caFile != "" {
 		if !secure {
 			errs = append(errs, FieldError{"tls_ca_file", "is only used with " + needs})
+		} else if offline {
+			unread = append(unread, "tls_ca_file")
 		} else if _, err := loadCAFile(caFile); err != nil {
 			errs = append(errs, FieldError{"tls_ca_file", err.Error()})
 		}
@@ -30,7 +32,7 @@ func validateClientTLS(caFile string, insecure, secure bool, needs string) []Fie
 	if insecure && !secure {
 		errs = append(errs, FieldError{"tls_insecure_skip_verify", "is only used with " + needs})
 	}
-	return errs
+	return errs, unread
 }
 
 // loadCAFile reads a PEM file of CA certificates.

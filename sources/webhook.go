@@ -146,6 +146,15 @@ func newWebhookSpec() *WebhookSpec {
 
 // Validate implements Spec.
 func (s *WebhookSpec) Validate() []FieldError {
+	errs, _ := s.validate(false)
+	return errs
+}
+
+// ValidateOffline implements OfflineSpec: token_file is not read.
+func (s *WebhookSpec) ValidateOffline() ([]FieldError, []string) { return s.validate(true) }
+
+func (s *WebhookSpec) validate(offline bool) ([]FieldError, []string) {
+	var unread []string
 	errs := s.PushGuard.Validate()
 	bad := func(key, msg string, args ...any) { errs = append(errs, FieldError{key, fmt.Sprintf(msg, args...)}) }
 	if s.MaxBodyBytes < 1 || s.MaxBodyBytes > 64<<20 {
@@ -172,6 +181,8 @@ func (s *WebhookSpec) Validate() []FieldError {
 	}
 	if s.Token != "" && s.TokenFile != "" {
 		bad("token_file", "set token or token_file, not both")
+	} else if s.TokenFile != "" && offline {
+		unread = append(unread, "token_file")
 	} else if _, err := s.BearerToken(); err != nil {
 		key := "token"
 		if s.TokenFile != "" {
@@ -181,7 +192,7 @@ func (s *WebhookSpec) Validate() []FieldError {
 	}
 	positiveDuration(&errs, "signature_tolerance", s.SignatureTolerance)
 	errs = append(errs, s.validateSignature()...)
-	return errs
+	return errs, unread
 }
 
 // BearerToken returns the token requests must send: Token, or the content

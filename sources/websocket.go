@@ -98,7 +98,16 @@ var wsHandshakeHeaders = []string{"Connection", "Upgrade", "Sec-Websocket-Key", 
 
 // Validate implements Spec.
 func (s *WebSocketSpec) Validate() []FieldError {
+	errs, _ := s.validate(false)
+	return errs
+}
+
+// ValidateOffline implements OfflineSpec: tls_ca_file is not read.
+func (s *WebSocketSpec) ValidateOffline() ([]FieldError, []string) { return s.validate(true) }
+
+func (s *WebSocketSpec) validate(offline bool) ([]FieldError, []string) {
 	var errs []FieldError
+	var unread []string
 	if s.URL == "" {
 		errs = append(errs, FieldError{"url", "is required for kind websocket"})
 	} else if u, err := url.Parse(strings.ReplaceAll(s.URL, "{cursor}", "c")); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
@@ -106,7 +115,8 @@ func (s *WebSocketSpec) Validate() []FieldError {
 	} else if raw, err := url.Parse(s.URL); err != nil || raw.Host != u.Host {
 		errs = append(errs, FieldError{"url", "may have {cursor} only in its path and query"})
 	} else {
-		errs = append(errs, validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "wss", "a wss:// url")...)
+		tlsErrs, files := validateClientTLS(s.TLSCAFile, s.TLSInsecureSkipVerify, u.Scheme == "wss", "a wss:// url", offline)
+		errs, unread = append(errs, tlsErrs...), files
 	}
 	for name, value := range s.Headers {
 		canon := textproto.CanonicalMIMEHeaderKey(name)
@@ -143,7 +153,7 @@ func (s *WebSocketSpec) Validate() []FieldError {
 	if s.MaxMessageBytes < 1 || s.MaxMessageBytes > 1<<30 {
 		errs = append(errs, FieldError{"max_message_bytes", "must be between 1 and 1073741824"})
 	}
-	return errs
+	return errs, unread
 }
 
 // sendsCursor reports whether a handshake or subscribe message carries the

@@ -72,6 +72,15 @@ func (s *WSIngressSpec) SeqGrace() time.Duration {
 
 // Validate implements Spec.
 func (s *WSIngressSpec) Validate() []FieldError {
+	errs, _ := s.validate(false)
+	return errs
+}
+
+// ValidateOffline implements OfflineSpec: tokens_file is not read.
+func (s *WSIngressSpec) ValidateOffline() ([]FieldError, []string) { return s.validate(true) }
+
+func (s *WSIngressSpec) validate(offline bool) ([]FieldError, []string) {
+	var unread []string
 	errs := s.PushGuard.Validate()
 	if s.MaxMessageBytes < 1 || s.MaxMessageBytes > devicewire.MaxEnvelopeBytes {
 		errs = append(errs, FieldError{"max_message_bytes", fmt.Sprintf("must be between 1 and %d (64 MiB)", devicewire.MaxEnvelopeBytes)})
@@ -81,7 +90,9 @@ func (s *WSIngressSpec) Validate() []FieldError {
 			errs = append(errs, FieldError{"token", "the token " + msg})
 		}
 	}
-	if s.TokensFile != "" {
+	if s.TokensFile != "" && offline {
+		unread = append(unread, "tokens_file")
+	} else if s.TokensFile != "" {
 		if _, err := ReadDeviceTokens(s.TokensFile); err != nil {
 			errs = append(errs, FieldError{"tokens_file", err.Error()})
 		}
@@ -100,7 +111,7 @@ func (s *WSIngressSpec) Validate() []FieldError {
 	if pingOK && readOK && ping >= read {
 		errs = append(errs, FieldError{"ping_interval", fmt.Sprintf("must be shorter than read_timeout (%s), or a quiet device that answers every ping is dropped", s.ReadTimeout)})
 	}
-	return errs
+	return errs, unread
 }
 
 // ReadDeviceTokens reads a tokens_file: one "DEVICE_ID TOKEN" a line,

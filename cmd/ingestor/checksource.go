@@ -27,7 +27,7 @@ func cmdCheckSource(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if *sc.path == "" || len(names) != 1 || *maxPages < 1 {
+	if !sc.hasPath() || len(names) != 1 || *maxPages < 1 {
 		sc.fail("one source NAME and -c FILE are required; -max-pages must be at least 1")
 		fs.Usage()
 		return 2

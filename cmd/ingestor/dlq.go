@@ -229,7 +229,7 @@ func openQueueOrDaemon(cfg *config.Config, cmd string) (q *queue.Queue, remote *
 		if addr == "" {
 			return nil, nil, nil, fmt.Errorf("%w; its ops endpoints are off (daemon.http_addr is empty), so stop it to use %s", err, cmd)
 		}
-		return nil, newHTTPDLQ(addr, cfg.Daemon.AdminToken, cfg.File), func() error { return nil }, nil
+		return nil, newHTTPDLQ(addr, cfg.Daemon.AdminToken, cfg.Name()), func() error { return nil }, nil
 	}
 	if err != nil {
 		return nil, nil, nil, err

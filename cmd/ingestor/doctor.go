@@ -30,7 +30,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if *sc.path == "" || len(pos) > 0 {
+	if !sc.hasPath() || len(pos) > 0 {
 		sc.fail("-c FILE is required, and nothing else")
 		sc.fs.Usage()
 		return 2

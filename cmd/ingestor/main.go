@@ -1,7 +1,7 @@
 // Command ingestor is the ingestion daemon.
 //
 //	ingestor run [-c FILE]        run the daemon (embedded example config without -c)
-//	ingestor validate -c FILE     check a config file; every problem is listed with file:line
+//	ingestor validate -c FILE [--offline]   check a config; every problem is listed with file:line
 //	ingestor check-source NAME -c FILE   poll one source once and print what it finds; writes nothing
 //	ingestor replay -c FILE -source NAME re-ingest stored raw payloads through the current parser
 //	ingestor doctor -c FILE       check the queue database and the raw bytes it references (daemon stopped)
@@ -13,6 +13,10 @@
 //	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
 //	ingestor edge status          print the forwarder's outbox backlog
 //	ingestor version
+//
+// Wherever a command takes -c FILE, FILE may be a directory (its *.toml
+// files, in lexical order), and -c may be repeated: the files are merged
+// into one config (docs/configuration.md, "Splitting the configuration").
 package main
 
 import (
@@ -32,7 +36,10 @@ import (
 
 const usage = `usage:
   ingestor run [-c FILE]       run the daemon (without -c: the embedded example config)
-  ingestor validate -c FILE    check a config file and list every problem
+  ingestor validate -c FILE [--offline]
+                               check a config and list every problem; --offline checks only
+                               what needs nothing of the target machine: unset ${ENV} and the
+                               key, token and certificate files are skipped, and listed
   ingestor check-source NAME -c FILE [-cursor VALUE] [-max-pages N] [-v]
                                poll one source once, enabled or not, and print the requests,
                                records, next cursor and any problem; writes nothing
@@ -72,6 +79,10 @@ const usage = `usage:
   ingestor healthcheck [--addr HOST:PORT] [--timeout D]
                                exit 0 if the daemon's /healthz (at daemon.http_addr, default
                                127.0.0.1:9464) answers 200, else 1: a container HEALTHCHECK
+
+-c FILE may name a directory (its *.toml files, in lexical order, as a conf.d) and may be
+repeated (-c base.toml -c conf.d): the files are merged into one config, each [source.NAME]
+and [rate_limiters.NAME] block in one file, and each other table in one file too.
 `
 
 func main() {
@@ -126,14 +137,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// loadConfig loads path, or the embedded example when path is empty.
-func loadConfig(path string) (*config.Config, error) {
-	if path == "" {
-		return config.Default(), nil
-	}
-	return config.Load(path)
-}
-
 func printConfigError(stderr io.Writer, err error) {
 	var errs config.Errors
 	if errors.As(err, &errs) {
@@ -144,7 +147,9 @@ func printConfigError(stderr io.Writer, err error) {
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
-	sc := newSubcommand("validate", "", "config file to check", stderr)
+	sc := newSubcommand("validate", "", "config to check", stderr)
+	offline := sc.fs.Bool("offline", false, "check only what needs nothing of the target machine: unset ${ENV} references "+
+		"are skipped, and no key, token or certificate file is read (only that its path is given); what was skipped is listed")
 	pos, code, done := sc.parse(args)
 	switch {
 	case done:
@@ -154,18 +159,31 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	case !sc.needPath():
 		return 2
 	}
-	cfg := sc.load()
+	cfg := sc.loadWith(config.Options{Offline: *offline})
 	if cfg == nil {
 		return 1
 	}
-	path := sc.path
 	enabled := 0
 	for _, s := range cfg.Sources {
 		if s.Enabled {
 			enabled++
 		}
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d sources, %d enabled)\n", *path, len(cfg.Sources), enabled)
+	files := ""
+	if len(cfg.Files) > 1 {
+		files = fmt.Sprintf("%d files, ", len(cfg.Files))
+	}
+	mode := ""
+	if *offline {
+		mode = " offline"
+	}
+	fmt.Fprintf(stdout, "%s: ok%s (%s%d sources, %d enabled)\n", cfg.Name(), mode, files, len(cfg.Sources), enabled)
+	if *offline {
+		fmt.Fprintf(stdout, "skipped (offline): %s\n", cfg.SkippedSummary())
+		for _, s := range cfg.Skipped {
+			fmt.Fprintf(stdout, "  %s\n", s)
+		}
+	}
 	return 0
 }
 
@@ -186,11 +204,11 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file (default: the embedded example config)")
+	paths := configFlag(fs, "config (default: the embedded example config)")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
-	cfg, err := loadConfig(*path)
+	cfg, err := loadConfig(*paths)
 	if err != nil {
 		printConfigError(stderr, err)
 		return 1

@@ -50,7 +50,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	sc := newSubcommand("quarantine "+sub, "", "config file", stderr)
-	fs, path := sc.fs, sc.path
+	fs := sc.fs
 	source := fs.String("source", "", "only deliveries of this source")
 	limit := fs.Int("limit", 100, "list at most this many")
 	output := fs.String("o", "", `output format: "json", or a table by default`)
@@ -63,7 +63,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	case !slices.Contains([]string{"list", "show", "clear"}, sub):
 		fmt.Fprintf(stderr, "ingestor quarantine: unknown command %q\n%s", sub, quarantineUsage)
 		return 2
-	case *path == "":
+	case !sc.hasPath():
 		return fail("-c FILE is required")
 	case *output != "" && *output != "json":
 		return fail("-o %q: want json", *output)

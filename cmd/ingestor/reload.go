@@ -23,17 +23,16 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if *sc.path == "" || len(pos) > 0 || (*output != "text" && *output != "json") {
+	if !sc.hasPath() || len(pos) > 0 || (*output != "text" && *output != "json") {
 		return sc.fail("-c FILE is required; -o is text or json")
 	}
-	path := sc.path
 	cfg := sc.load()
 	if cfg == nil {
 		return 1
 	}
 	addr := cfg.Daemon.AdminListenAddr()
 	if addr == "" {
-		fmt.Fprintf(stderr, "ingestor reload: %s has no ops listener (daemon.http_addr is empty): send the daemon SIGHUP instead\n", *path)
+		fmt.Fprintf(stderr, "ingestor reload: %s has no ops listener (daemon.http_addr is empty): send the daemon SIGHUP instead\n", cfg.Name())
 		return 1
 	}
 	q := ""
@@ -43,12 +42,16 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Daemon.ShutdownGrace+10*time.Second)
 	defer cancel()
 	var res daemon.ReloadResult
-	if _, err := newHTTPDLQ(addr, cfg.Daemon.AdminToken, *path).do(ctx, "POST", "/-/reload"+q, nil, &res); err != nil {
+	if _, err := newHTTPDLQ(addr, cfg.Daemon.AdminToken, cfg.Name()).do(ctx, "POST", "/-/reload"+q, nil, &res); err != nil {
 		fmt.Fprintf(stderr, "ingestor reload: %v\n", err)
 		return 1
 	}
-	if differentFiles(*path, res.File) {
-		fmt.Fprintf(stderr, "ingestor reload: note: the daemon at %s read its own config file %s, not %s\n", addr, res.File, *path)
+	theirs := res.Paths
+	if theirs == nil { // a daemon that predates Paths
+		theirs = []string{res.File}
+	}
+	if differentConfigs(cfg.Paths, theirs) {
+		fmt.Fprintf(stderr, "ingestor reload: note: the daemon at %s read its own config %s, not %s\n", addr, res.File, cfg.Name())
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
@@ -80,9 +83,25 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// differentFiles reports whether paths a and b both name files here and
-// not the same one (the daemon's path may be relative to its own working
-// directory, so one that cannot be found says nothing).
+// differentConfigs reports whether the daemon's config paths theirs are
+// known to differ from ours: in number, or a pair that are not the same
+// file or directory.
+func differentConfigs(ours, theirs []string) bool {
+	if len(ours) != len(theirs) {
+		return true
+	}
+	for i := range ours {
+		if differentFiles(ours[i], theirs[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// differentFiles reports whether paths a and b both name files (or
+// directories) here and not the same one (the daemon's path may be
+// relative to its own working directory, so one that cannot be found
+// says nothing).
 func differentFiles(a, b string) bool {
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)

@@ -27,7 +27,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 			"stopped: the daemon delivers what was queued when it starts.\n\n")
 		fs.PrintDefaults()
 	}
-	path := fs.String("c", "", "config `file` (required)")
+	paths := configFlag(fs, "config (required)")
 	source := fs.String("source", "", "`name` of the source whose payloads are replayed (required)")
 	from := fs.String("from", "", "replay payloads fetched at or after this RFC 3339 `time`")
 	to := fs.String("to", "", "replay payloads fetched before this RFC 3339 `time`")
@@ -37,7 +37,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
-	if *path == "" || *source == "" || fs.NArg() > 0 {
+	if len(*paths) == 0 || *source == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "ingestor replay: -c FILE and -source NAME are required, and nothing else")
 		fs.Usage()
 		return 2
@@ -52,7 +52,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ingestor replay: %v\n", err)
 		return 2
 	}
-	cfg, err := config.Load(*path)
+	cfg, err := config.LoadPaths(*paths, config.Options{})
 	if err != nil {
 		printConfigError(stderr, err)
 		return 1

@@ -24,7 +24,7 @@ import (
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("c", "", "config file: the daemon is reached at its daemon.http_addr")
+	paths := configFlag(fs, "config: the daemon is reached at its daemon.http_addr")
 	addr := fs.String("addr", "", "the daemon's ops address HOST:PORT (instead of -c)")
 	output := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
@@ -40,12 +40,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	target, where := *addr, "-addr"
 	if target == "" {
-		cfg, err := loadConfig(*path)
+		cfg, err := loadConfig(*paths)
 		if err != nil {
 			printConfigError(stderr, err)
 			return 1
 		}
-		target, where = cfg.Daemon.HTTPAddr, "daemon.http_addr of "+cmp.Or(cfg.File, "the default config")
+		target, where = cfg.Daemon.HTTPAddr, "daemon.http_addr of "+cmp.Or(cfg.Name(), "the default config")
 	}
 	url := adminURL(target) + "/status"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ingestorhq/ingestor/config"
 )
@@ -16,8 +17,39 @@ import (
 type subcommand struct {
 	name   string
 	fs     *flag.FlagSet
-	path   *string
+	paths  *configPaths
 	stderr io.Writer
+}
+
+// configPaths is the -c flag, which every command that reads the
+// daemon's config takes: a config file or a directory of *.toml files,
+// repeatable (the files are merged, see config.ReadPaths).
+type configPaths []string
+
+func (p *configPaths) String() string { return strings.Join(*p, ", ") }
+
+func (p *configPaths) Set(v string) error {
+	if v == "" {
+		return errors.New("the path is empty")
+	}
+	*p = append(*p, v)
+	return nil
+}
+
+// configFlag adds -c to fs, with help saying what the config is for.
+func configFlag(fs *flag.FlagSet, help string) *configPaths {
+	p := &configPaths{}
+	fs.Var(p, "c", help+": a `FILE`, or a directory of *.toml files; repeat -c to merge several")
+	return p
+}
+
+// loadConfig loads the config at paths, or the embedded example when
+// there are none.
+func loadConfig(paths configPaths) (*config.Config, error) {
+	if len(paths) == 0 {
+		return config.Default(), nil
+	}
+	return config.LoadPaths(paths, config.Options{})
 }
 
 // newSubcommand returns the preamble of `ingestor name`; usage, when not
@@ -32,7 +64,7 @@ func newSubcommand(name, usage, pathHelp string, stderr io.Writer) *subcommand {
 			fs.PrintDefaults()
 		}
 	}
-	return &subcommand{name: name, fs: fs, path: fs.String("c", "", pathHelp), stderr: stderr}
+	return &subcommand{name: name, fs: fs, paths: configFlag(fs, pathHelp), stderr: stderr}
 }
 
 // parse parses args and returns the positional arguments. When it returns
@@ -66,20 +98,28 @@ func (s *subcommand) fail(format string, a ...any) int {
 	return 2
 }
 
+// hasPath reports whether -c was given.
+func (s *subcommand) hasPath() bool { return len(*s.paths) > 0 }
+
 // needPath reports whether -c was given, printing the usage error when
 // not.
 func (s *subcommand) needPath() bool {
-	if *s.path == "" {
+	if !s.hasPath() {
 		s.fail("-c FILE is required")
 		return false
 	}
 	return true
 }
 
-// load loads the -c file; on a problem it prints every one (file:line)
+// load loads the -c files; on a problem it prints every one (file:line)
 // and returns nil, and the command exits 1.
 func (s *subcommand) load() *config.Config {
-	cfg, err := config.Load(*s.path)
+	return s.loadWith(config.Options{})
+}
+
+// loadWith is load with opts.
+func (s *subcommand) loadWith(opts config.Options) *config.Config {
+	cfg, err := config.LoadPaths(*s.paths, opts)
 	if err != nil {
 		printConfigError(s.stderr, err)
 		return nil

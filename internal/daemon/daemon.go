@@ -336,7 +336,7 @@ func (d *Daemon) startHousekeeping(watchInterval time.Duration) {
 	if !d.cfg.Daemon.WatchConfig {
 		return
 	}
-	if d.cfg.File == "" {
+	if len(d.cfg.Paths) == 0 {
 		d.log.Warn("daemon.watch_config is set, but the daemon runs on the embedded example config: there is no file to watch")
 		return
 	}
@@ -378,10 +378,10 @@ func damagedQueue(cfg *config.Config, err error) error {
 	if d := (*queue.DamagedError)(nil); !errors.As(err, &d) {
 		return err
 	}
-	file := cmp.Or(cfg.File, "FILE")
-	return fmt.Errorf("%w: refusing to start on it. Keep a copy of the data dir as it is, run `ingestor doctor -c %s` "+
+	file := cmp.Or(cfg.Args(), "-c FILE")
+	return fmt.Errorf("%w: refusing to start on it. Keep a copy of the data dir as it is, run `ingestor doctor %s` "+
 		"for a full report, then restore queue.db from a backup, or move queue.db, queue.db-wal and queue.db-shm aside "+
-		"and queue the stored payloads again with `ingestor replay -c %s -source NAME` (docs/operations.md: a damaged or foreign data dir)",
+		"and queue the stored payloads again with `ingestor replay %s -source NAME` (docs/operations.md: a damaged or foreign data dir)",
 		err, file, file)
 }
 

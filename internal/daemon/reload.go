@@ -2,11 +2,9 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -26,8 +24,11 @@ var ErrNoConfigFile = errors.New("the daemon runs on the embedded example config
 
 // ReloadResult is what a reload did, or would do for a dry run.
 type ReloadResult struct {
-	// File is the config file read.
+	// File names the config read: its paths (each -c, a file or a
+	// directory read anew), joined with ", ".
 	File string `json:"file"`
+	// Paths are the paths read.
+	Paths []string `json:"paths"`
 	// Applied is false for a dry run.
 	Applied bool `json:"applied"`
 	config.Plan
@@ -46,12 +47,12 @@ type reloader struct {
 	last    ConfigStatus
 }
 
-// status returns the reload state of the config file file.
-func (r *reloader) status(file string) ConfigStatus {
+// status returns the reload state of the running config cfg.
+func (r *reloader) status(cfg *config.Config) ConfigStatus {
 	r.stateMu.Lock()
 	defer r.stateMu.Unlock()
 	st := r.last
-	st.File = file
+	st.File, st.Files = cfg.Name(), cfg.Files
 	return st
 }
 
@@ -114,14 +115,14 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := d.currentConfig()
-	res := ReloadResult{File: old.File}
+	res := ReloadResult{File: old.Name(), Paths: old.Paths}
 	if r.stopped {
 		return res, ErrStopping
 	}
-	if old.File == "" {
+	if len(old.Paths) == 0 {
 		return res, ErrNoConfigFile
 	}
-	next, plan, err := config.LoadChange(old, old.File)
+	next, plan, err := config.LoadChange(old, old.Paths)
 	if err == nil && !dryRun {
 		err = d.apply(ctx, old, next, plan)
 	}
@@ -136,7 +137,7 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 				d.log.Error("config reload refused; the running config stays", "problem", e.Error())
 			}
 		} else {
-			d.log.Error("config reload refused; the running config stays", "file", old.File, "err", err)
+			d.log.Error("config reload refused; the running config stays", "file", old.Name(), "err", err)
 		}
 		return res, err
 	}
@@ -146,7 +147,7 @@ func (d *Daemon) Reload(ctx context.Context, dryRun bool) (ReloadResult, error) 
 	}
 	res.Applied = true
 	r.record(time.Now(), nil)
-	d.log.Info("config reloaded", "file", old.File, "start", plan.Start, "stop", plan.Stop, "restart", plan.Restart, "stay", len(plan.Stay))
+	d.log.Info("config reloaded", "file", old.Name(), "start", plan.Start, "stop", plan.Stop, "restart", plan.Restart, "stay", len(plan.Stay))
 	return res, nil
 }
 
@@ -199,8 +200,9 @@ func keepLimiters(old, next *config.Config, prev *sources.RateLimiters) *sources
 // limiters can differ from the start's.
 func (d *Daemon) currentConfig() *config.Config { return d.cfgNow.Load() }
 
-// watchConfig reloads the config file whenever its contents change
-// (daemon.watch_config), reading it every interval: a file replaced
+// watchConfig reloads the config whenever its contents change
+// (daemon.watch_config), reading its files every interval (a directory
+// listed anew, so a file added or removed counts): a file replaced
 // through a symlink, as a Kubernetes ConfigMap volume is, counts too. New
 // contents are compared with the running config first (a dry run), so an
 // edit that changes nothing the daemon runs (a comment) applies nothing,
@@ -208,7 +210,7 @@ func (d *Daemon) currentConfig() *config.Config { return d.cfgNow.Load() }
 // not missed. An edit that is refused is not tried again until the
 // contents change again.
 func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
-	file := d.cfg.File
+	paths, name := d.cfg.Paths, d.cfg.Name()
 	var last [32]byte // none yet: the first read is compared with the running config
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -218,20 +220,19 @@ func (d *Daemon) watchConfig(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		data, err := os.ReadFile(file)
+		now, err := config.Fingerprint(paths)
 		if err != nil {
 			// A ConfigMap update swaps a symlink: a read may fall between.
-			d.log.Debug("watch_config: cannot read the config file", "file", file, "err", err)
+			d.log.Debug("watch_config: cannot read the config", "file", name, "err", err)
 			continue
 		}
-		now := sha256.Sum256(data)
 		if now == last {
 			continue
 		}
 		last = now
 		rctx, cancel := context.WithTimeout(ctx, d.cfg.Daemon.ShutdownGrace)
 		if res, err := d.Reload(rctx, true); err != nil || res.Changes() {
-			d.log.Info("config file changed; reloading", "file", file)
+			d.log.Info("config file changed; reloading", "file", name)
 			// Reload logs its outcome; while the daemon stops there is
 			// nothing more to watch.
 			if _, err := d.Reload(rctx, false); errors.Is(err, ErrStopping) {

@@ -28,8 +28,12 @@ type Status struct {
 
 // ConfigStatus is the config the daemon runs and how its last reload went.
 type ConfigStatus struct {
-	// File is the config file ("" for the embedded example).
+	// File names the config: its paths (each -c, a file or a directory),
+	// joined with ", "; "" for the embedded example.
 	File string `json:"file"`
+	// Files are the files read, in order: the paths with each directory
+	// replaced by its *.toml files.
+	Files []string `json:"files,omitempty"`
 	// LastReloadSuccessful is false when the last reload was refused: the
 	// daemon then runs on the config applied at LastReloadSuccessAt (the
 	// last applied reload, or the start), and LastReloadError says why.
@@ -166,7 +170,7 @@ func (d *Daemon) status(ctx context.Context) Status {
 	for _, c := range counts {
 		p.DeadLetters += c.DeadLetters
 	}
-	st := Status{Time: now, Version: Version(), Config: d.reload.status(cfg.File), Pipeline: p,
+	st := Status{Time: now, Version: Version(), Config: d.reload.status(cfg), Pipeline: p,
 		Sources: make([]SourceStatus, 0, len(cfg.Sources))}
 	for _, src := range cfg.Sources {
 		s := sourceStatus(src, d.metrics, d.started, now)
