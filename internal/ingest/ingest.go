@@ -37,6 +37,15 @@ type Options struct {
 	// Disk, when set, says when new work must wait for space (DiskLow) and
 	// is shown every write that fails.
 	Disk DiskGuard
+	// Tap, when set, sees the frames of every commit (internal/tap.Hub).
+	Tap Tap
+}
+
+// Tap sees the frames of every commit once they are durable, before they
+// go to the sender (internal/tap.Hub, behind `ingestor tap`). Committed
+// runs on the commit path: it must not block, nor keep the frames.
+type Tap interface {
+	Committed(frames []queue.Frame)
 }
 
 // Ingest makes batches durable: their raw bytes, then their events. Its
