@@ -373,27 +373,34 @@ func (h *httpDLQ) do(ctx context.Context, method, path string, body, out any) (h
 		return nil, fmt.Errorf("%s %s: %w", method, h.base+path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		msg := resp.Status
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		switch {
-		case resp.StatusCode == http.StatusUnauthorized && h.token == "":
-			return nil, fmt.Errorf("the daemon requires an admin token (%s): set daemon.admin_token or daemon.admin_token_file in %s", msg, h.file)
-		case resp.StatusCode == http.StatusUnauthorized:
-			return nil, fmt.Errorf("the daemon refused the admin token of %s (%s): it must match the running daemon's", h.file, msg)
-		case resp.StatusCode == http.StatusForbidden:
-			return nil, fmt.Errorf("the daemon refused the request (403 Forbidden): %s", msg)
-		}
-		return nil, fmt.Errorf("daemon: %s", msg)
+		return nil, h.refused(resp, data)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return nil, fmt.Errorf("%s %s: decode response: %w", method, h.base+path, err)
 	}
 	return resp.Header, nil
+}
+
+// refused is the error of an admin answer other than 200, whose body is
+// data: the daemon's words, and which key to fix when it refused the
+// token.
+func (h *httpDLQ) refused(resp *http.Response, data []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := resp.Status
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized && h.token == "":
+		return fmt.Errorf("the daemon requires an admin token (%s): set daemon.admin_token or daemon.admin_token_file in %s", msg, h.file)
+	case resp.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("the daemon refused the admin token of %s (%s): it must match the running daemon's", h.file, msg)
+	case resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("the daemon refused the request (403 Forbidden): %s", msg)
+	}
+	return fmt.Errorf("daemon: %s", msg)
 }
 
 // printDLQTable prints a page of dead letters, saying how many there are

@@ -9,6 +9,7 @@
 //	ingestor quarantine list|show|clear -c FILE  inspect the refused webhook deliveries
 //	ingestor reload -c FILE [-dry-run]   validate FILE and have the running daemon reload its config
 //	ingestor status [-c FILE | -addr HOST:PORT] [-o json]   the running daemon's sources and queue
+//	ingestor tap [-c FILE] [-source NAME ...] [-max-bytes N] [-format text|json] [-limit N]   follow the events as they commit
 //	ingestor curve-keygen NAME    write a CURVE key pair, NAME.key (secret, 0600) and NAME.pub
 //	ingestor edge [-c FILE]       run the device-side forwarder to a ws_ingress source
 //	ingestor edge status          print the forwarder's outbox backlog
@@ -68,6 +69,12 @@ const usage = `usage:
                                An aligned table, coloured on a terminal only; -o json for scripts.
                                Without -c or -addr (--addr): the default 127.0.0.1:9464. Exit 1
                                when the daemon cannot be reached
+  ingestor tap [-c FILE] [-source NAME ...] [-max-bytes N] [-format text|json] [-limit N]
+                               follow the running daemon's events live as they are committed:
+                               source, key, seq, commit time and the payload's first bytes
+                               (default 200); -format json prints one JSON object per line.
+                               Through the admin endpoints, with the admin token, like dlq;
+                               a tap too slow misses events and is told how many (ingestor tap -h)
   ingestor version             print the build's version and commit (also --version)
   ingestor curve-keygen NAME   write a ZeroMQ CURVE key pair: NAME.key (secret, mode 0600)
                                and NAME.pub (public), for publish.curve_* and processors
@@ -119,6 +126,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdReload(args[1:], stdout, stderr)
 	case "status":
 		return cmdStatus(args[1:], stdout, stderr)
+	case "tap":
+		return cmdTap(args[1:], stdout, stderr)
 	case "curve-keygen":
 		return cmdCurveKeygen(args[1:], stdout, stderr)
 	case "edge":

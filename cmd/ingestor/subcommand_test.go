@@ -13,7 +13,7 @@ import (
 func TestSubcommandHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"validate", "-h"}, {"doctor", "-h"}, {"check-source", "-h"}, {"reload", "-h"},
-		{"dlq", "-h"}, {"dlq", "list", "-h"}, {"quarantine", "--help"}, {"quarantine", "list", "-h"},
+		{"dlq", "-h"}, {"dlq", "list", "-h"}, {"quarantine", "--help"}, {"quarantine", "list", "-h"}, {"tap", "-h"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(args, &out, &errb)
@@ -30,7 +30,7 @@ func TestSubcommandHelp(t *testing.T) {
 // and exit 0; `ingestor --version`, `-version` and `version` print the
 // version and exit 0 (--version was "unknown command").
 func TestEveryCommandAnswersHelpAndVersion(t *testing.T) {
-	for _, cmd := range [][]string{{"run"}, {"replay"}, {"status"}, {"healthcheck"}, {"curve-keygen"}, {"edge"}, {"edge", "status"}} {
+	for _, cmd := range [][]string{{"run"}, {"replay"}, {"status"}, {"healthcheck"}, {"curve-keygen"}, {"edge"}, {"edge", "status"}, {"tap"}} {
 		for _, help := range []string{"-h", "--help"} {
 			var out, errb bytes.Buffer
 			args := append(append([]string(nil), cmd...), help)

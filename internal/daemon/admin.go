@@ -13,8 +13,8 @@ import (
 	"github.com/ingestorhq/ingestor/internal/queue"
 )
 
-// registerAdmin adds the dead-letter and quarantine endpoints to mux, each
-// behind guard.
+// registerAdmin adds the dead-letter, quarantine, reload and tap endpoints
+// to mux, each behind guard.
 func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 	dlq := queue.NewDLQ(d.queue, d.raw, d.sender.Submit)
 	handle := func(pattern string, h http.HandlerFunc) {
@@ -32,6 +32,7 @@ func (d *Daemon) registerAdmin(mux *http.ServeMux, guard *adminGuard) {
 	}
 	d.registerQuarantine(handle)
 	d.registerReload(handle)
+	handle("GET "+adminapi.TapPath, d.handleTap)
 	handle("GET /dlq", func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseDLQQuery(r.URL.Query())
 		if err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/rawretention"
 	"github.com/ingestorhq/ingestor/internal/rawstore"
+	"github.com/ingestorhq/ingestor/internal/tap"
 	"github.com/ingestorhq/ingestor/internal/telemetry"
 	"github.com/ingestorhq/ingestor/internal/telemetry/otlp"
 	"github.com/ingestorhq/ingestor/sources"
@@ -54,6 +55,8 @@ type Options struct {
 	opsLimits *opsLimits
 	// watchInterval replaces defaultWatchInterval when set (tests shorten it).
 	watchInterval time.Duration
+	// tapKeepalive replaces defaultTapKeepalive when set (tests shorten it).
+	tapKeepalive time.Duration
 }
 
 // Daemon is a running ingestor.
@@ -87,6 +90,10 @@ type Daemon struct {
 	acksRate *settleRate
 	started  time.Time
 
+	// tap shows committed events to GET /tap sessions (tap.go), with an
+	// empty line every tapKeepalive when idle.
+	tap          *tap.Hub
+	tapKeepalive time.Duration
 	// disk pauses new work while disk space is low.
 	disk *diskspace.Guard
 	// stops stops what Start started, in reverse order (lifecycle.go).
@@ -152,9 +159,11 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if o.opsLimits != nil {
 		limits = *o.opsLimits
 	}
+	d.newTap(o.tapKeepalive)
 	if err := d.startHTTP(limits); err != nil {
 		return nil, err
 	}
+	d.stops.addFunc("tap sessions", d.tap.Close) // before the listeners stop
 	deps, err := d.startPipeline()
 	if err != nil {
 		return nil, err
@@ -298,7 +307,8 @@ func (d *Daemon) startPipeline() (*actors.Deps, error) {
 	}))
 	d.stops.addFunc("actor system", d.system.Shutdown)
 	deps := &actors.Deps{
-		Queue: d.queue, Ingest: ingest.New(ingest.Options{Queue: d.queue, Raw: d.raw, Sender: d.sender, Disk: d.disk, Tracer: d.tracer()}),
+		Queue: d.queue, Ingest: ingest.New(ingest.Options{Queue: d.queue, Raw: d.raw, Sender: d.sender, Disk: d.disk,
+			Tap: d.tap, Tracer: d.tracer()}),
 		Metrics: d.metrics, Logger: log, MaxPendingEvents: cfg.Publish.MaxPendingEvents, RawWriters: 8,
 		RawMaxAttempts: cfg.RawStore.MaxAttempts, SpillDir: cfg.RawStore.SpillDir, Tracing: d.tracingProvider(),
 	}

@@ -166,6 +166,8 @@ func TestAdminToken(t *testing.T) {
 			map[string]string{"Authorization": "Bearer " + testToken, "Content-Type": "application/json", "Origin": "https://evil.example"}, http.StatusForbidden},
 		{"reload, token, not JSON", "POST", "/-/reload", "", map[string]string{"Authorization": "Bearer " + testToken}, http.StatusUnsupportedMediaType},
 		{"reload by GET", "GET", "/-/reload", "", auth("Bearer " + testToken), http.StatusMethodNotAllowed},
+		{"tap without token", "GET", "/tap", "", nil, http.StatusUnauthorized},
+		{"tap, wrong token", "GET", "/tap?source=x", "", auth("Bearer " + testToken + "0"), http.StatusUnauthorized},
 		{"quarantine clear without a source", "DELETE", "/quarantine", "", auth("Bearer " + testToken), http.StatusBadRequest},
 		{"quarantine with token", "GET", "/quarantine?limit=5", "", auth("Bearer " + testToken), http.StatusOK},
 		{"quarantine, bad limit", "GET", "/quarantine?limit=-1", "", auth("Bearer " + testToken), http.StatusBadRequest},

@@ -81,8 +81,11 @@ func (in *Ingest) TryCommit(b queue.Batch, chain *queue.Chain, done func([]queue
 	return err
 }
 
-// deliver hands frames to the sender, if any.
+// deliver shows frames to the tap and hands them to the sender, if any.
 func (in *Ingest) deliver(frames []queue.Frame) {
+	if in.o.Tap != nil {
+		in.o.Tap.Committed(frames)
+	}
 	if in.o.Sender != nil {
 		in.o.Sender.Submit(frames)
 	}

@@ -16,8 +16,9 @@
 //     its events in one queue transaction with what goes with them: the
 //     source's cursor (a polled page's last slice) or the device seqs and
 //     signature verdicts of pushed events, and hands the new frames to
-//     delivery. RecordDeadLetter lists a malformed payload once Write kept
-//     it.
+//     delivery, showing them first to the tap (`ingestor tap`, which
+//     therefore shows only what is durable). RecordDeadLetter lists a
+//     malformed payload once Write kept it.
 //
 // Every write that fails is shown to the DiskGuard, so that a full disk
 // pauses new work (IsDiskFull tells the caller); DiskLow says when new work

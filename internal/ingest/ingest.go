@@ -42,6 +42,15 @@ type Options struct {
 	// Tracer, when set, traces the raw writes and commits of traced
 	// batches (those whose context, or Traceparent, is sampled).
 	Tracer trace.Tracer
+	// Tap, when set, sees the frames of every commit (internal/tap.Hub).
+	Tap Tap
+}
+
+// Tap sees the frames of every commit once they are durable, before they
+// go to the sender (internal/tap.Hub, behind `ingestor tap`). Committed
+// runs on the commit path: it must not block, nor keep the frames.
+type Tap interface {
+	Committed(frames []queue.Frame)
 }
 
 // Ingest makes batches durable: their raw bytes, then their events. Its

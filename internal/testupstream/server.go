@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -99,6 +100,10 @@ type Options struct {
 	// 401 to every other request without a valid token (see OAuth2); those
 	// answers are not in Requests.
 	OAuth2 *OAuth2
+	// Held serves no record (an empty page in the paging style) until
+	// Release is called, so that a test can start watching before the
+	// first record is fetched.
+	Held bool
 }
 
 // Request is what a Server saw of one request.
@@ -127,6 +132,8 @@ type Server struct {
 	opts Options
 	ts   *httptest.Server // when not Pipe
 	pipe *pipeListener    // when Pipe
+
+	released atomic.Bool // see Options.Held
 
 	mu       sync.Mutex
 	script   []Fault
@@ -217,6 +224,17 @@ func (s *Server) Served() []string {
 		out = append(out, b)
 	}
 	return out
+}
+
+// Release makes a Held server serve its records.
+func (s *Server) Release() { s.released.Store(true) }
+
+// total is how many records the server serves now: none while held.
+func (s *Server) total() int {
+	if s.opts.Held && !s.released.Load() {
+		return 0
+	}
+	return s.opts.Total
 }
 
 // ID returns the id of record n.
@@ -337,8 +355,9 @@ func (s *Server) normal(r *http.Request) response {
 	if !ok || from < 0 {
 		return badRequest()
 	}
-	last := max(from, min(from+s.opts.PageSize, s.opts.Total))
-	more := last < s.opts.Total
+	total := s.total()
+	last := max(from, min(from+s.opts.PageSize, total))
+	more := last < total
 	h.Set("X-Last-Seq", strconv.Itoa(last))
 
 	var recs []byte

@@ -5,7 +5,9 @@
 // bodies, X-RateLimit headers), can enforce a rate-limit window that counts
 // overruns (Options.RateWindow), supports ETag/304 and gzip, and records
 // every request with its time, so tests can assert when requests were
-// sent. With Options.Pipe it runs on an in-memory network, for tests in a
+// sent; a held one (Options.Held, NewHeld) serves nothing until Release,
+// so a test can start watching before the first record. With
+// Options.Pipe it runs on an in-memory network, for tests in a
 // testing/synctest bubble. Feed is the simple form: records after a
 // "since" cursor, one page per request. NewWS serves a WebSocket feed.
 package testupstream
@@ -40,6 +42,15 @@ func New(t testing.TB, total, pageSize int) *Feed {
 	s := NewServer(t, Options{Total: total, PageSize: pageSize})
 	return &Feed{URL: s.URL, s: s}
 }
+
+// NewHeld starts a feed like New that serves no record until Release.
+func NewHeld(t testing.TB, total, pageSize int) *Feed {
+	s := NewServer(t, Options{Total: total, PageSize: pageSize, Held: true})
+	return &Feed{URL: s.URL, s: s}
+}
+
+// Release makes a held feed serve its records.
+func (f *Feed) Release() { f.s.Release() }
 
 // ServeMalformed makes the next len(bodies) responses the given bodies,
 // with status 200.
