@@ -95,9 +95,9 @@ func TestGoodFiles(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", cfg, want)
 			}
 		}},
-		"telemetry.good.toml": {env: map[string]string{"OTEL_API_KEY": "k1"}, check: func(t *testing.T, cfg *Config) {
+		"telemetry.good.toml": {check: func(t *testing.T, cfg *Config) {
 			want := Telemetry{Endpoint: "https://otel.example:4318/custom/traces", Protocol: "http/protobuf",
-				Headers: map[string]string{"x-api-key": "k1"}, SamplingRatio: 0.01, ServiceName: "ingestor-eu", ExportTimeout: 10 * time.Second}
+				Headers: map[string]string{"x-api-key": "test-key"}, SamplingRatio: 0.01, ServiceName: "ingestor-eu", ExportTimeout: 10 * time.Second}
 			if !reflect.DeepEqual(cfg.Telemetry, want) || !cfg.Telemetry.Enabled() {
 				t.Errorf("telemetry = %+v, want %+v", cfg.Telemetry, want)
 			}

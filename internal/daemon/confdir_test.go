@@ -46,14 +46,13 @@ func TestReloadRereadsAConfigDirectory(t *testing.T) {
 	aPID := h.d.pipeline.SourcePID("a")
 
 	write("30-b.toml", demo("b"))
-	testsync.WaitFor(t, "source b to start once its file was added", 20*time.Second, func() bool {
-		return h.d.pipeline.SourcePID("b") != nil
-	})
-	st := h.d.status(t.Context()).Config
+	// The reload starts b, then stores the config /status shows: wait for
+	// both.
 	wantFiles := []string{filepath.Join(confd, "10-daemon.toml"), filepath.Join(confd, "20-a.toml"), filepath.Join(confd, "30-b.toml")}
-	if st.File != confd || !slices.Equal(st.Files, wantFiles) {
-		t.Errorf("/status config names %q, files %q; want %q, %q", st.File, st.Files, confd, wantFiles)
-	}
+	testsync.WaitFor(t, "source b to start and /status to list its file", 20*time.Second, func() bool {
+		st := h.d.status(t.Context()).Config
+		return h.d.pipeline.SourcePID("b") != nil && st.File == confd && slices.Equal(st.Files, wantFiles)
+	})
 
 	write("40-dup.toml", "\n"+demo("b"))
 	testsync.WaitFor(t, "the duplicate source to be refused", 20*time.Second, func() bool {

@@ -159,6 +159,8 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 				return m.Counter.GetValue()
 			case m.Gauge != nil:
 				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount()) // a histogram: its count
 			}
 		}
 	}

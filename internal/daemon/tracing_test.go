@@ -114,7 +114,9 @@ kind = "webhook"
 
 // TestUntracedWebhookCarriesNoTraceContext: with tracing off, a webhook's
 // traceparent is not continued and its event reaches the processor with
-// no trace context (and nothing is exported anywhere).
+// no trace context (and nothing is exported anywhere). The publish latency
+// histogram counts the frame's first send, and the connected-processors
+// gauge shows the processor.
 func TestUntracedWebhookCarriesNoTraceContext(t *testing.T) {
 	h := startDaemon(t, "", "", `
 [push]
@@ -139,6 +141,14 @@ kind = "webhook"
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the processor")
 	}
+	// The frame's first send was timed from its commit, and the processor
+	// shows as connected.
+	if n := metric(t, h.d.Registry(), "ingestor_publish_latency_seconds"); n != 1 {
+		t.Errorf("ingestor_publish_latency_seconds counts %v sends, want 1", n)
+	}
+	testsync.WaitFor(t, "the processor counted as connected", 10*time.Second, func() bool {
+		return metric(t, h.d.Registry(), "ingestor_processors_connected") == 1
+	})
 }
 
 // processorTracing is a processor's tracer provider exporting to recv.
