@@ -20,6 +20,7 @@ func (c *Client) handleFrame(ctx context.Context, f *frame, h Handler, dd *dedup
 	done := make([]bool, len(f.events))
 	var fresh []*Event // processed now, to record in dd
 	var nacks []wire.Nack
+	var parents parentCache // the events of one batch share their trace
 	for i := range f.events {
 		if ctx.Err() != nil {
 			break // stop between events; the rest are redelivered
@@ -36,7 +37,7 @@ func (c *Client) handleFrame(ctx context.Context, f *frame, h Handler, dd *dedup
 				continue
 			}
 		}
-		if err := c.call(ctx, h, ev); err != nil {
+		if err := c.call(ctx, h, ev, &parents); err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				break // interrupted by the stop: redelivered, not a failure
 			}
@@ -98,23 +99,33 @@ func reason(err error) string {
 }
 
 // call runs h, turning a panic into an error.
-func (c *Client) call(ctx context.Context, h Handler, ev *Event) (err error) {
-	if ev.Traceparent != "" {
-		// The handler continues the event's trace: spans it starts from
-		// ctx are in it, with or without Options.TracerProvider.
-		ctx = telemetry.WithParent(ctx, ev.Traceparent, ev.Tracestate)
-		if c.opts.TracerProvider != nil {
-			var span trace.Span
-			ctx, span = c.opts.TracerProvider.Tracer(telemetry.ScopeName+"/processor").Start(ctx, "process",
-				trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-					attribute.String("ingestor.source", ev.Source), attribute.String("ingestor.key", ev.Key),
-					attribute.Int64("ingestor.seq", ev.Seq), attribute.Int("ingestor.delivery", ev.Delivery),
-					attribute.String("messaging.system", "zeromq"), attribute.String("messaging.operation.type", "process")))
-			defer func() { telemetry.End(span, err) }()
-		}
-	}
+func (c *Client) call(ctx context.Context, h Handler, ev *Event, parents *parentCache) (err error) {
+	ctx, end := c.traced(ctx, ev, parents)
+	defer func() { end(err) }()
 	defer c.recoverPanic(ev, &err)
 	return h(ctx, ev)
+}
+
+// traced returns ctx continuing ev's trace, if the daemon traced it: spans
+// the handler starts from it are in that trace, with or without
+// Options.TracerProvider, which adds a "process" span around the call.
+// end ends that span with the call's error.
+func (c *Client) traced(ctx context.Context, ev *Event, parents *parentCache) (_ context.Context, end func(error)) {
+	if ev.Traceparent == "" {
+		return ctx, func(error) {}
+	}
+	if sc, ok := parents.get(ev); ok {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	if c.opts.TracerProvider == nil {
+		return ctx, func(error) {}
+	}
+	ctx, span := c.opts.TracerProvider.Tracer(telemetry.ScopeName+"/processor").Start(ctx, "process",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.String("ingestor.source", ev.Source), attribute.String("ingestor.key", ev.Key),
+			attribute.Int64("ingestor.seq", ev.Seq), attribute.Int("ingestor.delivery", ev.Delivery),
+			attribute.String("messaging.system", "zeromq"), attribute.String("messaging.operation.type", "process")))
+	return ctx, func(err error) { telemetry.End(span, err) }
 }
 
 // recoverPanic turns a handler's panic into *err; deferred directly.
@@ -123,4 +134,23 @@ func (c *Client) recoverPanic(ev *Event, err *error) {
 		c.log.Error("handler panicked", "source", ev.Source, "key", ev.Key, "panic", r, "stack", string(debug.Stack()))
 		*err = fmt.Errorf("handler panicked: %v", r)
 	}
+}
+
+// parentCache holds the last trace context parsed in a frame: the events of
+// one batch share it, so a frame parses it once, not once per event.
+type parentCache struct {
+	parent, state string
+	sc            trace.SpanContext
+	ok            bool
+}
+
+// get returns the span context of ev's traceparent, false when it is not
+// one.
+func (p *parentCache) get(ev *Event) (trace.SpanContext, bool) {
+	if ev.Traceparent != p.parent || ev.Tracestate != p.state {
+		p.parent, p.state = ev.Traceparent, ev.Tracestate
+		sc, err := telemetry.ParseParent(ev.Traceparent, ev.Tracestate)
+		p.sc, p.ok = sc, err == nil
+	}
+	return p.sc, p.ok
 }

@@ -96,6 +96,7 @@ func (c *Client) txFrame(ctx context.Context, f *frame, db *sql.DB, h TxHandler,
 // found in processed in done. It returns the nacks and the events
 // committed now.
 func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler, todo []int, done []bool, clock *keyClock) (nacks []wire.Nack, fresh []int) {
+	var parents parentCache // the events of one batch share their trace
 	// The transaction outlives a stop: what was applied still commits.
 	bg := context.WithoutCancel(ctx)
 	failAll := func(err error) {
@@ -133,7 +134,7 @@ func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler,
 			nacks = append(nacks, c.nack(f, ev, fmt.Errorf("savepoint: %w", err)))
 			continue
 		}
-		herr := c.callTx(ctx, h, tx, ev)
+		herr := c.callTx(ctx, h, tx, ev, &parents)
 		if herr == nil {
 			if _, err := tx.ExecContext(bg, insertProcessed, ev.Source, ev.Key, clock.now()); err != nil {
 				herr = fmt.Errorf("record processed key: %w", err)
@@ -170,8 +171,11 @@ func (c *Client) applyTx(ctx context.Context, f *frame, db *sql.DB, h TxHandler,
 	return nacks, fresh
 }
 
-// callTx runs h, turning a panic into an error.
-func (c *Client) callTx(ctx context.Context, h TxHandler, tx *sql.Tx, ev *Event) (err error) {
+// callTx runs h, turning a panic into an error; ctx continues ev's trace
+// as call's does.
+func (c *Client) callTx(ctx context.Context, h TxHandler, tx *sql.Tx, ev *Event, parents *parentCache) (err error) {
+	ctx, end := c.traced(ctx, ev, parents)
+	defer func() { end(err) }()
 	defer c.recoverPanic(ev, &err)
 	return h(ctx, tx, ev)
 }

@@ -29,6 +29,7 @@ func TestChaosExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills both binaries repeatedly")
 	}
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	const (
 		total  = 3000
 		cycles = 20

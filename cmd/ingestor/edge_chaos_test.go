@@ -88,6 +88,7 @@ func TestEdgeChaosLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the daemon and the forwarder repeatedly")
 	}
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	const cycles = 20
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)

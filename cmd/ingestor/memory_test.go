@@ -164,6 +164,7 @@ func (d *memoryDaemon) metric(t *testing.T, name string) float64 {
 // slices of records, and the collector's headroom), against 33-48 times
 // before pages were taken in slices of sources.SliceRecords records.
 func TestMillionRecordPageMemory(t *testing.T) {
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	const records, pageMultiple = 1_000_000, 10
 	page := tinyPage(records)
 	var serve atomic.Bool // false: an empty page until the baseline is read
@@ -233,6 +234,7 @@ func TestMillionRecordPageMemory(t *testing.T) {
 // near where they were before, without anything outside forcing a
 // collection (before, 141 MB of heap stayed in use and the RSS at 562 MB).
 func TestRefusedBodyReleasesMemory(t *testing.T) {
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	const slack = 32 << 20
 	var endless atomic.Bool
 	var polls atomic.Int64
@@ -286,6 +288,7 @@ func TestRefusedBodyReleasesMemory(t *testing.T) {
 // drops the records already queued: every record is queued once, the
 // cursor ends at the page's last record, and a processor receives each.
 func TestKillMidPageFetchesThePageAgain(t *testing.T) {
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	const records = 300_000
 	page := tinyPage(records)
 	var served atomic.Int32

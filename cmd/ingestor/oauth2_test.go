@@ -48,6 +48,7 @@ func oauth2Run(t *testing.T) (run, ttl time.Duration) {
 // expires), and no token or secret appears in the daemon's logs, in
 // /status or in check-source's output.
 func TestOAuth2TokensExpireMidRun(t *testing.T) {
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	run, ttl := oauth2Run(t)
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)

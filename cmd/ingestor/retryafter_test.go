@@ -25,6 +25,7 @@ func TestWebhookRetryAfterTracksTheDrain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon")
 	}
+	t.Parallel() // long and mostly waiting: overlaps the other long tests (make test's wall time)
 	bin := buildBinary(t, t.TempDir())
 	slow := retryAfterUnderDrain(t, bin, 400*time.Millisecond)
 	fast := retryAfterUnderDrain(t, bin, 50*time.Millisecond)

@@ -75,6 +75,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -90,10 +91,12 @@ import (
 	"github.com/mattn/go-sqlite3"
 
 	ingestorconfig "github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/buildinfo"
 	"github.com/ingestorhq/ingestor/internal/cluster"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/logattr"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
+	"github.com/ingestorhq/ingestor/internal/telemetry/otlp"
 	"github.com/ingestorhq/ingestor/processor"
 	"github.com/ingestorhq/ingestor/processor/etcdmembers"
 )
@@ -134,6 +137,9 @@ type config struct {
 	// daemon), cluster its name, etcdCA the CA file for https, and
 	// etcdCert and etcdKey the client certificate and its key, or "".
 	etcd, cluster, etcdCA, etcdCert, etcdKey string
+	// otlpEndpoint is where the handler's "process" spans are exported
+	// (an OTLP URL), "" for none; otlpProtocol as [telemetry]'s protocol.
+	otlpEndpoint, otlpProtocol string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -161,6 +167,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.etcdCA, "etcd-ca", "", "with -etcd: PEM file of the CAs etcd's certificates are verified against (default: the system's)")
 	fs.StringVar(&c.etcdCert, "etcd-cert", "", "with -etcd: PEM file of the client certificate presented to etcd (with -etcd-key)")
 	fs.StringVar(&c.etcdKey, "etcd-key", "", "with -etcd: PEM file of the client certificate's private key (with -etcd-cert)")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", `export a "process" span for every event the daemon traced to this OTLP receiver (http://HOST:PORT plaintext, https:// TLS), in the event's trace`)
+	fs.StringVar(&c.otlpProtocol, "otlp-protocol", "grpc", "with -otlp-endpoint: grpc or http/protobuf")
 	failKeys := fs.String("fail-keys", "", "fail events whose key matches this regular expression permanently, for poison tests")
 	failRetryable := fs.String("fail-retryable-keys", "", "fail events whose key matches this regular expression retryably")
 	if err := fs.Parse(args); err != nil {
@@ -206,6 +214,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.logFormat != "text" && c.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("-log-format must be text or json, not %q", c.logFormat))
 	}
+	if c.otlpProtocol != "grpc" && c.otlpProtocol != "http/protobuf" {
+		errs = append(errs, fmt.Errorf("-otlp-protocol must be grpc or http/protobuf, not %q", c.otlpProtocol))
+	}
+	if u, err := url.Parse(c.otlpEndpoint); c.otlpEndpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("-otlp-endpoint must be http://HOST:PORT or https://HOST:PORT, not %q", c.otlpEndpoint))
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -231,6 +245,22 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		if o.CurveSecretKey, err = curvekey.ReadSecret(cfg.curveSecretKey); err != nil {
 			return fmt.Errorf("-curve-secret-key: %w", err)
 		}
+	}
+	if cfg.otlpEndpoint != "" {
+		// Sampling follows the daemon: only events it traced get a span.
+		tr, err := otlp.Start(ctx, ingestorconfig.Telemetry{Endpoint: cfg.otlpEndpoint, Protocol: cfg.otlpProtocol,
+			SamplingRatio: 1, ServiceName: "ingestor-processor", ExportTimeout: 10 * time.Second}, buildinfo.Read().String(), log)
+		if err != nil {
+			return fmt.Errorf("-otlp-endpoint: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(sctx); err != nil {
+				log.Warn("tracing: exporting the last spans failed", "err", err)
+			}
+		}()
+		o.TracerProvider = tr.Provider()
 	}
 	var clients clientSet
 	var members processor.Members

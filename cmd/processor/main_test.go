@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ingestorhq/ingestor/internal/curvekey"
+	"github.com/ingestorhq/ingestor/internal/telemetry/otlptest"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/wire"
 	"github.com/ingestorhq/ingestor/processor"
@@ -36,7 +37,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	if want := (config{connect: "tcp://127.0.0.1:5557", ack: "tcp://127.0.0.1:5558", logEvery: 2 * time.Second, logFormat: "text", workers: 1, cluster: "ingestor",
-		retention: processor.DefaultDedupeRetention}); c != want {
+		retention: processor.DefaultDedupeRetention, otlpProtocol: "grpc"}); c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
 	c, err = parseFlags([]string{"-fail-keys", "^bad", "-sqlite", "x.db", "-workers", "3", "-drop-acks", "0.5", "-retention", "48h"}, io.Discard)
@@ -64,6 +65,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-etcd", "https://etcd-0:2379", "-etcd-key", "tls.key"}, "-etcd-cert and -etcd-key go together"},
 		{[]string{"-etcd-cert", "tls.crt", "-etcd-key", "tls.key"}, "-etcd-ca, -etcd-cert and -etcd-key need -etcd"},
 		{[]string{"-etcd-ca", "ca.crt"}, "-etcd-ca, -etcd-cert and -etcd-key need -etcd"},
+		{[]string{"-otlp-endpoint", "collector:4317"}, "-otlp-endpoint must be http://HOST:PORT or https://HOST:PORT"},
+		{[]string{"-otlp-endpoint", "http://collector:4317", "-otlp-protocol", "zipkin"}, "-otlp-protocol must be grpc or http/protobuf"},
 	} {
 		if _, err := parseFlags(bad.args, io.Discard); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("parseFlags(%q) = %v, want an error with %q", bad.args, err, bad.want)
@@ -587,5 +590,42 @@ func TestRecordFileErrors(t *testing.T) {
 	err := run(t.Context(), []string{"-connect", "tcp://127.0.0.1:1", "-ack", "tcp://127.0.0.1:2", "-record", path}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "-record") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("run with an unopenable -record file: %v, want an error naming -record and %s", err, path)
+	}
+}
+
+// TestRunExportsProcessSpans: with -otlp-endpoint, the command exports a
+// "process" span for each event the daemon traced, in the event's trace,
+// to an OTLP receiver; an event without a traceparent gets none.
+func TestRunExportsProcessSpans(t *testing.T) {
+	recv := otlptest.Start(t)
+	push, pull, endpoint, ackEndpoint := fakeDaemon(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logs testsync.LockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-connect", endpoint, "-ack", ackEndpoint, "-otlp-endpoint", recv.Endpoint()}, &logs)
+	}()
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	var enc wire.Encoder
+	enc.Begin(1, 1, "file://./data/raw")
+	traced := wire.Event{Key: "a", Source: "hooks", Seq: 1, FetchedAt: time.Now(), Traceparent: "00-" + traceID + "-00f067aa0ba902b7-01"}
+	enc.Add(&traced, []byte(`{}`), true)
+	plain := wire.Event{Key: "b", Source: "hooks", Seq: 2, FetchedAt: time.Now()}
+	enc.Add(&plain, []byte(`{}`), true)
+	if _, err := push.SendBytes(enc.End(), 0); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	if _, err := pull.RecvBytes(0); err != nil {
+		t.Fatalf("no ack: %v", err)
+	}
+	cancel() // the spans are exported as the command stops
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	}
+	spans := recv.Spans()
+	if len(spans) != 1 || spans[0].Name != "process" || spans[0].TraceID != traceID || spans[0].ParentSpanID != "00f067aa0ba902b7" ||
+		spans[0].Attrs["ingestor.key"] != "a" || spans[0].Service != "ingestor-processor" {
+		t.Errorf("spans %+v, want one process span of event a in trace %s", spans, traceID)
 	}
 }
