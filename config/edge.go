@@ -23,6 +23,9 @@ type Edge struct {
 	File string
 	// Config holds the table's keys, with token_file read into Token.
 	edgeconfig.Config
+	// Telemetry is the file's [telemetry] table: the forwarder's tracing,
+	// as the daemon's (off by default).
+	Telemetry Telemetry
 }
 
 // edgeDurations are the duration keys of [edge] as written, parsed by the
@@ -48,15 +51,15 @@ func LoadEdge(path string) (*Edge, error) {
 // ParseEdgeWithEnv parses data, the edge forwarder's config file named
 // file, with lookup resolving ${NAME}: defaults, strict decode, then
 // validation (edgeconfig.Config.Validate), every problem returned at once
-// as Errors, as ParseWithEnv does for the daemon's file. The file has one
-// table, [edge].
+// as Errors, as ParseWithEnv does for the daemon's file. The file has the
+// table [edge] and, optionally, [telemetry] (as the daemon's).
 func ParseEdgeWithEnv(file string, data []byte, lookup func(string) (string, bool)) (*Edge, error) {
 	d, top, err := newDecoder([]File{{Name: file, Data: data}}, Options{Lookup: lookup})
 	if err != nil {
 		return nil, err
 	}
 	for _, k := range slices.Sorted(maps.Keys(top)) {
-		if k != "edge" {
+		if k != "edge" && k != "telemetry" {
 			d.unknown([]string{k})
 		}
 	}
@@ -90,9 +93,10 @@ func ParseEdgeWithEnv(file string, data []byte, lookup func(string) (string, boo
 	for _, fe := range problems {
 		d.errAt(at(fe.Key), "%s", fe.Msg)
 	}
+	tel := d.telemetry(top)
 	d.undecoded()
 	if err := d.result(); err != nil {
 		return nil, err
 	}
-	return &Edge{File: file, Config: c}, nil
+	return &Edge{File: file, Config: c, Telemetry: tel}, nil
 }

@@ -42,7 +42,8 @@ func TestEdgeGoodFiles(t *testing.T) {
 	want := &Edge{File: filepath.Join(edgeTestdata, "minimal.good.toml"), Config: edgeconfig.Config{
 		URL: "wss://ingest.example.com/ingest/devices/ws", Token: "s3cret-token", DeviceID: "dev-1", Outbox: "./edge/outbox.db",
 		MaxOutboxBytes: 256 << 20, MaxEnvelopeBytes: 1 << 20, Stdin: true, Window: 64, AckTimeout: 30 * time.Second,
-		ReconnectBase: 500 * time.Millisecond, ReconnectMax: 30 * time.Second}}
+		ReconnectBase: 500 * time.Millisecond, ReconnectMax: 30 * time.Second},
+		Telemetry: Telemetry{Protocol: "grpc", SamplingRatio: 1, ServiceName: "ingestor", ExportTimeout: 10 * time.Second}}
 	if !reflect.DeepEqual(e, want) {
 		t.Errorf("got  %+v\nwant %+v", e, want)
 	}

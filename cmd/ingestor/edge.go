@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/buildinfo"
 	"github.com/ingestorhq/ingestor/internal/edge"
 	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
+	"github.com/ingestorhq/ingestor/internal/telemetry/otlp"
 )
 
 const edgeUsage = `usage:
@@ -47,12 +49,27 @@ func cmdEdge(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "status" {
 		return cmdEdgeStatus(args[1:], stdout, stderr)
 	}
-	o, code := edgeSettings(args, stdin, stdout, stderr)
+	o, tel, code := edgeSettings(args, stdin, stdout, stderr)
 	if code >= 0 {
 		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if tel.Enabled() {
+		tr, err := otlp.Start(ctx, tel, buildinfo.Read().String(), o.Logger)
+		if err != nil {
+			o.Logger.Error("edge forwarder", "err", err)
+			return 1
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(sctx); err != nil {
+				o.Logger.Warn("tracing: exporting the last spans failed", "err", err)
+			}
+		}()
+		o.TracerProvider = tr.Provider()
+	}
 	if err := edge.Run(ctx, o); err != nil {
 		o.Logger.Error("edge forwarder", "err", err)
 		return 1
@@ -95,11 +112,12 @@ func newEdgeFlags(o *edgeconfig.Config, f *edgeFlags, out io.Writer) *flag.FlagS
 }
 
 // edgeSettings returns the forwarder's options from the flags in args and
-// the -c file they name, validated, and -1; or, when the command is done
+// the -c file they name, validated, the file's [telemetry], and -1; or,
+// when the command is done
 // (-h, or a problem it has reported on stderr), its exit code. The flags
 // are parsed twice when -c names a file: once to find it, then over the
 // file's values, so that a flag given overrides the file's key.
-func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edge.Options, int) {
+func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (_ edge.Options, tel config.Telemetry, code int) {
 	o := edge.Options{Config: edgeconfig.Default(), StdinReader: stdin}
 	var f edgeFlags
 	fs := newEdgeFlags(&o.Config, &f, stderr)
@@ -107,32 +125,32 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 		if a == "-h" || a == "-help" || a == "--help" {
 			fs.SetOutput(stdout)
 			fs.Usage()
-			return edge.Options{}, 0
+			return edge.Options{}, tel, 0
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return edge.Options{}, 2
+		return edge.Options{}, tel, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ingestor edge: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
-		return edge.Options{}, 2
+		return edge.Options{}, tel, 2
 	}
 	if f.path != "" {
 		cfg, err := config.LoadEdge(f.path)
 		if err != nil {
 			printConfigError(stderr, err)
-			return edge.Options{}, 1
+			return edge.Options{}, tel, 1
 		}
-		o.Config = cfg.Config
+		o.Config, tel = cfg.Config, cfg.Telemetry
 		if err := newEdgeFlags(&o.Config, &f, stderr).Parse(args); err != nil {
-			return edge.Options{}, 2 // parsed once already: not reached
+			return edge.Options{}, tel, 2 // parsed once already: not reached
 		}
 	}
 	token, err := flagToken(f.tokenFile, f.tokenEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "ingestor edge: %v\n", err)
-		return edge.Options{}, 1
+		return edge.Options{}, tel, 1
 	}
 	if token != "" {
 		o.Token = token
@@ -144,9 +162,9 @@ func edgeSettings(args []string, stdin io.Reader, stdout, stderr io.Writer) (edg
 			// The message names the file's keys; these are the flags'.
 			fmt.Fprintln(stderr, "  (on the command line, -token-file or -token-env gives the token)")
 		}
-		return edge.Options{}, 2
+		return edge.Options{}, tel, 2
 	}
-	return o, -1
+	return o, tel, -1
 }
 
 // flagToken returns the token of -token-file or -token-env, "" when

@@ -140,7 +140,7 @@ ack_timeout = "5s"
 	t.Setenv("OTHER_EDGE_TOKEN", "env-token")
 	stdin := strings.NewReader("")
 	var out, errb bytes.Buffer
-	o, code := edgeSettings([]string{"-c", cfg, "-device-id", "from-flag", "-stdin", "-token-env", "OTHER_EDGE_TOKEN", "-reconnect-max", "2s"}, stdin, &out, &errb)
+	o, _, code := edgeSettings([]string{"-c", cfg, "-device-id", "from-flag", "-stdin", "-token-env", "OTHER_EDGE_TOKEN", "-reconnect-max", "2s"}, stdin, &out, &errb)
 	if code != -1 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -150,11 +150,11 @@ ack_timeout = "5s"
 		o.ReconnectMax != 2*time.Second || o.ReconnectBase != edgeconfig.DefaultReconnectBase {
 		t.Errorf("options = %+v", o)
 	}
-	o, code = edgeSettings([]string{"-c", cfg}, stdin, &out, &errb)
+	o, _, code = edgeSettings([]string{"-c", cfg}, stdin, &out, &errb)
 	if code != -1 || o.Token != "file-token" || o.DeviceID != "from-file" || o.Stdin {
 		t.Errorf("file only: exit %d, options %+v", code, o)
 	}
-	o, code = edgeSettings([]string{"-url", "wss://h/ingest/d/ws", "-token-env", "OTHER_EDGE_TOKEN", "-device-id", "d", "-socket", filepath.Join(dir, "s")}, stdin, &out, &errb)
+	o, _, code = edgeSettings([]string{"-url", "wss://h/ingest/d/ws", "-token-env", "OTHER_EDGE_TOKEN", "-device-id", "d", "-socket", filepath.Join(dir, "s")}, stdin, &out, &errb)
 	if code != -1 || o.URL != "wss://h/ingest/d/ws" || o.Outbox != edgeconfig.DefaultOutbox || o.Socket == "" || o.Window != edgeconfig.DefaultWindow {
 		t.Errorf("flags only: exit %d, options %+v (%s)", code, o, errb.String())
 	}

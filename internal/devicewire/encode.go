@@ -39,6 +39,9 @@ type Draft struct {
 	// NeedSeq is set when the item had no seq: the device assigns the
 	// next value of its counter (WithSeq) when it stores the envelope.
 	NeedSeq bool
+	// Traceparent and Tracestate are the envelope's W3C trace context,
+	// given by the item or filled in by EncodeTraced; "" for none.
+	Traceparent, Tracestate string
 }
 
 // NewID returns 16 random bytes in hex, for event and session ids.
@@ -53,6 +56,13 @@ func NewID() string {
 // protocol rejects is an error that says why, for the producer: such an
 // item would only reach the daemon's rejection.
 func (e *Encoder) Encode(item []byte) (Draft, error) {
+	return e.EncodeTraced(item, "", "")
+}
+
+// EncodeTraced is Encode, filling in the trace context parent and state
+// (a W3C traceparent and tracestate) when the item has no traceparent of
+// its own and parent is not "": the daemon continues that trace.
+func (e *Encoder) EncodeTraced(item []byte, parent, state string) (Draft, error) {
 	var d Draft
 	item = bytes.TrimSpace(item)
 	if len(item) == 0 {
@@ -110,6 +120,9 @@ func (e *Encoder) Encode(item []byte) (Draft, error) {
 		}
 	} else {
 		m["schema_version"] = json.RawMessage(strconv.Itoa(SchemaVersion))
+	}
+	if err := traceFields(m, &d, parent, state); err != nil {
+		return d, err
 	}
 	if raw, ok := m["seq"]; ok {
 		if _, err := strconv.ParseInt(string(raw), 10, 64); err != nil {
@@ -173,4 +186,25 @@ func jsonProblem(err error) string {
 		return fmt.Sprintf("%v at byte %d", syn, syn.Offset)
 	}
 	return err.Error()
+}
+
+// traceFields reads the item's traceparent and tracestate into d, or fills
+// in parent and state when it has no traceparent.
+func traceFields(m map[string]json.RawMessage, d *Draft, parent, state string) error {
+	for key, dst := range map[string]*string{"traceparent": &d.Traceparent, "tracestate": &d.Tracestate} {
+		if raw, ok := m[key]; ok && json.Unmarshal(raw, dst) != nil {
+			return fmt.Errorf("%q must be a string", key)
+		}
+	}
+	if _, ok := m["traceparent"]; ok || parent == "" {
+		return nil
+	}
+	d.Traceparent, d.Tracestate = parent, state
+	m["traceparent"] = quote(parent)
+	if state != "" {
+		m["tracestate"] = quote(state)
+	} else {
+		delete(m, "tracestate")
+	}
+	return nil
 }

@@ -16,10 +16,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/devicewire"
 	"github.com/ingestorhq/ingestor/internal/edge/edgeconfig"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 	"github.com/ingestorhq/ingestor/internal/unixsock"
 )
 
@@ -40,6 +44,11 @@ type Options struct {
 	// forwarder's own; MetricsAddr then serves it if it is also a
 	// prometheus.Gatherer (such as a *prometheus.Registry).
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, traces each input request or batch
+	// (continuing an HTTP request's traceparent header), puts its trace
+	// context in the envelopes that have none, and traces each envelope's
+	// send to the daemon until its answer; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns o with every zero field set to its default.
@@ -134,6 +143,9 @@ func Start(ctx context.Context, o Options) (*Forwarder, error) {
 	s := &sender{url: o.URL, header: http.Header{"Authorization": {"Bearer " + o.Token}}, client: client,
 		window: o.Window, ackTimeout: o.AckTimeout, writeTimeout: DefaultWriteTimeout, reconnect: f.retry,
 		ob: ob, log: o.Logger, m: f.m}
+	if o.TracerProvider != nil {
+		s.tracer = o.TracerProvider.Tracer(telemetry.ScopeName)
+	}
 	events, bytes := ob.backlog()
 	f.log.Info("edge forwarder started", "outbox", o.Outbox, "pending_events", events, "pending_bytes", bytes,
 		"url", o.URL, "device_id", o.DeviceID, "session_id", f.enc.SessionID)
@@ -176,7 +188,12 @@ func (f *Forwarder) listen(gather prometheus.Gatherer) error {
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/events", f.handleEvents)
-		f.servers = append(f.servers, served{f.server(f.httpLn, mux), f.httpLn})
+		var h http.Handler = mux
+		if tp := f.opts.TracerProvider; tp != nil {
+			h = otelhttp.NewHandler(mux, "edge", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}),
+				otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /events" }))
+		}
+		f.servers = append(f.servers, served{f.server(f.httpLn, h), f.httpLn})
 	}
 	if f.opts.MetricsAddr != "" {
 		if gather == nil {

@@ -11,9 +11,11 @@ type envelope struct {
 	raw []byte
 }
 
-// parse makes item into an envelope with enc, or says why it is none.
-func parse(enc *devicewire.Encoder, item []byte) (*envelope, error) {
-	d, err := enc.Encode(item)
+// parse makes item into an envelope with enc, or says why it is none;
+// parent and state, when set, are the trace context it carries unless it
+// has one of its own.
+func parse(enc *devicewire.Encoder, item []byte, parent, state string) (*envelope, error) {
+	d, err := enc.EncodeTraced(item, parent, state)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 )
 
 // maxBatch bounds how many lines already buffered one commit takes.
@@ -94,7 +100,10 @@ func flush(batch []line, fn func([]line) error) error {
 
 // parseLines makes lines into envelopes; problems[i] says why lines[i]
 // is not one (envs[i] is then nil).
-func (f *Forwarder) parseLines(lines []line) (envs []*envelope, problems []error) {
+// Each envelope without a traceparent of its own gets ctx's span's, when it
+// is sampled (tracing on), so that the daemon continues that trace.
+func (f *Forwarder) parseLines(ctx context.Context, lines []line) (envs []*envelope, problems []error) {
+	parent, state := telemetry.Parent(trace.SpanContextFromContext(ctx))
 	envs = make([]*envelope, len(lines))
 	problems = make([]error, len(lines))
 	for i, l := range lines {
@@ -102,7 +111,7 @@ func (f *Forwarder) parseLines(lines []line) (envs []*envelope, problems []error
 			problems[i] = l.err
 			continue
 		}
-		envs[i], problems[i] = parse(f.enc, l.data)
+		envs[i], problems[i] = parse(f.enc, l.data, parent, state)
 	}
 	return envs, problems
 }
@@ -129,8 +138,10 @@ func (f *Forwarder) store(ctx context.Context, envs []*envelope) error {
 // pauses and the same lines are tried again until they are stored, so a
 // producer writing to a pipe is held back rather than losing events.
 func (f *Forwarder) readStdin(ctx context.Context, r io.Reader) error {
-	err := readBatches(r, f.enc.MaxBytes, func(lines []line) error {
-		envs, problems := f.parseLines(lines)
+	err := readBatches(r, f.enc.MaxBytes, func(lines []line) (err error) {
+		bctx, span := f.acceptSpan(ctx, "stdin", len(lines))
+		defer func() { telemetry.End(span, err) }()
+		envs, problems := f.parseLines(bctx, lines)
 		var valid []*envelope
 		for i, p := range problems {
 			if p != nil {
@@ -141,7 +152,7 @@ func (f *Forwarder) readStdin(ctx context.Context, r io.Reader) error {
 			valid = append(valid, envs[i])
 		}
 		for attempt := 0; ; attempt++ {
-			err := f.store(ctx, valid)
+			err := f.store(bctx, valid)
 			if err == nil {
 				return nil
 			}
@@ -176,7 +187,8 @@ func (f *Forwarder) readStdin(ctx context.Context, r io.Reader) error {
 func (f *Forwarder) serveSocket(ctx context.Context, conn net.Conn) error {
 	enc := json.NewEncoder(conn)
 	err := readBatches(conn, f.enc.MaxBytes, func(lines []line) error {
-		envs, problems := f.parseLines(lines)
+		bctx, span := f.acceptSpan(ctx, "socket", len(lines))
+		envs, problems := f.parseLines(bctx, lines)
 		var valid []*envelope
 		for i, p := range problems {
 			if p == nil {
@@ -185,7 +197,8 @@ func (f *Forwarder) serveSocket(ctx context.Context, conn net.Conn) error {
 				f.m.refused.WithLabelValues("invalid").Inc()
 			}
 		}
-		stored := f.store(ctx, valid)
+		stored := f.store(bctx, valid)
+		telemetry.End(span, stored)
 		for i, p := range problems {
 			r := reply{Status: replyAccepted}
 			switch {
@@ -250,7 +263,7 @@ func (f *Forwarder) handleEvents(w http.ResponseWriter, r *http.Request) {
 		f.writeReply(w, http.StatusBadRequest, reply{Status: replyInvalid, Error: "empty body: send one JSON object, or NDJSON"})
 		return
 	}
-	envs, problems := f.parseLines(lines)
+	envs, problems := f.parseLines(r.Context(), lines)
 	var bad []string
 	for i, p := range problems {
 		if p != nil {
@@ -310,4 +323,15 @@ func (f *Forwarder) writeReply(w http.ResponseWriter, status int, r reply) {
 	if err := json.NewEncoder(w).Encode(r); err != nil {
 		f.log.Debug("http: write the reply", "status", status, "err", err)
 	}
+}
+
+// acceptSpan starts the span of a batch of lines read from input (stdin,
+// socket), the root of their traces, when tracing is on (the sampler
+// decides); else it returns ctx and a no-op span.
+func (f *Forwarder) acceptSpan(ctx context.Context, input string, lines int) (context.Context, trace.Span) {
+	if f.opts.TracerProvider == nil {
+		return ctx, noop.Span{}
+	}
+	return f.opts.TracerProvider.Tracer(telemetry.ScopeName).Start(ctx, "edge accept", trace.WithNewRoot(),
+		trace.WithAttributes(attribute.String("ingestor.input", input), attribute.Int("ingestor.lines", lines)))
 }

@@ -35,7 +35,7 @@ func envelopes(t *testing.T, items ...string) []*envelope {
 	enc := testEncoder()
 	var out []*envelope
 	for _, it := range items {
-		e, err := parse(enc, []byte(it))
+		e, err := parse(enc, []byte(it), "", "")
 		if err != nil {
 			t.Fatalf("parse %s: %v", it, err)
 		}

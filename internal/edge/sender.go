@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/internal/backoff"
 	"github.com/ingestorhq/ingestor/internal/devicewire"
+	"github.com/ingestorhq/ingestor/internal/telemetry"
 )
 
 // maxRetryAfter caps how long a "retry" answer can hold an envelope back.
@@ -31,12 +34,18 @@ type sender struct {
 	ob           *outbox
 	log          *slog.Logger
 	m            *metrics
+	// tracer, when set, traces each envelope's send until its answer, in
+	// the envelope's trace.
+	tracer trace.Tracer
 }
 
 // flight is a row sent on the current connection and not yet answered.
 type flight struct {
 	id     int64
 	sentAt time.Time
+	// span is the send's span, ended by its answer or the connection's
+	// end; nil when not traced.
+	span trace.Span
 }
 
 // window is what one connection has sent and not had answered.
@@ -106,6 +115,11 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 	}()
 	w := &window{inflight: map[string]flight{}, ids: map[int64]bool{}}
 	defer func() {
+		for _, f := range w.inflight {
+			if f.span != nil {
+				telemetry.End(f.span, errors.New("no answer on this connection: sent again on the next"))
+			}
+		}
 		stopReader()
 		err = errors.Join(err, ignoreClosed(conn.CloseNow()))
 		<-done
@@ -224,7 +238,7 @@ func (s *sender) fill(ctx context.Context, conn *websocket.Conn, w *window) erro
 		if err != nil {
 			return fmt.Errorf("send event %s: %w", r.eventID, err)
 		}
-		w.inflight[r.eventID] = flight{id: r.id, sentAt: time.Now()}
+		w.inflight[r.eventID] = flight{id: r.id, sentAt: time.Now(), span: s.sendSpan(r.eventID, r.env)}
 		w.ids[r.id] = true
 		w.attempts = append(w.attempts, r.id)
 		s.m.sent.Inc()
@@ -260,6 +274,14 @@ func (s *sender) settle(ctx context.Context, first devicewire.Ack, acks <-chan d
 			s.log.Warn("ACK with an unknown status, ignored", "event_id", a.EventID, "status", a.Status)
 			return
 		}
+		if f.span != nil {
+			f.span.SetAttributes(attribute.String("ingestor.answer", a.Status))
+			var err error
+			if a.Status == devicewire.StatusRejected {
+				err = errors.New("rejected: " + a.Reason)
+			}
+			telemetry.End(f.span, err)
+		}
 		delete(w.inflight, a.EventID)
 		delete(w.ids, f.id)
 		outs = append(outs, out)
@@ -282,4 +304,24 @@ func (s *sender) settle(ctx context.Context, first devicewire.Ack, acks <-chan d
 		s.log.Warn("local dead letters over their limit, oldest dropped", "dropped", dropped, "limit", maxDeadLetters)
 	}
 	return nil
+}
+
+// sendSpan starts the span of one envelope's send, under the envelope's
+// traceparent (a sampled one only); nil when tracing is off or the
+// envelope is not traced.
+func (s *sender) sendSpan(eventID string, env []byte) trace.Span {
+	if s.tracer == nil {
+		return nil
+	}
+	e, err := devicewire.DecodeEnvelope(env)
+	if err != nil || e.Traceparent == "" {
+		return nil
+	}
+	ctx := telemetry.WithParent(context.Background(), e.Traceparent, e.Tracestate)
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
+		return nil
+	}
+	_, span := s.tracer.Start(ctx, "edge send", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("ingestor.event_id", eventID)))
+	return span
 }
