@@ -254,3 +254,43 @@ func TestPollTraceReachesTheProcessor(t *testing.T) {
 		t.Errorf("HTTP GET span has no http.response.status_code: %+v", byName["HTTP GET"].Attrs)
 	}
 }
+
+// TestPushTraceSurvivesARestart: a traced webhook event queued while no
+// processor runs still carries its request's trace context when a
+// restarted daemon delivers it (stored with the event, event_traces).
+func TestPushTraceSurvivesARestart(t *testing.T) {
+	recv := otlptest.Start(t)
+	dir := t.TempDir()
+	sources := fmt.Sprintf(`
+[push]
+addr = "127.0.0.1:0"
+
+[telemetry]
+endpoint = %q
+
+[source.hooks]
+kind = "webhook"
+`, recv.Endpoint())
+	h := startDaemonIn(t, dir, "", "", "", sources, Options{})
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	if resp := postWebhook(t, h, "application/json", "00-"+traceID+"-00f067aa0ba902b7-01", ""); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("answered %d, want 202", resp.StatusCode)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h2 := startDaemonIn(t, dir, "", "", "", sources, Options{})
+	got := make(chan *processor.Event, 1)
+	h2.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		got <- ev
+		return nil
+	})
+	select {
+	case ev := <-got:
+		if len(ev.Traceparent) != 55 || ev.Traceparent[3:35] != traceID {
+			t.Errorf("event after the restart carries traceparent %q, want one of trace %s", ev.Traceparent, traceID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event reached the processor after the restart")
+	}
+}

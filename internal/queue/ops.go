@@ -33,9 +33,9 @@ type NewEvent struct {
 	// event, stored with it when it is new (verdict.go).
 	Verdict *Verdict
 	// Traceparent and Tracestate, when set, are the event's own trace
-	// context (a push event's request or envelope), carried by the frames
-	// Append returns in place of the batch's. They are not stored: a
-	// frame loaded from the database carries the batch's.
+	// context (a push event's request or envelope), in place of the
+	// batch's: stored with the event (table event_traces, traces.go), so
+	// a resend after a restart carries it too.
 	Traceparent, Tracestate string
 }
 
@@ -433,7 +433,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 		per := q.opts.EventsPerFrame
 		var seqs []int64
 		var devSeqs []deviceSeq
-		var verdicts []any
+		var verdicts, traces []any
 		for start := 0; start < len(b.Events); start += per {
 			chunk := b.Events[start:min(start+per, len(b.Events))]
 			frameID := q.nextFrame
@@ -465,8 +465,9 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
 					Traceparent: b.Traceparent, Tracestate: b.Tracestate,
 				}
-				if e.Traceparent != "" {
+				if e.Traceparent != "" && e.Traceparent != b.Traceparent {
 					ev.Traceparent, ev.Tracestate = e.Traceparent, e.Tracestate
+					traces = append(traces, seq, e.Traceparent, nullString(e.Tracestate))
 				}
 				f.Events = append(f.Events, ev)
 			}
@@ -483,7 +484,10 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			q.highSeq = max(q.highSeq, last)
 			frames = append(frames, f)
 		}
-		if err := q.insertVerdicts(tx, verdicts); err != nil {
+		if err := q.traces.insert(tx, traces); err != nil {
+			return nil, 0, err
+		}
+		if err := q.verdicts.insert(tx, verdicts); err != nil {
 			return nil, 0, err
 		}
 		if len(devSeqs) > 0 {
@@ -570,8 +574,8 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 	}
 	f.Committed = time.Unix(0, created)
 	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, r.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len,
-		coalesce(r.traceparent, ''), coalesce(r.tracestate, '')
-		FROM events e JOIN raw_objects r ON r.id = e.raw_id WHERE e.id BETWEEN ? AND ? AND e.acked = 0 ORDER BY e.id`, first, last)
+		coalesce(t.traceparent, r.traceparent, ''), coalesce(CASE WHEN t.seq IS NULL THEN r.tracestate ELSE t.tracestate END, '')
+		FROM events e JOIN raw_objects r ON r.id = e.raw_id LEFT JOIN event_traces t ON t.seq = e.id WHERE e.id BETWEEN ? AND ? AND e.acked = 0 ORDER BY e.id`, first, last)
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
@@ -670,6 +674,9 @@ func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
 		if deleted > 0 {
 			if _, err := tx.Exec(`DELETE FROM raw_objects WHERE id < coalesce((SELECT raw_id FROM events ORDER BY id LIMIT 1), (SELECT max(id) + 1 FROM raw_objects))`); err != nil {
 				return fmt.Errorf("prune raw objects: %w", err)
+			}
+			if err := pruneTraces(tx); err != nil {
+				return err
 			}
 			if err := pruneVerdicts(tx); err != nil {
 				return err

@@ -90,9 +90,10 @@ type Queue struct {
 	insertFrame, insertOne, insertRaw, insertFrameRow, storeCursor *sql.Stmt
 	// keysBuf and numsBuf are insertFrame's parameters, reused.
 	keysBuf, numsBuf []byte
-	// verdictStmts insert 1, 2, 4 ... rows of event_verdicts (verdict.go).
-	verdictStmts map[int]*sql.Stmt
-	settle       settleStmts
+	// verdicts and traces insert rows of event_verdicts (verdict.go) and
+	// event_traces (traces.go).
+	verdicts, traces *multiInsert
+	settle           settleStmts
 	// highSeq is the highest seq given so far (writer goroutine), and
 	// marks the marks of settled cursors (settled.go).
 	highSeq int64
@@ -157,7 +158,7 @@ func Open(o Options) (*Queue, error) {
 		reqs: make(chan *request, 256),
 		done: make(chan struct{}),
 	}
-	if err := errors.Join(q.load(), q.loadSettled(), q.prepareInserts(), q.prepareVerdicts(), q.prepareSettle()); err != nil {
+	if err := errors.Join(q.load(), q.loadSettled(), q.prepareInserts(), q.prepareVerdicts(), q.prepareTraces(), q.prepareSettle()); err != nil {
 		return nil, openErr(errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
@@ -289,10 +290,7 @@ func (q *Queue) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	for _, st := range q.verdictStmts {
-		errs = append(errs, st.Close())
-	}
-	errs = append(errs, q.settle.close(), q.rdb.Close(), q.wdb.Close())
+	errs = append(errs, q.verdicts.close(), q.traces.close(), q.settle.close(), q.rdb.Close(), q.wdb.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close queue %s: %w", q.opts.Path, err)
 	}

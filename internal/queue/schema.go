@@ -158,13 +158,19 @@ ALTER TABLE dead_letters ADD COLUMN count     INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE dead_letters ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX dead_letters_digest ON dead_letters(source, digest) WHERE event_key = '' AND digest != '' AND resolved_at = 0 AND replayed_at = 0;
 `,
-	// v9: the W3C trace context of a traced batch (its poll, webhook
-	// request or device envelope), which every frame of its events carries,
-	// also after a restart. NULL for a batch not traced: the row of an
-	// untraced batch grows by two bytes.
+	// v9: the W3C trace context of traced events, which every frame of
+	// them carries, also after a restart: a polled batch's (its poll's) on
+	// its raw object, NULL for a batch not traced (its row grows by two
+	// bytes); a push event's own (its request's or envelope's) in
+	// event_traces, which holds rows only for those.
 	`
 ALTER TABLE raw_objects ADD COLUMN traceparent TEXT;
 ALTER TABLE raw_objects ADD COLUMN tracestate  TEXT;
+CREATE TABLE event_traces (
+	seq         INTEGER PRIMARY KEY, -- the event's events.id
+	traceparent TEXT    NOT NULL,
+	tracestate  TEXT
+);
 `,
 }
 

@@ -3,7 +3,6 @@ package queue
 import (
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -22,14 +21,8 @@ type Verdict struct {
 	SignedAt, ReceivedAt time.Time
 }
 
-// verdictCols is the number of columns of an event_verdicts row, and
-// maxVerdictRows the rows one prepared statement inserts at most: verdicts
-// are inserted by statements of 1, 2, 4 ... maxVerdictRows rows, prepared
-// once (prepareVerdicts), a group's in two or three of them.
-const (
-	verdictCols    = 5
-	maxVerdictRows = 512
-)
+// verdictCols is the number of columns of an event_verdicts row.
+const verdictCols = 5
 
 // appendRow appends v's event_verdicts row for event seq to args.
 func (v *Verdict) appendRow(args []any, seq int64) []any {
@@ -40,36 +33,13 @@ func (v *Verdict) appendRow(args []any, seq int64) []any {
 	return append(args, seq, v.Scheme, v.Secret, signed, v.ReceivedAt.UnixNano())
 }
 
-// prepareVerdicts prepares the inserts of 1, 2, 4 ... maxVerdictRows
-// event_verdicts rows on the writer's connection, before the writer
-// starts (the connection is the writer's alone after that).
-func (q *Queue) prepareVerdicts() error {
-	q.verdictStmts = make(map[int]*sql.Stmt)
-	for rows := 1; rows <= maxVerdictRows; rows *= 2 {
-		st, err := q.wdb.Prepare(`INSERT INTO event_verdicts(seq, scheme, secret, signed_at, received_at) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?),", rows), ","))
-		if err != nil {
-			return fmt.Errorf("prepare insert of %d verdicts: %w", rows, err)
-		}
-		q.verdictStmts[rows] = st
-	}
-	return nil
-}
-
-// insertVerdicts inserts the rows of args (appendRow's), by the largest
-// prepared statements that fit.
-func (q *Queue) insertVerdicts(tx *sql.Tx, args []any) error {
-	for len(args) > 0 {
-		rows := 1
-		for rows*2 <= len(args)/verdictCols && rows*2 <= maxVerdictRows {
-			rows *= 2
-		}
-		if _, err := tx.Stmt(q.verdictStmts[rows]).Exec(args[:rows*verdictCols]...); err != nil {
-			return fmt.Errorf("store signature verdicts: %w", err)
-		}
-		args = args[rows*verdictCols:]
-	}
-	return nil
+// prepareVerdicts prepares the inserts of event_verdicts rows on the
+// writer's connection, before the writer starts (the connection is the
+// writer's alone after that).
+func (q *Queue) prepareVerdicts() (err error) {
+	q.verdicts, err = prepareMultiInsert(q.wdb, "signature verdicts",
+		`INSERT INTO event_verdicts(seq, scheme, secret, signed_at, received_at) VALUES `, verdictCols)
+	return err
 }
 
 // pruneVerdicts deletes the verdicts of events Prune deleted: every seq
