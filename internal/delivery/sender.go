@@ -365,8 +365,10 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 		e := &f.Events[i]
 		ev := wire.Event{
 			Key: e.Key, Source: e.Source, Seq: e.Seq, FetchedAt: e.FetchedAt, EventTime: e.EventTime,
-			Traceparent: e.Traceparent, Tracestate: e.Tracestate,
 			Raw: wire.RawRef{Key: e.RawKey, Off: e.RawOff, Len: e.RawLen},
+		}
+		if e.Trace != nil {
+			ev.Traceparent, ev.Tracestate = e.Trace.Parent, e.Trace.State
 		}
 		s.enc.Add(&ev, e.Payload, notJSON == nil || !notJSON[i])
 	}

@@ -19,14 +19,14 @@ func (s *Sender) traceSend(f *queue.Frame, delivery int) []trace.SpanContext {
 		return nil
 	}
 	var sends []trace.SpanContext
-	last := ""
+	var last *queue.Trace
 	for i := range f.Events {
 		e := &f.Events[i]
-		if e.Traceparent == "" || e.Traceparent == last {
+		if e.Trace == nil || e.Trace == last || last != nil && *e.Trace == *last {
 			continue // the events of one batch are together in a frame
 		}
-		last = e.Traceparent
-		ctx := telemetry.WithParent(context.Background(), e.Traceparent, e.Tracestate)
+		last = e.Trace
+		ctx := telemetry.WithParent(context.Background(), e.Trace.Parent, e.Trace.State)
 		_, span := telemetry.Child(ctx, s.o.Tracer, "send", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.Int64("ingestor.frame", f.ID), attribute.Int("ingestor.delivery", delivery),
 				attribute.String("ingestor.source", f.Source), attribute.Int("ingestor.events", len(f.Events)),

@@ -75,9 +75,23 @@ type Event struct {
 	// Payload is set for frames returned by Append and nil for frames
 	// loaded from the database, whose payload is read from the raw store.
 	Payload []byte
-	// Traceparent and Tracestate are the trace context of the event's
-	// batch, empty when it was not traced (Batch.Traceparent).
-	Traceparent, Tracestate string
+	// Trace is the event's W3C trace context, nil when it was not traced:
+	// its batch's (Batch.Traceparent), shared by the batch's events, or
+	// its own (NewEvent.Traceparent).
+	Trace *Trace
+}
+
+// Trace is a W3C trace context: a traceparent and its tracestate.
+type Trace struct {
+	Parent, State string
+}
+
+// newTrace returns the Trace of parent and state, nil when parent is "".
+func newTrace(parent, state string) *Trace {
+	if parent == "" {
+		return nil
+	}
+	return &Trace{Parent: parent, State: state}
 }
 
 // Frame is a unit of delivery.
@@ -434,6 +448,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 		var seqs []int64
 		var devSeqs []deviceSeq
 		var verdicts, traces []any
+		batchTrace := newTrace(b.Traceparent, b.Tracestate) // shared by the batch's events
 		for start := 0; start < len(b.Events); start += per {
 			chunk := b.Events[start:min(start+per, len(b.Events))]
 			frameID := q.nextFrame
@@ -462,11 +477,10 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				}
 				ev := Event{
 					Seq: seq, Source: b.Source, Key: e.Key, FetchedAt: b.FetchedAt, EventTime: e.EventTime,
-					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload,
-					Traceparent: b.Traceparent, Tracestate: b.Tracestate,
+					RawKey: b.RawKey, RawOff: e.RawOff, RawLen: e.RawLen, Payload: e.Payload, Trace: batchTrace,
 				}
 				if e.Traceparent != "" && e.Traceparent != b.Traceparent {
-					ev.Traceparent, ev.Tracestate = e.Traceparent, e.Tracestate
+					ev.Trace = newTrace(e.Traceparent, e.Tracestate)
 					traces = append(traces, seq, e.Traceparent, nullString(e.Tracestate))
 				}
 				f.Events = append(f.Events, ev)
@@ -579,15 +593,23 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
+	var shared *Trace // consecutive events of a batch share theirs
 	for rows.Next() {
 		var e Event
 		var fetched, et int64
-		if err := rows.Scan(&e.Seq, &e.Source, &e.Key, &fetched, &et, &e.RawKey, &e.RawOff, &e.RawLen, &e.Traceparent, &e.Tracestate); err != nil {
+		var parent, state string
+		if err := rows.Scan(&e.Seq, &e.Source, &e.Key, &fetched, &et, &e.RawKey, &e.RawOff, &e.RawLen, &parent, &state); err != nil {
 			return Frame{}, false, fmt.Errorf("load frame %d: %w", id, errors.Join(err, rows.Close()))
 		}
 		e.FetchedAt = time.Unix(0, fetched).UTC()
 		if et != 0 {
 			e.EventTime = time.Unix(0, et).UTC()
+		}
+		if parent != "" {
+			if shared == nil || shared.Parent != parent || shared.State != state {
+				shared = newTrace(parent, state)
+			}
+			e.Trace = shared
 		}
 		f.Events = append(f.Events, e)
 	}
