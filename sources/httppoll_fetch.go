@@ -143,7 +143,7 @@ func (p *httpPoll) Fetch(ctx context.Context, stored string) (*Batch, error) {
 	ev := TraceEvent{Method: req.Method, URL: traceURL(req.URL)}
 	b, err := p.exchange(req, c, stored, &ev, &notes)
 	ev.Duration, ev.Err, ev.Note = time.Since(start), err, strings.Join(notes, "; ")
-	p.log.Debug("polled", "url", redactURL(req.URL), "status", ev.Status, "bytes", ev.Bytes, "note", ev.Note)
+	p.log.DebugContext(ctx, "polled", "url", redactURL(req.URL), "status", ev.Status, "bytes", ev.Bytes, "note", ev.Note)
 	if p.trace != nil {
 		p.trace(ev)
 	}

@@ -198,8 +198,8 @@ func testResource(service string) *resource.Resource {
 // TestPollTraceReachesTheProcessor: with tracing on, a poll is the root of
 // a trace holding its HTTP GET (a child, with the client conventions), the
 // raw write, the commit and the frame's send and ack; the events reach the
-// processor with that trace's traceparent. The upstream sees the GET's
-// traceparent header.
+// processor with that trace's traceparent, and the poll's debug log line
+// carries its trace_id.
 func TestPollTraceReachesTheProcessor(t *testing.T) {
 	recv := otlptest.Start(t)
 	feed := testupstream.New(t, 5, 100)
@@ -252,6 +252,10 @@ func TestPollTraceReachesTheProcessor(t *testing.T) {
 	}
 	if byName["HTTP GET"].Attrs["http.response.status_code"] == "" {
 		t.Errorf("HTTP GET span has no http.response.status_code: %+v", byName["HTTP GET"].Attrs)
+	}
+	// The poll's log line carries its trace.
+	if !strings.Contains(h.logs.String(), "msg=polled") || !strings.Contains(h.logs.String(), "trace_id="+traceID) {
+		t.Errorf("no polled log line with trace_id=%s", traceID)
 	}
 }
 
