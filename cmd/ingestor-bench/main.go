@@ -142,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; webhook-ceiling: the least a durable webhook server can do (net/http, one raw append + fsync and one SQLite transaction per group) under the webhook load, alternating with -mode webhook, and the ratio; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
@@ -176,7 +176,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.mode == modeRehydrate && !set["backlog"] {
 		o.backlog = rehydrateBacklog
 	}
-	if o.mode == modeWebhook && !set["events"] {
+	if (o.mode == modeWebhook || o.mode == modeWebhookCeiling) && !set["events"] {
 		o.events = webhookRequests
 	}
 	if (o.mode == modeReal || o.mode == modeFirehose || o.mode == modeCluster) && !set["event-size"] {
@@ -206,9 +206,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
 	}
 	errs = append(errs, overloadFlags(&o, set)...)
 	if o.mode == modeSoak {
@@ -299,7 +299,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return nil
 	}
 	co := o
-	if o.mode == modeRehydrate || o.mode == modeWebhook {
+	if o.mode == modeRehydrate || o.mode == modeWebhook || o.mode == modeWebhookCeiling {
 		co.sources = 0 // the daemon only opens the backlog, or takes webhooks
 	}
 	cfg, err := benchConfig(co, dir)
@@ -324,6 +324,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 		return printRehydrate(stdout, res, o.json)
+	}
+	if o.mode == modeWebhookCeiling {
+		return runWebhookCeiling(ctx, o, dir, log, stdout)
 	}
 	if o.mode == modeWebhook {
 		res, err := benchWebhook(ctx, o, cfg, log)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,28 @@ func TestRunWebhook(t *testing.T) {
 		if line := text.String(); !strings.HasPrefix(line, "webhook: ") || !strings.Contains(line, " requests/s") || !strings.Contains(line, want) {
 			t.Errorf("text output %q lacks \"webhook\", \"N requests/s\" or %q", line, want)
 		}
+	}
+}
+
+// TestRunWebhookCeiling runs webhook-ceiling mode briefly: two runs of the
+// ceiling server (every answered event stored) and two of the daemon's
+// webhook path, then their ratio.
+func TestRunWebhookCeiling(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"-mode", "webhook-ceiling", "-events", "600", "-clients", "8", "-dir", filepath.Join(t.TempDir(), "b")}
+	if err := run(t.Context(), args, &out, &errOut); err != nil {
+		t.Fatalf("run %q: %v\nstderr:\n%s", args, err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("want 4 runs and the ratio, got:\n%s", out.String())
+	}
+	for i, prefix := range []string{"webhook-ceiling: ", "webhook: ", "webhook-ceiling: ", "webhook: "} {
+		if !strings.HasPrefix(lines[i], prefix) || !strings.Contains(lines[i], "; 600 requests in ") || strings.Contains(lines[i], " 0.0 requests per group commit") {
+			t.Errorf("line %d %q: want %q with 600 requests", i, lines[i], prefix)
+		}
+	}
+	if !regexp.MustCompile(`^webhook-ceiling: the daemon's webhook path reached [0-9.]+x the ceiling`).MatchString(lines[4]) {
+		t.Errorf("ratio line %q", lines[4])
 	}
 }

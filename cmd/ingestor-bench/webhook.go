@@ -98,9 +98,40 @@ func benchWebhook(ctx context.Context, o options, cfg *config.Config, log *slog.
 		return nil, errors.Join(err, d.Shutdown(context.WithoutCancel(ctx)))
 	}
 
+	lat, wall, next, loadErr := loadWebhooks(ctx, o, d.PushAddr())
+	u1, uerr := getUsage()
+	// Wait briefly for the acks of what was stored, so the processors are
+	// known to have received it; the measure above does not include this.
+	done := min(next, o.events)
+	ackDeadline := time.Now().Add(30 * time.Second)
+	for rec.acked.Load() < done && time.Now().Before(ackDeadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	groups, groupSum := groupStats(d)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Daemon.ShutdownGrace)
+	shutErr := d.Shutdown(sctx)
+	scancel()
+	procErr := procs.stop()
+	if err := errors.Join(loadErr, uerr, shutErr, procErr); err != nil {
+		return nil, err
+	}
+	res := webhookSummary(o, lat, wall, u0, u1)
+	res.Acked = rec.acked.Load()
+	if groups > 0 {
+		res.MeanGroupSize = round(groupSum/groups, 1)
+		res.GroupCommitsPerSec = round(groups/wall.Seconds(), 0)
+	}
+	return res, nil
+}
+
+// loadWebhooks has -clients keep-alive clients POST one event each per
+// request to /ingest/hooks at addr, as fast as the answers come, until
+// -events requests (or -duration), and returns every request's latency,
+// the wall time and how many requests were started.
+func loadWebhooks(ctx context.Context, o options, addr string) (lat []time.Duration, wall time.Duration, started int64, err error) {
 	pad := strings.Repeat("x", max(0, o.eventSize-40))
 	var next atomic.Int64
-	lat := make([][]time.Duration, o.clients)
+	lats := make([][]time.Duration, o.clients)
 	errs := make([]error, o.clients)
 	runCtx, cancel := context.WithCancel(ctx)
 	if o.duration > 0 {
@@ -112,7 +143,7 @@ func benchWebhook(ctx context.Context, o options, cfg *config.Config, log *slog.
 	for c := range o.clients {
 		wg.Go(func() {
 			body := make([]byte, 0, o.eventSize+32)
-			pc, err := dialPoster(d.PushAddr(), "/ingest/hooks", o.signature != "")
+			pc, err := dialPoster(addr, "/ingest/hooks", o.signature != "")
 			if err != nil {
 				errs[c] = err
 				cancel()
@@ -133,47 +164,29 @@ func benchWebhook(ctx context.Context, o options, cfg *config.Config, log *slog.
 					}
 					return
 				}
-				lat[c] = append(lat[c], time.Since(t0))
+				lats[c] = append(lats[c], time.Since(t0))
 			}
 		})
 	}
 	wg.Wait()
-	wall := time.Since(start)
-	u1, uerr := getUsage()
-	// Wait briefly for the acks of what was stored, so the processors are
-	// known to have received it; the measure above does not include this.
-	done := min(next.Load(), o.events)
-	ackDeadline := time.Now().Add(30 * time.Second)
-	for rec.acked.Load() < done && time.Now().Before(ackDeadline) && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
-	groups, groupSum := groupStats(d)
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Daemon.ShutdownGrace)
-	shutErr := d.Shutdown(sctx)
-	scancel()
-	procErr := procs.stop()
-	if err := errors.Join(append(errs, uerr, shutErr, procErr)...); err != nil {
-		return nil, err
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
+	return slices.Concat(lats...), time.Since(start), next.Load(), errors.Join(errs...)
+}
+
+// webhookSummary is the result of a webhook load: lat, the requests'
+// latencies, over wall, with the process's usage from u0 to u1.
+func webhookSummary(o options, lat []time.Duration, wall time.Duration, u0, u1 usage) *webhookResult {
+	slices.Sort(lat)
 	pct := func(p float64) float64 {
-		if len(all) == 0 {
+		if len(lat) == 0 {
 			return 0
 		}
-		return round(all[min(len(all)-1, int(p/100*float64(len(all))))].Seconds()*1000, 2)
+		return round(lat[min(len(lat)-1, int(p/100*float64(len(lat))))].Seconds()*1000, 2)
 	}
-	res := &webhookResult{Mode: modeWebhook, Signature: o.signature, Clients: o.clients, Requests: int64(len(all)), EventSize: o.eventSize,
+	return &webhookResult{Mode: o.mode, Signature: o.signature, Clients: o.clients, Requests: int64(len(lat)), EventSize: o.eventSize,
 		Synchronous: o.synchronous, WallSeconds: round(wall.Seconds(), 3),
-		PerSec:     round(float64(len(all))/wall.Seconds(), 0),
+		PerSec:     round(float64(len(lat))/wall.Seconds(), 0),
 		Latency:    latencyMs{P50: pct(50), P90: pct(90), P99: pct(99), Max: pct(100)},
-		CPUSeconds: round((u1.user + u1.sys - u0.user - u0.sys).Seconds(), 2), PeakRSSMiB: round(float64(u1.maxRSSKiB)/1024, 1),
-		Acked: rec.acked.Load()}
-	if groups > 0 {
-		res.MeanGroupSize = round(groupSum/groups, 1)
-		res.GroupCommitsPerSec = round(groups/wall.Seconds(), 0)
-	}
-	return res, nil
+		CPUSeconds: round((u1.user + u1.sys - u0.user - u0.sys).Seconds(), 2), PeakRSSMiB: round(float64(u1.maxRSSKiB)/1024, 1)}
 }
 
 // poster is one keep-alive HTTP/1.1 connection that POSTs events: a
@@ -261,9 +274,9 @@ func printWebhook(w io.Writer, r *webhookResult, asJSON bool) error {
 	if r.Signature != "" {
 		signed = "signature " + r.Signature + " checked"
 	}
-	_, err := fmt.Fprintf(w, "webhook: %.0f requests/s durable (synchronous = %s, %s), %d clients keep-alive, one %d-byte event per request; "+
+	_, err := fmt.Fprintf(w, "%s: %.0f requests/s durable (synchronous = %s, %s), %d clients keep-alive, one %d-byte event per request; "+
 		"latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests in %.2f s, %.1f requests per group commit; CPU %.2f s, peak RSS %.1f MiB\n",
-		r.PerSec, r.Synchronous, signed, r.Clients, r.EventSize, r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Requests, r.WallSeconds,
+		r.Mode, r.PerSec, r.Synchronous, signed, r.Clients, r.EventSize, r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Requests, r.WallSeconds,
 		r.MeanGroupSize, r.CPUSeconds, r.PeakRSSMiB)
 	return err
 }
