@@ -31,7 +31,7 @@ func BenchmarkDecode(b *testing.B) {
 			Seq:       int64(1_000_000 + i),
 			FetchedAt: fetched,
 			EventTime: fetched.Add(-time.Duration(i) * time.Second),
-			Raw:       wire.RawRef{Key: "github/2024/05/01/100000-000042.json", Off: i * 500, Len: 500},
+			Raw:       wire.RawRef{Key: "github/2024/05/01/100000-000042.json", Off: i * 500, Len: len(benchPayload(i))},
 		}
 		enc.Add(&ev, benchPayload(i), true)
 	}
@@ -122,6 +122,38 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 	for i := range wf.Events {
 		if !reflect.ValueOf(wf.Events[i]).IsZero() {
 			t.Errorf("decoding buffer still holds event %d: %+v", i, wf.Events[i])
+		}
+	}
+}
+
+// TestTrustedAndValidatedDecoding: by default the client trusts the
+// daemon's payloads and decodes one with invalid JSON (which the daemon
+// never sends) without noticing; with ValidatePayloads it drops that
+// frame as malformed. A valid frame decodes the same either way.
+func TestTrustedAndValidatedDecoding(t *testing.T) {
+	frame := func(payload string) [][]byte {
+		var enc wire.Encoder
+		enc.Begin(3, 1, "file:///r")
+		ev := wire.Event{Key: "k", Source: "s", Seq: 1, FetchedAt: time.Unix(1, 0).UTC(), Raw: wire.RawRef{Key: "r", Len: len(payload)}}
+		enc.Add(&ev, []byte(payload), true)
+		return [][]byte{bytes.Clone(enc.End())}
+	}
+	for _, validate := range []bool{false, true} {
+		c, err := New(Options{Endpoint: "tcp://127.0.0.1:1", AckEndpoint: "tcp://127.0.0.1:2", ValidatePayloads: validate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wf wire.Frame
+		f := c.decode(&wf, frame(`{"a":[1,2]}`))
+		if f == nil || string(f.events[0].Payload) != `{"a":[1,2]}` {
+			t.Fatalf("validate=%v: valid frame decoded as %+v", validate, f)
+		}
+		bad := c.decode(&wf, frame(`{"a":[1,,2]}`))
+		switch {
+		case validate && (bad != nil || c.malformed.Load() != 1):
+			t.Errorf("ValidatePayloads: an invalid payload was not dropped as malformed")
+		case !validate && (bad == nil || string(bad.events[0].Payload) != `{"a":[1,,2]}`):
+			t.Errorf("trusting: the frame was not decoded as it came: %+v", bad)
 		}
 	}
 }

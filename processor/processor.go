@@ -71,6 +71,14 @@ type Options struct {
 	// in the background, a thousand at a time. Default
 	// DefaultDedupeRetention; negative keeps every key.
 	DedupeRetention time.Duration
+	// ValidatePayloads checks every payload's JSON syntax again as frames
+	// are decoded. By default the client trusts the daemon, which
+	// validated each payload before it queued it (PROTOCOL.md, "What a
+	// processor may rely on"), and reads payloads without looking into
+	// them, which halves the cost of decoding a frame; set it for a
+	// daemon you do not trust to have done so (a frame with an invalid
+	// payload is then dropped as malformed).
+	ValidatePayloads bool
 	// TracerProvider, when set, wraps the Handler's call for every event
 	// the daemon traced (Event.Traceparent) in a "process" span of the
 	// event's trace. Without it the Handler's context still carries the
@@ -433,7 +441,11 @@ func (c *Client) decode(wf *wire.Frame, msg [][]byte) *frame {
 		c.log.Warn("dropped a malformed frame: want a single-part message", "endpoint", c.opts.Endpoint, "parts", len(msg))
 		return nil
 	}
-	if err := wire.DecodeFrameInto(wf, msg[0]); err != nil {
+	decode := wire.DecodeFrameTrusted
+	if c.opts.ValidatePayloads {
+		decode = wire.DecodeFrameInto
+	}
+	if err := decode(wf, msg[0]); err != nil {
 		c.malformed.Add(1)
 		c.log.Warn("dropped a malformed frame", "endpoint", c.opts.Endpoint, "bytes", len(msg[0]), "err", err)
 		return nil

@@ -53,7 +53,26 @@ func DecodeFrame(data []byte) (*Frame, error) {
 // events into types of its own decodes every frame into one Frame. On
 // error f holds part of the message.
 func DecodeFrameInto(f *Frame, data []byte) error {
-	d := frameDecoder{f: f, size: len(data), room: f.Events[:0]}
+	return decodeFrame(f, data, false)
+}
+
+// DecodeFrameTrusted is DecodeFrameInto for a frame from the daemon, which
+// validated every payload before it queued it (PROTOCOL.md, "What a
+// processor may rely on"): it reads each payload without validating it
+// again, so an invalid payload is not an error here and may reach the
+// handler as invalid JSON. In the Encoder's layout a JSON payload is taken
+// by its length, raw.len, unread (its bytes are the raw bytes [off,
+// off+len)); a length that does not fit what follows is caught by cheap
+// checks in most cases, and the payload is then skimmed
+// (jsonscan.Decoder.Skim), but a frame whose raw.len lies can decode
+// wrong or fail: trust only the daemon's frames so. Everything else of the
+// frame is checked as DecodeFrameInto checks it.
+func DecodeFrameTrusted(f *Frame, data []byte) error {
+	return decodeFrame(f, data, true)
+}
+
+func decodeFrame(f *Frame, data []byte, trust bool) error {
+	d := frameDecoder{f: f, size: len(data), room: f.Events[:0], trust: trust}
 	*f = Frame{}
 	d.dec.Reset(data)
 	err := d.dec.Object(d.frameField)
@@ -87,6 +106,8 @@ type frameDecoder struct {
 
 	source, rawKey lastString
 	fetchedAt      lastTime
+	// trust reads payloads without validating them (DecodeFrameTrusted).
+	trust bool
 }
 
 // frameField decodes the value of one member of the frame object. The
@@ -225,7 +246,12 @@ func (d *frameDecoder) eventField(name int, key []byte, plain bool) error {
 	case eventPayload:
 		var val []byte
 		var kind jsonscan.Kind
-		if val, kind, err = d.dec.Value(); err != nil {
+		if d.trust {
+			val, kind, err = d.dec.Skim()
+		} else {
+			val, kind, err = d.dec.Value()
+		}
+		if err != nil {
 			return err
 		}
 		if kind == jsonscan.String {
@@ -304,6 +330,10 @@ func (d *frameDecoder) eventLaidOut() (bool, error) {
 	var err error
 	switch {
 	case d.dec.Expect(litPayload):
+		if val, ok := d.takePayload(); ok {
+			d.ev.Payload = val
+			break
+		}
 		err = d.eventField(eventPayload, nil, true)
 	case d.dec.Expect(litPayloadB64):
 		err = d.eventField(eventPayloadB64, nil, true)
@@ -614,4 +644,54 @@ func decodeBase64(dec *jsonscan.Decoder, dst *[]byte, field string) error {
 	}
 	*dst = b[:n]
 	return nil
+}
+
+// takePayload reads, in a trusted frame, a JSON payload by its length: it
+// is the raw bytes [off, off+len) (PROTOCOL.md), so raw.len, read before it
+// in the Encoder's layout, says where it ends, and nothing of it needs
+// reading. false, reading nothing, when the frame is not trusted or the
+// length does not fit; a wrong length fails the event's layout after it,
+// and the event is read again member by member.
+func (d *frameDecoder) takePayload() ([]byte, bool) {
+	if !d.trust {
+		return nil, false
+	}
+	m := d.dec.Mark()
+	val, ok := d.dec.Take(d.ev.Raw.Len)
+	if !ok || !plausibleEnds(val) || !d.dec.ExpectAhead(eventEnd, eventsEnd) {
+		d.dec.Rewind(m)
+		return nil, false
+	}
+	return val, true
+}
+
+// eventEnd and eventsEnd are what follows an event's payload in the
+// Encoder's layout: the next event, or the end of the events.
+var eventEnd, eventsEnd = []byte(`},{`), []byte(`}]`)
+
+// plausibleEnds reports whether val starts and ends as a JSON value can: a
+// cheap check that a payload taken by its length was not cut short or run
+// on (the layout after it is checked too).
+func plausibleEnds(val []byte) bool {
+	switch val[0] {
+	case '{':
+		return val[len(val)-1] == '}'
+	case '[':
+		return val[len(val)-1] == ']'
+	case '"':
+		// The closing quote must not be escaped: an even run of
+		// backslashes before it.
+		n := 0
+		for i := len(val) - 2; i > 0 && val[i] == '\\'; i-- {
+			n++
+		}
+		return len(val) > 1 && val[len(val)-1] == '"' && n%2 == 0
+	case 't', 'n':
+		return val[len(val)-1] == 'e' || val[len(val)-1] == 'l'
+	case 'f':
+		return val[len(val)-1] == 'e'
+	default:
+		c := val[len(val)-1]
+		return (val[0] == '-' || val[0] >= '0' && val[0] <= '9') && c >= '0' && c <= '9'
+	}
 }

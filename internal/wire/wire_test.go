@@ -405,6 +405,7 @@ func benchFrame() ([]Event, [][]byte) {
 		}
 		p = append(p[:len(p)-1], `]},"public":true}`...)
 		payloads[i] = p
+		evs[i].Raw.Len = len(p) // as in a real frame: the payload is the raw bytes
 	}
 	return evs, payloads
 }
@@ -431,6 +432,15 @@ func BenchmarkEncodeFrame(b *testing.B) {
 // BenchmarkDecodeFrame measures what a Go processor spends per frame
 // before its handler runs.
 func BenchmarkDecodeFrame(b *testing.B) { benchmarkDecode(b, DecodeFrame) }
+
+// BenchmarkDecodeFrameTrusted measures DecodeFrameTrusted, which skims the
+// payloads instead of validating them.
+func BenchmarkDecodeFrameTrusted(b *testing.B) {
+	benchmarkDecode(b, func(data []byte) (*Frame, error) {
+		f := new(Frame)
+		return f, DecodeFrameTrusted(f, data)
+	})
+}
 
 // BenchmarkDecodeFrameStd measures the encoding/json decoder DecodeFrame
 // replaced, for comparison.
@@ -468,5 +478,40 @@ func TestDecodeAckTruncatesReason(t *testing.T) {
 	}
 	if got := a.Nacks[0].Reason; got != reason[:MaxReasonBytes-1] || !a.Nacks[0].Permanent {
 		t.Fatalf("reason of %d bytes, permanent %v; want the first %d bytes", len(got), a.Nacks[0].Permanent, MaxReasonBytes-1)
+	}
+}
+
+// TestTrustedDecodeTakesPayloadsByLength: a trusted frame's payloads are
+// taken by raw.len, aliasing the message; a raw.len that does not match
+// its payload (shorter, longer, past the end) falls back to skimming, and
+// the frame decodes as DecodeFrame decodes it.
+func TestTrustedDecodeTakesPayloadsByLength(t *testing.T) {
+	payloads := [][]byte{[]byte(`{"a":"},{","b":[1,2]}`), []byte(`"s\"}]"`), []byte(`-1.5e3`), []byte(`true`)}
+	for _, delta := range []int{0, -1, 1, -3, 1000} {
+		var enc Encoder
+		enc.Begin(7, 1, "file:///r")
+		for i, p := range payloads {
+			ev := Event{Key: fmt.Sprint("k", i), Source: "s", Seq: int64(i + 1), FetchedAt: time.Unix(1, 0).UTC(),
+				Raw: RawRef{Key: "r", Off: 0, Len: len(p) + delta}}
+			enc.Add(&ev, p, true)
+		}
+		data := enc.End()
+		want, err := DecodeFrame(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Frame
+		if err := DecodeFrameTrusted(&got, data); err != nil {
+			t.Fatalf("raw.len off by %d: %v", delta, err)
+		}
+		for i := range payloads {
+			if !bytes.Equal(got.Events[i].Payload, want.Events[i].Payload) || got.Events[i].Key != want.Events[i].Key {
+				t.Errorf("raw.len off by %d: event %d payload %q key %q, want %q %q", delta, i,
+					got.Events[i].Payload, got.Events[i].Key, want.Events[i].Payload, want.Events[i].Key)
+			}
+			if delta == 0 && !aliases(got.Events[i].Payload, data) {
+				t.Errorf("event %d: payload taken by length is a copy", i)
+			}
+		}
 	}
 }
