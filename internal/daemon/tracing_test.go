@@ -29,16 +29,7 @@ import (
 // request's log line carries its trace id, and X-Request-ID is echoed.
 func TestWebhookTraceReachesTheProcessor(t *testing.T) {
 	recv := otlptest.Start(t)
-	h := startDaemon(t, "", "", fmt.Sprintf(`
-[push]
-addr = "127.0.0.1:0"
-
-[telemetry]
-endpoint = %q
-
-[source.hooks]
-kind = "webhook"
-`, recv.Endpoint()))
+	h := startDaemon(t, "", "", tracedWebhookTOML(recv.Endpoint()))
 	tp := processorTracing(t, recv)
 	var mu sync.Mutex
 	var seen []trace.SpanContext
@@ -265,16 +256,7 @@ func TestPollTraceReachesTheProcessor(t *testing.T) {
 func TestPushTraceSurvivesARestart(t *testing.T) {
 	recv := otlptest.Start(t)
 	dir := t.TempDir()
-	sources := fmt.Sprintf(`
-[push]
-addr = "127.0.0.1:0"
-
-[telemetry]
-endpoint = %q
-
-[source.hooks]
-kind = "webhook"
-`, recv.Endpoint())
+	sources := tracedWebhookTOML(recv.Endpoint())
 	h := startDaemonIn(t, dir, "", "", "", sources, Options{})
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	if resp := postWebhook(t, h, "application/json", "00-"+traceID+"-00f067aa0ba902b7-01", ""); resp.StatusCode != http.StatusAccepted {
@@ -297,4 +279,19 @@ kind = "webhook"
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the processor after the restart")
 	}
+}
+
+// tracedWebhookTOML is a daemon's push listener and webhook source hooks,
+// traced to the OTLP receiver at endpoint.
+func tracedWebhookTOML(endpoint string) string {
+	return fmt.Sprintf(`
+[push]
+addr = "127.0.0.1:0"
+
+[telemetry]
+endpoint = %q
+
+[source.hooks]
+kind = "webhook"
+`, endpoint)
 }
