@@ -299,6 +299,10 @@ func benchEvents() ([]wire.Event, [][]byte) {
 	for i := range payloads {
 		payloads[i] = benchPayload(i)
 	}
+	for i := range evs {
+		// As in a daemon's frame: the payload is the raw bytes [off, off+len).
+		evs[i].Raw.Len = len(payloads[i%benchEventsPerFrame])
+	}
 	return evs, payloads
 }
 
