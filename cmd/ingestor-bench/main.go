@@ -104,24 +104,25 @@ const (
 
 // options is the command line.
 type options struct {
-	exactlyOnce    bool
-	traceRatio     float64
-	mode           string
-	events         int64
-	duration       time.Duration
-	sources        int
-	eventsPerTick  int
-	eventSize      int
-	processors     int
-	synchronous    string
-	eventsPerFrame int
-	backlog        int64
-	dir            string
-	json           bool
-	verbose        bool
-	cpuProfile     string
-	clients        int
-	signature      string
+	exactlyOnce         bool
+	processorCPUProfile string
+	traceRatio          float64
+	mode                string
+	events              int64
+	duration            time.Duration
+	sources             int
+	eventsPerTick       int
+	eventSize           int
+	processors          int
+	synchronous         string
+	eventsPerFrame      int
+	backlog             int64
+	dir                 string
+	json                bool
+	verbose             bool
+	cpuProfile          string
+	clients             int
+	signature           string
 	// Modes real and firehose.
 	addr       string
 	pageSize   int
@@ -165,6 +166,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "empty directory for the queue, raw store and sockets, kept afterwards (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON line")
 	fs.BoolVar(&o.exactlyOnce, "exactly-once", false, "processors write every event into a SQLite table exactly once (processor.RunTx) instead of only reading it")
+	fs.StringVar(&o.processorCPUProfile, "processor-cpuprofile", "", "real mode: write a CPU profile of the processor process to this file (go tool pprof FILE)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof FILE); real mode: of the daemon process")
 	fs.BoolVar(&o.verbose, "v", false, "log the daemon and processors at info level (default: warnings only)")
 	soakFlags(fs, &o.soak)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/cpuprofile"
 )
 
 // Overload mode (-mode overload) checks that push overload degrades and
@@ -197,7 +199,7 @@ func benchOverload(ctx context.Context, o options, dir string, progress io.Write
 		if err != nil {
 			return nil, fmt.Errorf("-cpuprofile: %w", err)
 		}
-		dcmd.Env = append(os.Environ(), "INGESTOR_CPUPROFILE="+abs)
+		dcmd.Env = append(os.Environ(), cpuprofile.DaemonEnv+"="+abs)
 	}
 	if r.daemon, err = startChild("ingestor", dcmd, filepath.Join(dir, "ingestor.log")); err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/cpuprofile"
 	"github.com/ingestorhq/ingestor/internal/telemetry/otlptest"
 )
 
@@ -339,8 +340,15 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 	}
 	countOut := filepath.Join(dir, "processor-counts.json")
 	pub, ack := "ipc://"+filepath.Join(dir, "pub.sock"), "ipc://"+filepath.Join(dir, "ack.sock")
-	if r.procs, err = startChild("processor", exec.Command(processorBin, "-connect", pub, "-ack", ack,
-		"-count-out", countOut, "-log-every", "1h"), filepath.Join(dir, "processor.log")); err != nil {
+	pcmd := exec.Command(processorBin, "-connect", pub, "-ack", ack, "-count-out", countOut, "-log-every", "1h")
+	if o.processorCPUProfile != "" {
+		abs, err := filepath.Abs(o.processorCPUProfile)
+		if err != nil {
+			return nil, fmt.Errorf("-processor-cpuprofile: %w", err)
+		}
+		pcmd.Env = append(os.Environ(), cpuprofile.ProcessorEnv+"="+abs)
+	}
+	if r.procs, err = startChild("processor", pcmd, filepath.Join(dir, "processor.log")); err != nil {
 		return nil, err
 	}
 	r.children = append(r.children, r.procs)
@@ -350,7 +358,7 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 		if err != nil {
 			return nil, fmt.Errorf("-cpuprofile: %w", err)
 		}
-		dcmd.Env = append(os.Environ(), "INGESTOR_CPUPROFILE="+abs)
+		dcmd.Env = append(os.Environ(), cpuprofile.DaemonEnv+"="+abs)
 	}
 	if r.daemon, err = startChild("ingestor", dcmd, filepath.Join(dir, "ingestor.log")); err != nil {
 		return nil, err

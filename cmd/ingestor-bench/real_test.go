@@ -205,8 +205,10 @@ func TestRealModeShort(t *testing.T) {
 	bin := buildBinaries(t)
 	dir := filepath.Join(t.TempDir(), "r")
 	profile := filepath.Join(t.TempDir(), "daemon.prof")
+	procProfile := filepath.Join(t.TempDir(), "processor.prof")
 	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "ingestor-bench"), "-mode", "real", "-events", "20000", "-dir", dir, "-cpuprofile", profile)
+	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "ingestor-bench"), "-mode", "real", "-events", "20000", "-dir", dir,
+		"-cpuprofile", profile, "-processor-cpuprofile", procProfile)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("ingestor-bench -mode real: %v\nstdout:\n%s\nstderr:\n%s\nlogs in %s", err, out.String(), errOut.String(), dir)
@@ -241,6 +243,9 @@ func TestRealModeShort(t *testing.T) {
 	}
 	if info, err := os.Stat(profile); err != nil || info.Size() == 0 {
 		t.Errorf("the daemon's CPU profile: %v", err)
+	}
+	if info, err := os.Stat(procProfile); err != nil || info.Size() == 0 {
+		t.Errorf("the processor's CPU profile: %v", err)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"syscall"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/cpuprofile"
 	"github.com/ingestorhq/ingestor/internal/daemon"
 	"github.com/ingestorhq/ingestor/internal/earlysignal"
 )
@@ -226,7 +227,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return 0 // stopped while the config loaded: nothing started
 	}
 	log := daemon.NewLogger(cfg.Daemon)
-	stopProfile, err := startCPUProfile()
+	stopProfile, err := cpuprofile.Start(cpuprofile.DaemonEnv)
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1

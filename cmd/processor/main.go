@@ -93,6 +93,7 @@ import (
 	ingestorconfig "github.com/ingestorhq/ingestor/config"
 	"github.com/ingestorhq/ingestor/internal/buildinfo"
 	"github.com/ingestorhq/ingestor/internal/cluster"
+	"github.com/ingestorhq/ingestor/internal/cpuprofile"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/logattr"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
@@ -223,12 +224,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return c, errors.Join(errs...)
 }
 
-// run runs the processor until ctx is cancelled, logging to logOut.
-func run(ctx context.Context, args []string, logOut io.Writer) error {
+// run runs the processor until ctx is cancelled, logging to logOut. With
+// $INGESTOR_PROCESSOR_CPUPROFILE set it writes a CPU profile of the run
+// there (a development aid: ingestor-bench -mode real
+// -processor-cpuprofile).
+func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 	cfg, err := parseFlags(args, logOut)
 	if err != nil {
 		return err
 	}
+	stopProfile, err := cpuprofile.Start(cpuprofile.ProcessorEnv)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stopProfile()) }()
 	var h slog.Handler = slog.NewTextHandler(logOut, nil)
 	if cfg.logFormat == "json" {
 		h = slog.NewJSONHandler(logOut, &slog.HandlerOptions{ReplaceAttr: logattr.DurationSeconds})
