@@ -151,7 +151,7 @@ var schemaRejects = map[string]string{
 // values of the right type that are out of range, inconsistent or
 // unreadable. The schema accepts them; `ingestor validate` does not.
 var schemaAccepts = map[string]string{
-	"ack_max_message_bytes.bad.toml": "an integer out of range",
+	"ack_max_message_bytes.bad.toml": "integers out of range",
 	"admin_both.bad.toml":            "admin_token and admin_token_file both set",
 	"admin_keys.bad.toml":            "admin_addr equal to http_addr, a short token",
 	"admin_public.bad.toml":          "a public admin listener without a token",

@@ -207,6 +207,7 @@ type publishTOML struct {
 	DedupeWindow       duration `toml:"dedupe_window"`
 	PruneInterval      duration `toml:"prune_interval"`
 	AckMaxMessageBytes int64    `toml:"ack_max_message_bytes"`
+	FrameCacheBytes    int64    `toml:"frame_cache_bytes"`
 	CurveSecretKey     string   `toml:"curve_secret_key_file"`
 	CurveAuthorized    string   `toml:"curve_authorized_keys_file"`
 }
@@ -224,8 +225,12 @@ func publishDefaults() publishTOML {
 		Synchronous:       "full",
 		DedupeWindow:      "1h",
 		PruneInterval:     "30s",
+		FrameCacheBytes:   DefaultFrameCacheBytes,
 	}
 }
+
+// DefaultFrameCacheBytes is publish.frame_cache_bytes when it is not set.
+const DefaultFrameCacheBytes = 32 << 20
 
 func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	t := publishDefaults()
@@ -246,6 +251,7 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	d.intRange(child(p, "max_inflight_frames"), int64(t.MaxInflightFrames), 1, math.MaxInt32)
 	d.intRange(child(p, "max_pending_events"), t.MaxPendingEvents, 1, math.MaxInt64)
 	d.oneOf(child(p, "synchronous"), t.Synchronous, "full", "normal")
+	d.intRange(child(p, "frame_cache_bytes"), t.FrameCacheBytes, 0, 1<<40)
 	d.curve(p, t.CurveSecretKey, t.CurveAuthorized)
 	ackMax := DefaultAckMaxMessageBytes(t.MaxInflightFrames, t.EventsPerFrame)
 	if d.docOf(p).md.IsDefined("publish", "ack_max_message_bytes") && d.intRange(child(p, "ack_max_message_bytes"), t.AckMaxMessageBytes, 64<<10, 1<<30) {
@@ -264,6 +270,7 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		DedupeWindow:            d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
 		PruneInterval:           d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
 		AckMaxMessageBytes:      ackMax,
+		FrameCacheBytes:         t.FrameCacheBytes,
 		CurveSecretKeyFile:      t.CurveSecretKey,
 		CurveAuthorizedKeysFile: t.CurveAuthorized,
 	}

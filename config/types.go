@@ -145,6 +145,10 @@ type Publish struct {
 	// AckMaxMessageBytes is the largest ack message the ack socket takes
 	// (ZMQ_MAXMSGSIZE). Default DefaultAckMaxMessageBytes.
 	AckMaxMessageBytes int64
+	// FrameCacheBytes bounds the committed frames the sender holds in
+	// memory until they are sent, so that frames waiting for the in-flight
+	// window are not read back; 0 holds none. Default DefaultFrameCacheBytes (32 MiB).
+	FrameCacheBytes int64
 }
 
 // Source is one [source.NAME] block after inheriting [defaults].

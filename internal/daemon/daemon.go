@@ -268,7 +268,7 @@ func (d *Daemon) startDelivery(onAck func(fetchedAt time.Time, events int)) (err
 	if d.sender, err = delivery.NewSender(d.zctx, d.queue, d.raw, delivery.SenderOptions{
 		Endpoint: pub.Endpoint, HighWaterMark: pub.HighWaterMark, AckTimeout: pub.AckTimeout,
 		MaxInflight: pub.MaxInflightFrames, MaxDeliveries: pub.MaxDeliveries, Logger: log, Metrics: dm, OnAck: onAck,
-		Curve: d.curve, Member: member, Tracer: d.tracer(),
+		Curve: d.curve, Member: member, Tracer: d.tracer(), CacheBytes: pub.FrameCacheBytes,
 	}); err != nil {
 		return err
 	}

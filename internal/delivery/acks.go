@@ -188,6 +188,9 @@ func (a *AckReceiver) Run(ctx context.Context) error {
 		if res.DeadLettered > 0 {
 			a.log.Warn("events nacked permanently and dead-lettered", "events", res.DeadLettered)
 		}
+		if partly := b.partlySettled(res.Cleared); len(partly) > 0 {
+			a.sender.Forget(partly)
+		}
 		a.sender.Acked(ctx, res.Cleared)
 	}
 	return nil
@@ -287,6 +290,37 @@ type ackBurst struct {
 
 func (b *ackBurst) reset() {
 	b.frames, b.keys, b.nacks, b.entries = b.frames[:0], b.keys[:0], b.nacks[:0], 0
+}
+
+// partlySettled returns the frames b names that are not among cleared:
+// those whose events were settled one by one (key acks, nacks, a frame
+// ack that a retryable nack kept from clearing it), some of which may still
+// be pending with fewer events, and unknown ones.
+func (b *ackBurst) partlySettled(cleared []int64) []int64 {
+	if len(b.keys) == 0 && len(b.nacks) == 0 && len(cleared) == len(b.frames) {
+		return nil
+	}
+	done := make(map[int64]bool, len(cleared))
+	for _, id := range cleared {
+		done[id] = true
+	}
+	var out []int64
+	named := func(id int64) {
+		if !done[id] {
+			done[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range b.frames {
+		named(id)
+	}
+	for _, k := range b.keys {
+		named(k.Frame)
+	}
+	for _, n := range b.nacks {
+		named(n.Frame)
+	}
+	return out
 }
 
 // add merges ack into b. The queue lets a nack win over any ack of its

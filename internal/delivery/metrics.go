@@ -22,6 +22,10 @@ type Metrics struct {
 	ackDisconnects     prometheus.Counter
 	nacksRetryable     prometheus.Counter
 	eventsDeadLettered prometheus.Counter
+
+	cacheBytes prometheus.Gauge
+	cacheFull  prometheus.Counter
+	readBack   prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: unregistered).
@@ -63,11 +67,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Retryable nacks recorded; the event is redelivered with its frame."}),
 		eventsDeadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_events_dead_lettered_total",
 			Help: "Events moved to the dead-letter list: nacked permanently, not acked after max_deliveries, or raw object missing or corrupt."}),
+		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingestor_publish_frame_cache_bytes",
+			Help: "Bytes of committed frames held in memory until they are sent, so that frames waiting for the in-flight window are not read back (publish.frame_cache_bytes)."}),
+		cacheFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_frame_cache_full_total",
+			Help: "Committed frames not held in memory because the frame cache was full; they are read back from the queue and the raw store when sent."}),
+		readBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestor_publish_frames_read_back_total",
+			Help: "Frames read back from the queue and the raw store to be sent: a backlog after a restart, replayed dead letters, frames the frame cache did not hold."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.framesSent, m.framesResent, m.eventsSent, m.sendBlocked, m.ackTimeouts,
 			m.deadLettered, m.inflight, m.fetchToAck, m.publish, m.acks, m.badAcks, m.framesAcked,
-			m.acksUnknown, m.acksOverridden, m.ackDisconnects, m.nacksRetryable, m.eventsDeadLettered)
+			m.acksUnknown, m.acksOverridden, m.ackDisconnects, m.nacksRetryable, m.eventsDeadLettered,
+			m.cacheBytes, m.cacheFull, m.readBack)
 	}
 	return m
 }

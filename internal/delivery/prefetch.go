@@ -123,6 +123,7 @@ func (s *Sender) scan(ctx context.Context, r scanRequest, cache *rawCache) {
 		fail(err)
 		return
 	}
+	s.cache.sweep(r.after, ids)
 	for _, id := range ids {
 		if s.scanEpoch.Load() != r.epoch {
 			return // superseded: the loop drops what this epoch sends
@@ -160,20 +161,20 @@ func (s *Sender) isInflight(id int64) bool {
 // returned for the current epoch, so a frame not in flight when scan looked
 // stays so until the loop gets it.
 func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache *rawCache) (*readyFrame, error) {
+	if f, ok := s.cache.get(id); ok {
+		// Its payloads are those its source validated: no JSON check.
+		if dead, err := s.deadLetterOverdue(ctx, &f); dead || err != nil {
+			return nil, err
+		}
+		return &readyFrame{Frame: f}, nil
+	}
 	f, ok, err := s.q.LoadFrame(ctx, id)
 	if err != nil || !ok || len(f.Events) == 0 {
 		return nil, err
 	}
-	if s.o.MaxDeliveries > 0 && f.Deliveries >= s.o.MaxDeliveries {
-		reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
-		n, err := s.q.DeadLetterFrame(ctx, id, reason)
-		if err != nil {
-			return nil, err
-		}
-		s.o.Logger.Warn("frame dead-lettered", "frame", id, "source", f.Source, "events", n, "reason", reason)
-		s.o.Metrics.deadLettered.Inc()
-		s.o.Metrics.eventsDeadLettered.Add(float64(n))
-		return nil, nil
+	s.o.Metrics.readBack.Inc()
+	if dead, err := s.deadLetterOverdue(ctx, &f); dead || err != nil {
+		return nil, err
 	}
 	if ok, err := s.fillOrDeadLetter(ctx, &f, cache); err != nil || !ok {
 		if err != nil {
@@ -183,6 +184,24 @@ func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache *rawCache) (
 	}
 	r := &readyFrame{Frame: f, notJSON: s.checkJSON(&f)}
 	return r, nil
+}
+
+// deadLetterOverdue dead-letters f when it has been delivered
+// max_deliveries times, and reports whether it did.
+func (s *Sender) deadLetterOverdue(ctx context.Context, f *queue.Frame) (bool, error) {
+	if s.o.MaxDeliveries <= 0 || f.Deliveries < s.o.MaxDeliveries {
+		return false, nil
+	}
+	reason := fmt.Sprintf("not acked after %d deliveries", f.Deliveries)
+	n, err := s.q.DeadLetterFrame(ctx, f.ID, reason)
+	if err != nil {
+		return false, err
+	}
+	s.cache.drop(f.ID)
+	s.o.Logger.Warn("frame dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", reason)
+	s.o.Metrics.deadLettered.Inc()
+	s.o.Metrics.eventsDeadLettered.Add(float64(n))
+	return true, nil
 }
 
 // checkJSON returns which of f's payloads are not JSON text (nil if all
@@ -233,6 +252,7 @@ func (s *Sender) fillOrDeadLetter(ctx context.Context, f *queue.Frame, cache *ra
 		if err != nil {
 			return false, err
 		}
+		s.cache.drop(f.ID)
 		s.o.Logger.Warn("events dead-lettered", "frame", f.ID, "source", f.Source, "events", n, "reason", bad.reason, "err", bad.err)
 		s.o.Metrics.eventsDeadLettered.Add(float64(n))
 		again, pending, err := s.q.LoadFrame(ctx, f.ID)

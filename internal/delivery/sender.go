@@ -62,6 +62,10 @@ type SenderOptions struct {
 	// Tracer, when set, traces the send and the ack of every frame holding
 	// traced events, in each of their traces.
 	Tracer trace.Tracer
+	// CacheBytes bounds the frames held in memory from Submit to their
+	// first send (frameCache); 0 holds none, and every frame not sent at
+	// once is read back.
+	CacheBytes int64
 }
 
 type inflight struct {
@@ -81,6 +85,7 @@ type Sender struct {
 	q     *queue.Queue
 	raw   rawstore.Store
 	sock  *zmq.Socket
+	cache *frameCache
 	fresh chan []queue.Frame
 	acked chan []int64
 	// missed holds the lowest frame id whose Submit found the fresh channel
@@ -166,6 +171,7 @@ func NewSender(zctx *zmq.Context, q *queue.Queue, raw rawstore.Store, o SenderOp
 		ready:    make(chan prefetched, prefetchDepth),
 		inflight: make(map[int64]inflight),
 		settled:  make(map[int64]bool),
+		cache:    newFrameCache(o.CacheBytes, o.Metrics),
 		// Pending frames from an earlier run are due now: start by scanning.
 		backlog: true,
 	}
@@ -185,6 +191,7 @@ func (s *Sender) Submit(frames []queue.Frame) {
 	if len(frames) == 0 {
 		return
 	}
+	s.cache.add(frames)
 	s.freshWaiting.Add(1)
 	select {
 	case s.fresh <- frames:
@@ -208,6 +215,12 @@ func (s *Sender) Acked(ctx context.Context, ids []int64) {
 	case <-ctx.Done():
 	}
 }
+
+// Forget tells the Sender that events of frames ids were settled one by
+// one (acked by key, or dead-lettered) while the frames stay pending: what
+// it holds of them in memory is dropped, and they are read back when sent
+// again, without those events.
+func (s *Sender) Forget(ids []int64) { s.cache.drop(ids...) }
 
 // Inflight returns the number of frames sent and not yet acked.
 func (s *Sender) Inflight() int { return int(s.inflightN.Load()) }
@@ -380,6 +393,7 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 		return false
 	}
 	s.sent = append(s.sent, f.ID)
+	s.cache.drop(f.ID)
 	now := time.Now()
 	var fetched time.Time
 	if len(f.Events) > 0 {
@@ -418,6 +432,7 @@ func (s *Sender) ackWait(delivery int) time.Duration {
 }
 
 func (s *Sender) clearAcked(ids []int64) {
+	s.cache.drop(ids...)
 	now := time.Now()
 	for _, id := range ids {
 		if s.backlog && id > s.scanFrom {
