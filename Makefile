@@ -18,7 +18,7 @@ VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
 # first python3 on PATH.
 PYTHON3           ?= /usr/bin/python3
 
-.PHONY: all deps test-deps build run test bench fmt vet fuzz image clean schema
+.PHONY: all deps test-deps build run test bench bench-baseline fmt vet fuzz image clean schema
 
 all: build
 
@@ -97,6 +97,33 @@ build: deps
 	$(GO) build -ldflags "-X github.com/ingestorhq/ingestor/internal/buildinfo.revision=$(REVISION)" -o $(BIN)/ingestor ./cmd/ingestor
 	$(GO) build -o $(BIN)/processor ./cmd/processor
 	$(GO) build -o $(BIN)/ingestor-bench ./cmd/ingestor-bench
+
+# bench-baseline builds bin/ingestor and bin/processor of the commit
+# BASELINE into $(BASELINE_DIR), for `ingestor-bench -mode compare`
+# (make bench compares this build with it). It checks BASELINE out into a
+# temporary detached worktree, removed afterwards, and builds it with the
+# same toolchain and flags as `build`; the -X of the revision is ignored by
+# commits older than internal/buildinfo. BASELINE_DIR/REVISION names the
+# commit built, so a second run with the same commit does nothing.
+BASELINE     ?= 86fa679
+BASELINE_DIR := .bench/baseline-$(BASELINE)
+
+bench-baseline: deps
+	@set -e; \
+	rev=$$(git rev-parse --verify --quiet '$(BASELINE)^{commit}') || { echo "make bench-baseline: $(BASELINE) is not a commit of this repository" >&2; exit 1; }; \
+	out='$(CURDIR)/$(BASELINE_DIR)'; \
+	if [ -x "$$out/ingestor" ] && [ -x "$$out/processor" ] && [ "$$(cat "$$out/REVISION" 2>/dev/null)" = "$$rev" ]; then \
+		echo "make bench-baseline: $(BASELINE_DIR) already holds $$rev"; exit 0; \
+	fi; \
+	wt=$$(mktemp -d "$${TMPDIR:-/tmp}/ingestor-baseline-XXXXXX"); \
+	trap 'git worktree remove --force "$$wt" 2>/dev/null || rm -rf "$$wt"' EXIT; \
+	git worktree add --quiet --detach "$$wt" "$$rev"; \
+	rm -f "$$out/REVISION"; mkdir -p "$$out"; \
+	echo "make bench-baseline: building $$rev into $(BASELINE_DIR)"; \
+	cd "$$wt"; \
+	$(GO) build -ldflags "-X github.com/ingestorhq/ingestor/internal/buildinfo.revision=$$rev" -o "$$out/ingestor" ./cmd/ingestor; \
+	$(GO) build -o "$$out/processor" ./cmd/processor; \
+	echo "$$rev" > "$$out/REVISION"
 
 # run starts the example processor in the background (it logs events/s and
 # totals every 2s) and the daemon in the foreground on the example config.
