@@ -169,7 +169,9 @@ test: test-deps
 # own process: a firehose upstream polled by bin/ingestor, acked by
 # bin/processor (see docs/performance.md), with OpenTelemetry tracing at
 # 1% and 100% sampling between two runs with it off (its cost, compared in
-# the same sitting), then the same on a cluster
+# the same sitting), then this build against the baseline commit BASELINE
+# (built by bench-baseline; -mode compare: 3 runs of each, interleaved,
+# and the ratios of their medians), then the same on a cluster
 # of 1, 2 and 3 members on etcd (installed by test-deps), and cluster mode
 # at scale (20 in-process members sharing 10,000 stub sources on one etcd
 # for 10 minutes, then one killed, failing when etcd's writes or size, the
@@ -177,7 +179,7 @@ test: test-deps
 # soak (every kind of source at once with retentions of a minute, failing
 # when a store, the RSS, open files or goroutines grow or an event is
 # lost; its chart in $(BIN)/soak.svg).
-bench: build test-deps
+bench: build test-deps bench-baseline
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
@@ -196,6 +198,7 @@ bench: build test-deps
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 0.01
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 1
 	$(BIN)/ingestor-bench -mode real -events 1000000
+	$(BIN)/ingestor-bench -mode compare -baseline $(BASELINE_DIR) -events 1000000 -runs 3
 	$(BIN)/ingestor-bench -mode cluster
 	$(BIN)/ingestor-bench -mode cluster-scale
 	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg
@@ -247,4 +250,4 @@ image:
 	docker build -f deploy/Dockerfile --build-arg VCS_REVISION="$$(git rev-parse HEAD 2>/dev/null)" -t $(IMAGE) .
 
 clean:
-	rm -rf $(BIN) $(TOOLS)
+	rm -rf $(BIN) $(TOOLS) .bench
