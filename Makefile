@@ -18,7 +18,7 @@ VERSITYGW         := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
 # first python3 on PATH.
 PYTHON3           ?= /usr/bin/python3
 
-.PHONY: all deps test-deps build run test bench fmt vet fuzz image clean schema
+.PHONY: all deps test-deps build run test bench bench-baseline fmt vet fuzz image clean schema
 
 all: build
 
@@ -98,6 +98,33 @@ build: deps
 	$(GO) build -o $(BIN)/processor ./cmd/processor
 	$(GO) build -o $(BIN)/ingestor-bench ./cmd/ingestor-bench
 
+# bench-baseline builds bin/ingestor and bin/processor of the commit
+# BASELINE into $(BASELINE_DIR), for `ingestor-bench -mode compare`
+# (make bench compares this build with it). It checks BASELINE out into a
+# temporary detached worktree, removed afterwards, and builds it with the
+# same toolchain and flags as `build`; the -X of the revision is ignored by
+# commits older than internal/buildinfo. BASELINE_DIR/REVISION names the
+# commit built, so a second run with the same commit does nothing.
+BASELINE     ?= 86fa679
+BASELINE_DIR := .bench/baseline-$(BASELINE)
+
+bench-baseline: deps
+	@set -e; \
+	rev=$$(git rev-parse --verify --quiet '$(BASELINE)^{commit}') || { echo "make bench-baseline: $(BASELINE) is not a commit of this repository" >&2; exit 1; }; \
+	out='$(CURDIR)/$(BASELINE_DIR)'; \
+	if [ -x "$$out/ingestor" ] && [ -x "$$out/processor" ] && [ "$$(cat "$$out/REVISION" 2>/dev/null)" = "$$rev" ]; then \
+		echo "make bench-baseline: $(BASELINE_DIR) already holds $$rev"; exit 0; \
+	fi; \
+	wt=$$(mktemp -d "$${TMPDIR:-/tmp}/ingestor-baseline-XXXXXX"); \
+	trap 'git worktree remove --force "$$wt" 2>/dev/null || rm -rf "$$wt"' EXIT; \
+	git worktree add --quiet --detach "$$wt" "$$rev"; \
+	rm -f "$$out/REVISION"; mkdir -p "$$out"; \
+	echo "make bench-baseline: building $$rev into $(BASELINE_DIR)"; \
+	cd "$$wt"; \
+	$(GO) build -ldflags "-X github.com/ingestorhq/ingestor/internal/buildinfo.revision=$$rev" -o "$$out/ingestor" ./cmd/ingestor; \
+	$(GO) build -o "$$out/processor" ./cmd/processor; \
+	echo "$$rev" > "$$out/REVISION"
+
 # run starts the example processor in the background (it logs events/s and
 # totals every 2s) and the daemon in the foreground on the example config.
 # Ctrl-C stops the daemon gracefully. The processor runs in its own session
@@ -142,7 +169,9 @@ test: test-deps
 # own process: a firehose upstream polled by bin/ingestor, acked by
 # bin/processor (see docs/performance.md), with OpenTelemetry tracing at
 # 1% and 100% sampling between two runs with it off (its cost, compared in
-# the same sitting), then the same on a cluster
+# the same sitting), then this build against the baseline commit BASELINE
+# (built by bench-baseline; -mode compare: 3 runs of each, interleaved,
+# and the ratios of their medians), then the same on a cluster
 # of 1, 2 and 3 members on etcd (installed by test-deps), and cluster mode
 # at scale (20 in-process members sharing 10,000 stub sources on one etcd
 # for 10 minutes, then one killed, failing when etcd's writes or size, the
@@ -150,7 +179,7 @@ test: test-deps
 # soak (every kind of source at once with retentions of a minute, failing
 # when a store, the RSS, open files or goroutines grow or an event is
 # lost; its chart in $(BIN)/soak.svg).
-bench: build test-deps
+bench: build test-deps bench-baseline
 	$(GO) test -run '^$$' -bench 'Extract|EncodeFrame|DecodeFrame$$|Parse1KiB' -benchmem -cpu 1 ./internal/jsonscan/ ./internal/wire/ ./sources/
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
@@ -169,6 +198,7 @@ bench: build test-deps
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 0.01
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 1
 	$(BIN)/ingestor-bench -mode real -events 1000000
+	$(BIN)/ingestor-bench -mode compare -baseline $(BASELINE_DIR) -events 1000000 -runs 3
 	$(BIN)/ingestor-bench -mode cluster
 	$(BIN)/ingestor-bench -mode cluster-scale
 	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg
@@ -220,4 +250,4 @@ image:
 	docker build -f deploy/Dockerfile --build-arg VCS_REVISION="$$(git rev-parse HEAD 2>/dev/null)" -t $(IMAGE) .
 
 clean:
-	rm -rf $(BIN) $(TOOLS)
+	rm -rf $(BIN) $(TOOLS) .bench

@@ -6,11 +6,12 @@
 //
 // Usage:
 //
-//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real|overload] [-events N] [-duration D]
+//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real|compare|overload] [-events N] [-duration D]
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
 //	               [-clients C] [-cpuprofile FILE] [-bin DIR] [-page-size N] [-half-events N]
+//	               [-baseline DIR] [-runs N]
 //
 // Mode throughput (the default) runs until -events events are acked and
 // reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
@@ -39,6 +40,11 @@
 // histogram, the queue's and the raw store's size after the first phase,
 // and whether the processor received every event exactly once (it fails
 // otherwise). -cpuprofile there profiles the daemon (INGESTOR_CPUPROFILE).
+//
+// Mode compare (compare.go) runs mode real -runs times (default 3) with
+// this build's binaries (-bin) and as often with a baseline's (-baseline
+// DIR; make bench-baseline builds them), interleaved, and prints a row per
+// run, the medians of each build and their ratios.
 //
 // Mode overload (overload.go) runs -devices devices on a ws_ingress source
 // and -clients webhook senders against the built daemon, after an unloaded
@@ -137,14 +143,20 @@ type options struct {
 	soak soakOptions
 	// devices is the overload mode's -devices (soak mode's flag).
 	devices int
+	// baseline is the compare mode's directory of the baseline binaries,
+	// runs its runs of each build.
+	baseline string
+	runs     int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; webhook-ceiling: the least a durable webhook server can do (net/http, one raw append + fsync and one SQLite transaction per group) under the webhook load, alternating with -mode webhook, and the ratio; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); compare: -mode real (its flags apply to every run) -runs times with the binaries of -bin and as often with those of -baseline DIR, interleaved, then a table of every run, the medians and their ratios new/baseline; soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; webhook-ceiling: the least a durable webhook server can do (net/http, one raw append + fsync and one SQLite transaction per group) under the webhook load, alternating with -mode webhook, and the ratio; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
+	fs.StringVar(&o.baseline, "baseline", "", "compare mode: directory of the baseline's ingestor and processor binaries (make bench-baseline builds them into .bench/baseline-COMMIT)")
+	fs.IntVar(&o.runs, "runs", compareRuns, "compare mode: runs of each build")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
 	fs.StringVar(&o.sourceExtra, "source-extra", "", "real mode: TOML lines added to the http_poll source's block, e.g. 'inflight_batches = 4'")
@@ -181,7 +193,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if (o.mode == modeWebhook || o.mode == modeWebhookCeiling) && !set["events"] {
 		o.events = webhookRequests
 	}
-	if (o.mode == modeReal || o.mode == modeFirehose || o.mode == modeCluster) && !set["event-size"] {
+	realLike := o.mode == modeReal || o.mode == modeCompare
+	if (realLike || o.mode == modeFirehose || o.mode == modeCluster) && !set["event-size"] {
 		o.eventSize = realEventSize
 	}
 	if o.mode == modeCluster && !set["events"] {
@@ -201,18 +214,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.duration = scaleDuration
 		}
 	}
-	if o.mode == modeReal && !set["half-events"] {
+	if realLike && !set["half-events"] {
 		o.halfEvents = max(o.events/4, int64(o.pageSize))
 	}
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeCompare, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeCompare, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
 	}
 	errs = append(errs, overloadFlags(&o, set)...)
+	errs = append(errs, compareFlags(&o, set)...)
 	if o.mode == modeSoak {
 		if !set["duration"] {
 			o.duration = soakDuration
@@ -222,10 +236,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.mode == modeCluster && o.members < 1 || o.mode == modeClusterScale && o.members < 2 {
 		errs = append(errs, fmt.Errorf("-members must be at least 1 (cluster-scale: 2), not %d", o.members))
 	}
-	if (o.mode == modeReal || o.mode == modeFirehose) && (o.pageSize < 1 || o.eventSize < 1) {
+	if (realLike || o.mode == modeFirehose) && (o.pageSize < 1 || o.eventSize < 1) {
 		errs = append(errs, fmt.Errorf("-page-size and -event-size must be at least 1, not %d and %d", o.pageSize, o.eventSize))
 	}
-	if o.mode == modeReal && o.halfEvents < 1 {
+	if realLike && o.halfEvents < 1 {
 		errs = append(errs, fmt.Errorf("-half-events must be at least 1, not %d", o.halfEvents))
 	}
 	if o.signature != "" && o.signature != webhookSignature {
@@ -268,6 +282,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	if o.mode == modeOverload {
 		return runOverload(ctx, o, dir, stdout, stderr)
+	}
+	if o.mode == modeCompare {
+		return runCompare(ctx, o, dir, stdout, stderr)
 	}
 	if o.mode == modeClusterScale {
 		return runClusterScale(ctx, o, dir, stdout, stderr)

@@ -202,15 +202,24 @@ func (c *child) stop(grace time.Duration) error {
 	return nil
 }
 
+// binDir returns dir, or by default the directory of this executable:
+// where the real mode finds bin/ingestor and bin/processor.
+func binDir(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the binaries: %w", err)
+	}
+	return filepath.Dir(self), nil
+}
+
 // realBinaries returns the paths of bin/ingestor and bin/processor in dir,
 // by default the directory of this executable.
 func realBinaries(dir string) (ingestor, processor string, err error) {
-	if dir == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return "", "", fmt.Errorf("find the binaries: %w", err)
-		}
-		dir = filepath.Dir(self)
+	if dir, err = binDir(dir); err != nil {
+		return "", "", err
 	}
 	ingestor, processor = filepath.Join(dir, "ingestor"), filepath.Join(dir, "processor")
 	for _, p := range []string{ingestor, processor} {

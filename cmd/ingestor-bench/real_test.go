@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -267,14 +268,41 @@ func TestParseFlagsRealMode(t *testing.T) {
 	}
 }
 
+// built is where buildBinaries built the binaries, once per run of this
+// package's tests (linking them takes 10-30 s on the 2-core machine);
+// TestMain removes it.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		if err := os.RemoveAll(built.dir); err != nil {
+			fmt.Fprintln(os.Stderr, "remove the built binaries:", err)
+		}
+	}
+	os.Exit(code)
+}
+
 // buildBinaries builds bin/ingestor, bin/processor and this bench into a
-// temporary directory and returns it.
+// temporary directory, the first time it is called, and returns it. The
+// tests only run what is in it.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../ingestor", "../processor", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "ingestor-bench-bin-"); built.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", built.dir+string(filepath.Separator), "../ingestor", "../processor", ".")
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.dir
 }
