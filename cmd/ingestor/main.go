@@ -34,6 +34,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/cpuprofile"
 	"github.com/ingestorhq/ingestor/internal/daemon"
 	"github.com/ingestorhq/ingestor/internal/earlysignal"
+	"github.com/ingestorhq/ingestor/internal/malloctune"
 )
 
 const usage = `usage:
@@ -94,6 +95,7 @@ and [rate_limiters.NAME] block in one file, and each other table in one file too
 `
 
 func main() {
+	malloctune.Apply() // ZeroMQ's message buffers are reused, not faulted in again
 	// ingestor run stops cleanly on a SIGTERM however early it comes
 	// (cmdRun takes the one caught during start-up); every other command
 	// gets Go's default action back.
