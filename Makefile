@@ -171,7 +171,9 @@ test: test-deps
 # 1% and 100% sampling between two runs with it off (its cost, compared in
 # the same sitting), then this build against the baseline commit BASELINE
 # (built by bench-baseline; -mode compare: 3 runs of each, interleaved,
-# and the ratios of their medians), then the same on a cluster
+# and the ratios of their medians), the memory formula of
+# docs/performance.md against the real path's peak RSS at inflight_batches
+# 2, 4 and 8 (-mode memory), then the same on a cluster
 # of 1, 2 and 3 members on etcd (installed by test-deps), and cluster mode
 # at scale (20 in-process members sharing 10,000 stub sources on one etcd
 # for 10 minutes, then one killed, failing when etcd's writes or size, the
@@ -199,6 +201,7 @@ bench: build test-deps bench-baseline
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 1
 	$(BIN)/ingestor-bench -mode real -events 1000000
 	$(BIN)/ingestor-bench -mode compare -baseline $(BASELINE_DIR) -events 1000000 -runs 3
+	$(BIN)/ingestor-bench -mode memory -events 500000
 	$(BIN)/ingestor-bench -mode cluster
 	$(BIN)/ingestor-bench -mode cluster-scale
 	$(BIN)/ingestor-bench -mode soak -chart $(BIN)/soak.svg

@@ -6,12 +6,12 @@
 //
 // Usage:
 //
-//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real|compare|overload] [-events N] [-duration D]
+//	ingestor-bench [-mode throughput|processor-down|rehydrate|webhook|real|compare|memory|overload] [-events N] [-duration D]
 //	               [-sources K] [-events-per-tick N] [-event-size B]
 //	               [-processors P] [-synchronous full|normal]
 //	               [-events-per-frame N] [-backlog N] [-dir DIR] [-json] [-v]
 //	               [-clients C] [-cpuprofile FILE] [-bin DIR] [-page-size N] [-half-events N]
-//	               [-baseline DIR] [-runs N]
+//	               [-baseline DIR] [-runs N] [-memory-batches LIST]
 //
 // Mode throughput (the default) runs until -events events are acked and
 // reports throughput, fetch-to-ack latency, CPU time and peak RSS. Mode
@@ -45,6 +45,11 @@
 // this build's binaries (-bin) and as often with a baseline's (-baseline
 // DIR; make bench-baseline builds them), interleaved, and prints a row per
 // run, the medians of each build and their ratios.
+//
+// Mode memory (memory.go) runs mode real once per -memory-batches setting
+// of the source's inflight_batches (default 2,4,8) and prints, for each,
+// the daemon's and the processor's peak RSS beside what the memory
+// formula of docs/performance.md predicts for that run's parameters.
 //
 // Mode overload (overload.go) runs -devices devices on a ws_ingress source
 // and -clients webhook senders against the built daemon, after an unloaded
@@ -149,16 +154,23 @@ type options struct {
 	// runs its runs of each build.
 	baseline string
 	runs     int
+	// memoryBatches is the memory mode's -memory-batches: the source's
+	// inflight_batches of each run.
+	memoryBatches []int
+	// gaugeEvery is how often a real run samples the daemon's in-flight
+	// frames and frame cache (0: only when it scrapes for progress).
+	gaugeEvery time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ingestor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); compare: -mode real (its flags apply to every run) -runs times with the binaries of -bin and as often with those of -baseline DIR, interleaved, then a table of every run, the medians and their ratios new/baseline; soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; webhook-ceiling: the least a durable webhook server can do (net/http, one raw append + fsync and one SQLite transaction per group) under the webhook load, alternating with -mode webhook, and the ratio; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
+	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); compare: -mode real (its flags apply to every run) -runs times with the binaries of -bin and as often with those of -baseline DIR, interleaved, then a table of every run, the medians and their ratios new/baseline; memory: -mode real once per -memory-batches setting, then the memory formula of docs/performance.md against each run's peak RSS; soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; webhook-ceiling: the least a durable webhook server can do (net/http, one raw append + fsync and one SQLite transaction per group) under the webhook load, alternating with -mode webhook, and the ratio; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
 	fs.StringVar(&o.baseline, "baseline", "", "compare mode: directory of the baseline's ingestor and processor binaries (make bench-baseline builds them into .bench/baseline-COMMIT)")
 	fs.IntVar(&o.runs, "runs", compareRuns, "compare mode: runs of each build")
+	memoryBatches := fs.String("memory-batches", defaultMemoryBatches, "memory mode: the http_poll source's inflight_batches of each run, comma-separated")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
 	fs.StringVar(&o.sourceExtra, "source-extra", "", "real mode: TOML lines added to the http_poll source's block, e.g. 'inflight_batches = 4'")
@@ -195,7 +207,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if (o.mode == modeWebhook || o.mode == modeWebhookCeiling) && !set["events"] {
 		o.events = webhookRequests
 	}
-	realLike := o.mode == modeReal || o.mode == modeCompare
+	realLike := o.mode == modeReal || o.mode == modeCompare || o.mode == modeMemory
 	if (realLike || o.mode == modeFirehose || o.mode == modeCluster) && !set["event-size"] {
 		o.eventSize = realEventSize
 	}
@@ -223,12 +235,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeCompare, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
-		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeCompare, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
+	if !slices.Contains([]string{modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeCompare, modeMemory, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload}, o.mode) {
+		errs = append(errs, fmt.Errorf("-mode must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+			modeThroughput, modeProcessorDown, modeRehydrate, modeWebhook, modeWebhookCeiling, modeReal, modeCompare, modeMemory, modeFirehose, modeCluster, modeClusterScale, modeSoak, modeOverload, o.mode))
 	}
 	errs = append(errs, overloadFlags(&o, set)...)
 	errs = append(errs, compareFlags(&o, set)...)
+	errs = append(errs, memoryFlags(&o, set, *memoryBatches)...)
 	if o.mode == modeSoak {
 		if !set["duration"] {
 			o.duration = soakDuration
@@ -287,6 +300,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	if o.mode == modeCompare {
 		return runCompare(ctx, o, dir, stdout, stderr)
+	}
+	if o.mode == modeMemory {
+		return runMemory(ctx, o, dir, stdout, stderr)
 	}
 	if o.mode == modeClusterScale {
 		return runClusterScale(ctx, o, dir, stdout, stderr)

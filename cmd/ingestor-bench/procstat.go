@@ -121,6 +121,8 @@ const (
 	metricMembers     = "ingestor_cluster_members"
 	metricFetchToAck  = "ingestor_fetch_to_ack_seconds_bucket"
 	metricGoroutines  = "go_goroutines"
+	metricInflight    = "ingestor_publish_inflight_frames"
+	metricFrameCache  = "ingestor_publish_frame_cache_bytes"
 )
 
 // scrape is what the real bench reads of the daemon's /metrics.
@@ -137,6 +139,9 @@ type scrape struct {
 	owned, checkpoints, members float64
 	// goroutines is the daemon's go_goroutines.
 	goroutines float64
+	// inflightFrames and frameCacheBytes are the frames sent and not yet
+	// acked, and the bytes of committed frames held until their first send.
+	inflightFrames, frameCacheBytes float64
 }
 
 // bucket is one cumulative histogram bucket.
@@ -190,7 +195,7 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
 		}
 		if name != metricEvents && name != metricPending && name != metricFetchToAck && name != metricOwned && name != metricCheckpoints &&
-			name != metricMembers && name != metricGoroutines {
+			name != metricMembers && name != metricGoroutines && name != metricInflight && name != metricFrameCache {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.Fields(rest + " x")[0], 64)
@@ -209,6 +214,10 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			s.members = v
 		case metricGoroutines:
 			s.goroutines = v
+		case metricInflight:
+			s.inflightFrames = v
+		case metricFrameCache:
+			s.frameCacheBytes = v
 		case metricCheckpoints:
 			if r, _ := labelValue(labels, "result"); r == "written" {
 				s.checkpoints += v

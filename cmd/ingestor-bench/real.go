@@ -61,6 +61,11 @@ type realResult struct {
 	// tracing off; Spans the spans its OTLP receiver got.
 	TraceRatio float64 `json:"trace_ratio"`
 	Spans      int     `json:"spans"`
+	// The largest in-flight frames and frame cache the daemon's /metrics
+	// showed over the run (sampled every -mode memory run's gaugeEvery, and
+	// at every progress scrape).
+	PeakInflightFrames float64 `json:"peak_inflight_frames"`
+	PeakFrameCacheMiB  float64 `json:"peak_frame_cache_mib"`
 }
 
 // counts is what the processor's -count-out file holds (cmd/processor,
@@ -303,6 +308,7 @@ type realRun struct {
 	metrics             string // the daemon's /metrics URL
 	fire, daemon, procs *child
 	children            []*child // every child, for early-exit checks
+	peaks               gaugePeaks
 }
 
 // benchReal runs -mode real in dir.
@@ -497,6 +503,7 @@ func childStarted(ctx context.Context, d *child) (startedLine, error) {
 // measure runs the two phases: N events as fast as they go, then
 // HalfEvents more paced to half that rate.
 func (r *realRun) measure(ctx context.Context, res *realResult) error {
+	defer r.watchGauges(ctx, res)()
 	ticks := clockTicks()
 	d0, err := procCPUTicks(r.daemon.cmd.Process.Pid)
 	if err != nil {
@@ -607,6 +614,7 @@ func (r *realRun) waitAcked(ctx context.Context, what string, from scrape, want 
 		if err != nil {
 			return scrape{}, now, fmt.Errorf("%s: %w", what, err)
 		}
+		r.peaks.note(s)
 		if s.events >= float64(want) && s.pending == 0 {
 			return s, now, nil
 		}
