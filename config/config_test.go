@@ -83,7 +83,7 @@ func TestGoodFiles(t *testing.T) {
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
-					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20, FrameCacheBytes: 32 << 20},
+					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20, FrameCacheBytes: 16 << 20},
 				Push:      Push{Addr: "127.0.0.1:9465"},
 				Cluster:   Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second, RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
 				Telemetry: Telemetry{Protocol: "grpc", SamplingRatio: 1, ServiceName: "ingestor", ExportTimeout: 10 * time.Second},
@@ -116,7 +116,7 @@ func TestGoodFiles(t *testing.T) {
 			wantPub := Publish{Endpoint: "ipc:///run/ingestor/events.sock", AckEndpoint: "tcp://0.0.0.0:6001",
 				HighWaterMark: 5000, EventsPerFrame: 500, AckTimeout: 45 * time.Second, MaxDeliveries: 10,
 				MaxInflightFrames: 64, MaxPendingEvents: 2_000_000, Synchronous: "normal",
-				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second, AckMaxMessageBytes: 8 << 20, FrameCacheBytes: 32 << 20}
+				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second, AckMaxMessageBytes: 8 << 20, FrameCacheBytes: 16 << 20}
 			if cfg.Publish != wantPub {
 				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
 			}

@@ -230,7 +230,7 @@ func publishDefaults() publishTOML {
 }
 
 // DefaultFrameCacheBytes is publish.frame_cache_bytes when it is not set.
-const DefaultFrameCacheBytes = 32 << 20
+const DefaultFrameCacheBytes = 16 << 20
 
 func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 	t := publishDefaults()

@@ -147,7 +147,7 @@ type Publish struct {
 	AckMaxMessageBytes int64
 	// FrameCacheBytes bounds the committed frames the sender holds in
 	// memory until they are sent, so that frames waiting for the in-flight
-	// window are not read back; 0 holds none. Default DefaultFrameCacheBytes (32 MiB).
+	// window are not read back; 0 holds none. Default DefaultFrameCacheBytes (16 MiB).
 	FrameCacheBytes int64
 }
 

@@ -97,7 +97,7 @@ func (p memoryParams) framesMiB() float64 {
 //	              + sources x inflight_batches x (page size x ~6.5
 //	                                              + min(records per page, 20,000) x ~1 KiB)
 //	              + max_body_bytes x ~3, only while a body of unknown length is read
-//	              + up to frame_cache_bytes, only while a processor lags behind the in-flight window
+//	              + up to 2 x frame_cache_bytes, only while a processor lags behind the in-flight window
 //
 // The last two are 0 here: the firehose's bodies have a Content-Length,
 // and the processor keeps up (the frame cache then holds at most the
