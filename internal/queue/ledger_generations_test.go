@@ -11,7 +11,9 @@ package queue
 import (
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"testing"
 )
 
 type genLog struct {
@@ -149,4 +151,72 @@ func (l *genLog) prune(tx *sql.Tx, cutoff int64, _ int) (int64, error) {
 	forgotten := l.rows[old]
 	l.rows[old], l.start[old], l.maxKey[old], l.cur = 0, -1, "", old
 	return forgotten, nil
+}
+
+// TestLedgerStudyGenerationsRememberKeys checks V5-bound's dedupe across
+// a generation switch: a key in the other generation is a duplicate
+// (looked up there, being at or below its highest key), a key above it
+// is new, and a generation is emptied only once its frames are settled.
+func TestLedgerStudyGenerationsRememberKeys(t *testing.T) {
+	db, err := openStudyDB(studyVariant{name: "V5-bound"}, filepath.Join(t.TempDir(), "q.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	sl, err := openGenerationsBound(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sl.(*genLog)
+	defer func() {
+		if err := l.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	sync := "FULL"
+	appendKeys := func(at, first int64) (*studyBatch, error) {
+		b := &studyBatch{source: "firehose", fetchedAt: at, rawKey: "raw", cursor: "c", keys: make([]string, studyFrame),
+			times: make([]int64, studyFrame), offs: make([]int, studyFrame), lens: make([]int, studyFrame)}
+		for i := range studyFrame {
+			b.keys[i], b.offs[i], b.lens[i] = studyKey(first+int64(i), false), i*500, 500
+		}
+		return b, studyTx(db, "FULL", &sync, func(tx *sql.Tx) error { return l.appendBatch(tx, b) })
+	}
+	prune := func(cutoff int64) int64 {
+		var n int64
+		if err := studyTx(db, "FULL", &sync, func(tx *sql.Tx) (err error) { n, err = l.prune(tx, cutoff, 1000); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	b0, err := appendKeys(0, 0) // keys 0-99 into generation 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := prune(1); n != 0 || l.cur != 1 { // generation 1 (empty) emptied, now current
+		t.Fatalf("first switch: forgot %d, current %d", n, l.cur)
+	}
+	if _, err := appendKeys(1, 0); err == nil || !strings.Contains(err.Error(), "0 of 100 events new") {
+		t.Fatalf("keys of the other generation appended again: %v, want 0 of 100 events new", err)
+	}
+	b1, err := appendKeys(1, 100) // above generation 0's highest key: new
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := prune(2); n != 0 || l.cur != 1 { // generation 0's frame is pending: kept
+		t.Fatalf("switch with a pending frame: forgot %d, current %d", n, l.cur)
+	}
+	if err := studyTx(db, "NORMAL", &sync, func(tx *sql.Tx) error { return l.ack(tx, append(b0.frames, b1.frames...)) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := prune(2); n != 100 || l.cur != 0 {
+		t.Fatalf("switch once settled: forgot %d, current %d, want 100 and 0", n, l.cur)
+	}
+	if _, err := appendKeys(2, 150); err == nil || !strings.Contains(err.Error(), "50 of 100 events new") {
+		t.Fatalf("keys 150-249 with 150-199 in generation 1: %v, want 50 of 100 events new", err)
+	}
 }
