@@ -155,7 +155,9 @@ test: test-deps
 
 # bench runs the Go micro-benchmarks of the hot-path encoders, the
 # queue's append-and-ack cost per event and its check at start
-# (quick_check of 200,000 events), the processor client's CPU per
+# (quick_check of 200,000 events), the ledger study (each ledger schema
+# variant of docs/ledger-design.md on 2M events, twice, interleaved, and
+# the cost of migrating 500,000 events), the processor client's CPU per
 # event on real sockets, then the
 # whole-pipeline bench: throughput with defaults, the drain of a backlog
 # queued while no processor ran, and webhook ingestion (64 keep-alive
@@ -186,6 +188,7 @@ bench: build test-deps bench-baseline
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
 	$(GO) test -run '^$$' -bench 'QuickCheck' -benchtime 5x ./internal/queue/
+	INGESTOR_LEDGER_STUDY=1 LEDGER_REPEAT=2 $(GO) test -run '^TestLedgerStudy' -count=1 -v -timeout 60m ./internal/queue/
 	$(GO) test -run '^$$' -bench 'Run$$' -benchmem ./processor/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
