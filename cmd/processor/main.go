@@ -96,6 +96,7 @@ import (
 	"github.com/ingestorhq/ingestor/internal/cpuprofile"
 	"github.com/ingestorhq/ingestor/internal/curvekey"
 	"github.com/ingestorhq/ingestor/internal/logattr"
+	"github.com/ingestorhq/ingestor/internal/malloctune"
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 	"github.com/ingestorhq/ingestor/internal/telemetry/otlp"
 	"github.com/ingestorhq/ingestor/processor"
@@ -103,6 +104,9 @@ import (
 )
 
 func main() {
+	// Keep the memory of libzmq's freed messages for the next ones
+	// (package malloctune; $GLIBC_TUNABLES, when set, stands instead).
+	malloctune.Tune()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
