@@ -250,6 +250,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 	o := processor.Options{
 		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
 		Workers: cfg.workers, DropAcks: cfg.dropAcks, DedupeRetention: cfg.retention,
+		// No handler here keeps an Event or its Payload (the store's
+		// insert copies it), so frames are received into reused memory.
+		RecycleFrames: true,
 	}
 	if cfg.curveServerKey != "" {
 		if o.CurveServerKey, err = processor.ReadCurveKey(cfg.curveServerKey); err != nil {
