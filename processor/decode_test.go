@@ -35,14 +35,16 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		enc.Add(&ev, benchPayload(i), true)
 	}
-	msg := [][]byte{enc.End()}
-	b.SetBytes(int64(len(msg[0])))
+	msg := enc.End()
+	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	var wf wire.Frame
+	var f frame // recycled, as with Options.RecycleFrames
 	for b.Loop() {
-		if c.decode(&wf, msg) == nil {
+		if !c.decode(&wf, msg, 1) {
 			b.Fatal("frame not decoded")
 		}
+		fillFrame(&f, &wf)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
 }
@@ -69,7 +71,7 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 	// Delivery and Member, the frame's, are the fields Event has beyond
 	// wire.Event.
 	if pt, wt := reflect.TypeFor[Event](), reflect.TypeFor[wire.Event](); pt.NumField() != wt.NumField()+2 {
-		t.Fatalf("Event has %d fields, wire.Event %d: convert the new ones in newFrame", pt.NumField(), wt.NumField())
+		t.Fatalf("Event has %d fields, wire.Event %d: convert the new ones in fillFrame", pt.NumField(), wt.NumField())
 	}
 	at := time.Date(2024, 5, 1, 10, 0, 0, 123, time.UTC)
 	sent := []wire.Event{
@@ -83,10 +85,11 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 	enc.Add(&sent[1], []byte{0, 0xff}, false)
 	msg := enc.End()
 	var wf wire.Frame
-	f := c.decode(&wf, [][]byte{msg})
-	if f == nil {
+	if !c.decode(&wf, msg, 1) {
 		t.Fatal("frame not decoded")
 	}
+	f := new(frame)
+	fillFrame(f, &wf)
 	want, err := wire.DecodeFrame(msg)
 	if err != nil {
 		t.Fatal(err)
@@ -131,12 +134,12 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 // never sends) without noticing; with ValidatePayloads it drops that
 // frame as malformed. A valid frame decodes the same either way.
 func TestTrustedAndValidatedDecoding(t *testing.T) {
-	frame := func(payload string) [][]byte {
+	msg := func(payload string) []byte {
 		var enc wire.Encoder
 		enc.Begin(3, 1, "file:///r")
 		ev := wire.Event{Key: "k", Source: "s", Seq: 1, FetchedAt: time.Unix(1, 0).UTC(), Raw: wire.RawRef{Key: "r", Len: len(payload)}}
 		enc.Add(&ev, []byte(payload), true)
-		return [][]byte{bytes.Clone(enc.End())}
+		return bytes.Clone(enc.End())
 	}
 	for _, validate := range []bool{false, true} {
 		c, err := New(Options{Endpoint: "tcp://127.0.0.1:1", AckEndpoint: "tcp://127.0.0.1:2", ValidatePayloads: validate})
@@ -144,16 +147,15 @@ func TestTrustedAndValidatedDecoding(t *testing.T) {
 			t.Fatal(err)
 		}
 		var wf wire.Frame
-		f := c.decode(&wf, frame(`{"a":[1,2]}`))
-		if f == nil || string(f.events[0].Payload) != `{"a":[1,2]}` {
-			t.Fatalf("validate=%v: valid frame decoded as %+v", validate, f)
+		if !c.decode(&wf, msg(`{"a":[1,2]}`), 1) || string(wf.Events[0].Payload) != `{"a":[1,2]}` {
+			t.Fatalf("validate=%v: valid frame decoded as %+v", validate, wf)
 		}
-		bad := c.decode(&wf, frame(`{"a":[1,,2]}`))
+		ok := c.decode(&wf, msg(`{"a":[1,,2]}`), 1)
 		switch {
-		case validate && (bad != nil || c.malformed.Load() != 1):
+		case validate && (ok || c.malformed.Load() != 1):
 			t.Errorf("ValidatePayloads: an invalid payload was not dropped as malformed")
-		case !validate && (bad == nil || string(bad.events[0].Payload) != `{"a":[1,,2]}`):
-			t.Errorf("trusting: the frame was not decoded as it came: %+v", bad)
+		case !validate && (!ok || string(wf.Events[0].Payload) != `{"a":[1,,2]}`):
+			t.Errorf("trusting: the frame was not decoded as it came: %+v", wf)
 		}
 	}
 }

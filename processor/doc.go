@@ -70,6 +70,11 @@
 // yet handled when it stops are redelivered after the ack timeout. Several
 // processors may connect to one daemon: it spreads frames among them.
 //
+// An Event and its Payload are the Handler's to keep: each frame is
+// received into memory of its own. With Options.RecycleFrames, for a
+// Handler that keeps neither past its return, the memory of a frame whose
+// events were handled is used again for the next frames.
+//
 // # Clusters
 //
 // Daemons in cluster mode share the sources, each with its own queue and

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/wire"
@@ -71,13 +72,20 @@ type frame struct {
 	id       int64
 	delivery int
 	events   []Event
+	// buf holds the message the frame was decoded from: the events'
+	// payloads point into it.
+	buf []byte
 }
 
-// newFrame converts wf into a frame. The events share their strings and
-// payload bytes with wf's, which are not copied; wf's events are then
-// cleared so that wf, decoded into again, keeps nothing of this frame.
-func newFrame(wf *wire.Frame) *frame {
-	f := &frame{id: wf.ID, delivery: wf.Delivery, events: make([]Event, len(wf.Events))}
+// fillFrame makes f the frame wf, reusing f's room. The events share
+// their strings and payload bytes with wf's, which are not copied; wf's
+// events are then cleared so that wf, decoded into again, keeps nothing
+// of this frame.
+func fillFrame(f *frame, wf *wire.Frame) {
+	f.id, f.delivery = wf.ID, wf.Delivery
+	n := len(wf.Events)
+	f.events = slices.Grow(f.events[:0], n)[:n]
+	clear(f.events[n:cap(f.events)]) // what a larger frame before left
 	for i := range wf.Events {
 		w := &wf.Events[i]
 		f.events[i] = Event{
@@ -96,5 +104,31 @@ func newFrame(wf *wire.Frame) *frame {
 		}
 	}
 	clear(wf.Events)
-	return f
+}
+
+// framePool keeps the frames handled, with their buffers, for the next
+// ones, when Options.RecycleFrames allows it; otherwise every frame is
+// new. It is used by one goroutine.
+type framePool struct {
+	recycle bool
+	max     int // frames kept at most
+	free    []*frame
+}
+
+// get returns a frame to receive into.
+func (p *framePool) get() *frame {
+	if n := len(p.free); n > 0 {
+		f := p.free[n-1]
+		p.free = p.free[:n-1]
+		return f
+	}
+	return new(frame)
+}
+
+// put gives back a frame no longer used, or one that get returned and
+// was not used (a frame whose buf is nil holds nothing to recycle).
+func (p *framePool) put(f *frame) {
+	if f != nil && (p.recycle || f.buf == nil) && len(p.free) < p.max {
+		p.free = append(p.free, f)
+	}
 }

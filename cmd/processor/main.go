@@ -6,7 +6,7 @@
 // Usage:
 //
 //	processor [-connect tcp://127.0.0.1:5557] [-ack tcp://127.0.0.1:5558] [-log-every 2s] [-log-format text|json]
-//	          [-workers N] [-sqlite PATH [-sqlite-count] [-retention D]] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
+//	          [-workers N] [-gomaxprocs N] [-sqlite PATH [-sqlite-count] [-retention D]] [-record FILE] [-count-out FILE] [-drop-acks P] [-fail-keys REGEX]
 //	          [-fail-retryable-keys REGEX]
 //	          [-curve-server-key FILE -curve-secret-key FILE]
 //	          [-etcd URL[,URL...] [-cluster NAME] [-etcd-ca FILE] [-etcd-cert FILE -etcd-key FILE]]
@@ -38,6 +38,11 @@
 // -sqlite-count it adds one to the source's row of the table applied
 // instead, so that the database stays small over a long run (the soak of
 // ingestor-bench uses it); the summary then reports the sum.
+//
+// It runs Go code on as many threads as -workers (up to the CPUs), unless
+// -gomaxprocs or $GOMAXPROCS says otherwise, and keeps the C allocator from
+// handing libzmq's freed frames back to the system (unless
+// $GLIBC_TUNABLES is set): both save CPU per event (docs/performance.md).
 //
 // With -record it appends a line "SOURCE KEY DELIVERY" to FILE for every
 // event handed to its handler (in -sqlite mode, a redelivery already
@@ -82,6 +87,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,7 +110,12 @@ import (
 )
 
 func main() {
-	malloctune.Apply() // ZeroMQ's message buffers are reused, not faulted in again
+	// ZeroMQ's message buffers are reused, not faulted in again.
+	malloctune.Apply()
+	// run reports the errors of the flags.
+	if cfg, err := parseFlags(os.Args[1:], io.Discard); err == nil {
+		runtime.GOMAXPROCS(cfg.goMaxProcs(runtime.NumCPU(), os.Getenv("GOMAXPROCS")))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
@@ -123,7 +134,9 @@ type config struct {
 	logEvery  time.Duration
 	logFormat string
 	workers   int
-	sqlite    string
+	// maxProcs is -gomaxprocs, 0 for the default.
+	maxProcs int
+	sqlite   string
 	// sqliteCount keeps a count per source instead of a row per event.
 	sqliteCount bool
 	record      string
@@ -154,6 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.logEvery, "log-every", 2*time.Second, "interval between progress logs")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.IntVar(&c.workers, "workers", 1, "frames processed at once")
+	fs.IntVar(&c.maxProcs, "gomaxprocs", 0, "threads running Go code at once (Go's GOMAXPROCS; default: $GOMAXPROCS when set, else -workers up to the CPUs)")
 	fs.StringVar(&c.sqlite, "sqlite", "", "write every event exactly once into the table events of this SQLite database")
 	fs.BoolVar(&c.sqliteCount, "sqlite-count", false,
 		"with -sqlite: instead of a row per event, add one to its source's row of the table applied (source, n), so the database stays small however long the run")
@@ -192,6 +206,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.sqliteCount && c.sqlite == "" {
 		errs = append(errs, errors.New("-sqlite-count needs -sqlite"))
+	}
+	if c.maxProcs < 0 {
+		errs = append(errs, fmt.Errorf("-gomaxprocs must not be negative, not %d", c.maxProcs))
 	}
 	if c.workers < 1 {
 		errs = append(errs, fmt.Errorf("-workers must be at least 1, not %d", c.workers))
@@ -248,6 +265,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 	o := processor.Options{
 		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
 		Workers: cfg.workers, DropAcks: cfg.dropAcks, DedupeRetention: cfg.retention,
+		// No handler here keeps an Event or its Payload (the store's
+		// insert copies it), so frames are received into reused memory.
+		RecycleFrames: true,
 	}
 	if cfg.curveServerKey != "" {
 		if o.CurveServerKey, err = processor.ReadCurveKey(cfg.curveServerKey); err != nil {
@@ -386,6 +406,23 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 	attrs = append(attrs, "heap_inuse_bytes", ms.HeapInuse, "go_sys_bytes", ms.Sys)
 	log.Info("summary", attrs...)
 	return err
+}
+
+// goMaxProcs returns the GOMAXPROCS to run with: -gomaxprocs, else
+// $GOMAXPROCS (env) when it is a number, else -workers up to cpus. One
+// thread per worker is enough to keep the workers busy (receiving and
+// decoding are lighter than a handler, and take turns with it), and a
+// second thread for a single worker only adds wake-ups: each frame handed
+// from the receiving goroutine to the worker woke an idle thread to look
+// for work, ~15% of the processor's CPU (docs/performance.md).
+func (c config) goMaxProcs(cpus int, env string) int {
+	if c.maxProcs > 0 {
+		return c.maxProcs
+	}
+	if n, err := strconv.Atoi(env); err == nil && n > 0 {
+		return n
+	}
+	return max(1, min(c.workers, cpus))
 }
 
 // injectFailure returns the failure -fail-keys or -fail-retryable-keys asks

@@ -67,9 +67,36 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-etcd-ca", "ca.crt"}, "-etcd-ca, -etcd-cert and -etcd-key need -etcd"},
 		{[]string{"-otlp-endpoint", "collector:4317"}, "-otlp-endpoint must be http://HOST:PORT or https://HOST:PORT"},
 		{[]string{"-otlp-endpoint", "http://collector:4317", "-otlp-protocol", "zipkin"}, "-otlp-protocol must be grpc or http/protobuf"},
+		{[]string{"-gomaxprocs", "-1"}, "-gomaxprocs must not be negative, not -1"},
 	} {
 		if _, err := parseFlags(bad.args, io.Discard); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("parseFlags(%q) = %v, want an error with %q", bad.args, err, bad.want)
+		}
+	}
+}
+
+// TestGoMaxProcs checks the order of -gomaxprocs, $GOMAXPROCS and
+// -workers up to the CPUs.
+func TestGoMaxProcs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		cpus int
+		env  string
+		want int
+	}{
+		{nil, 2, "", 1},
+		{[]string{"-workers", "4"}, 2, "", 2},
+		{[]string{"-workers", "4"}, 8, "", 4},
+		{[]string{"-workers", "4"}, 8, "3", 3},
+		{nil, 8, "not a number", 1},
+		{[]string{"-gomaxprocs", "6"}, 2, "3", 6},
+	} {
+		c, err := parseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.goMaxProcs(tc.cpus, tc.env); got != tc.want {
+			t.Errorf("%q with %d CPUs and GOMAXPROCS=%q: %d, want %d", tc.args, tc.cpus, tc.env, got, tc.want)
 		}
 	}
 }

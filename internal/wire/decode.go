@@ -105,7 +105,10 @@ type frameDecoder struct {
 	room []Event // the events slice of the Frame decoded into, reused
 
 	source, rawKey lastString
-	fetchedAt      lastTime
+	// fetchedAt is the same for the events of one response, and
+	// eventTime often is (an upstream's times to the second, a batch
+	// export's one time): a time written as the last one is not parsed.
+	fetchedAt, eventTime lastTime
 	// trust reads payloads without validating them (DecodeFrameTrusted).
 	trust bool
 }
@@ -230,7 +233,7 @@ func (d *frameDecoder) eventField(name int, key []byte, plain bool) error {
 	case eventFetchedAt:
 		err = d.fetchedAt.decode(&d.dec, &ev.FetchedAt, "fetched_at", nullLeaves)
 	case eventEventTime:
-		err = decodeTime(&d.dec, &ev.EventTime, "event_time", nullLeaves)
+		err = d.eventTime.decode(&d.dec, &ev.EventTime, "event_time", nullLeaves)
 	case eventTraceparent:
 		err = decodeString(&d.dec, &ev.Traceparent, "traceparent", nullLeaves)
 	case eventTracestate:

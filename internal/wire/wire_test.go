@@ -442,12 +442,34 @@ func BenchmarkDecodeFrameTrusted(b *testing.B) {
 	})
 }
 
+// BenchmarkDecodeFrameTrustedOneTime is BenchmarkDecodeFrameTrusted with
+// one event_time for every event of the frame, as a page of records
+// stamped to the second, or the firehose of ingestor-bench -mode real,
+// has.
+func BenchmarkDecodeFrameTrustedOneTime(b *testing.B) {
+	benchmarkDecodeFrame(b, func(evs []Event) {
+		for i := range evs {
+			evs[i].EventTime = evs[0].EventTime
+		}
+	}, func(data []byte) (*Frame, error) {
+		f := new(Frame)
+		return f, DecodeFrameTrusted(f, data)
+	})
+}
+
 // BenchmarkDecodeFrameStd measures the encoding/json decoder DecodeFrame
 // replaced, for comparison.
 func BenchmarkDecodeFrameStd(b *testing.B) { benchmarkDecode(b, decodeFrameStd) }
 
 func benchmarkDecode(b *testing.B, decode func([]byte) (*Frame, error)) {
+	benchmarkDecodeFrame(b, func([]Event) {}, decode)
+}
+
+// benchmarkDecodeFrame measures decode on benchFrame's frame, its events
+// changed by change first.
+func benchmarkDecodeFrame(b *testing.B, change func([]Event), decode func([]byte) (*Frame, error)) {
 	evs, payloads := benchFrame()
+	change(evs)
 	var enc Encoder
 	enc.Begin(42, 1, "s3://ingest-raw/prod")
 	for i := range evs {

@@ -11,7 +11,7 @@ import time
 import zmq
 
 from .acks import AckBatch, frame_result
-from .wire import MalformedFrame, decode_frame
+from .wire import MalformedFrame, decode_frame, decode_frame_trusted
 
 log = logging.getLogger("ingestor_processor")
 
@@ -259,6 +259,11 @@ class Client:
     found there (run_tx keeps them in its own database instead).
     curve_server_key (the daemon's public key) and curve_secret_key (this
     processor's secret key), both Z85, make both sockets CURVE clients.
+    Frames are decoded trusting the daemon (decode_frame_trusted: each JSON
+    payload is parsed only when a handler reads Event.payload, and one that
+    is not JSON then raises MalformedFrame in the handler, a retryable
+    nack); validate_payloads=True parses every payload as the frame is
+    decoded, dropping a frame with an invalid one as malformed.
 
     run and run_tx block until stop() is called (from a signal handler or
     another thread); only one may be active at a time.
@@ -268,7 +273,7 @@ class Client:
                  receive_hwm=DEFAULT_RECEIVE_HWM, ack_flush_interval=DEFAULT_ACK_FLUSH_INTERVAL,
                  dedupe_db=None, dedupe_cache_size=DEFAULT_DEDUPE_CACHE_SIZE,
                  dedupe_retention=DEFAULT_DEDUPE_RETENTION,
-                 curve_server_key=None, curve_secret_key=None, logger=None):
+                 curve_server_key=None, curve_secret_key=None, validate_payloads=False, logger=None):
         errs = []
         if not endpoint:
             errs.append("endpoint is required")
@@ -297,6 +302,7 @@ class Client:
             raise ValueError("ingestor_processor: " + "; ".join(errs))
         self.endpoint = endpoint
         self.ack_endpoint = ack_endpoint
+        self.validate_payloads = validate_payloads
         self.receive_hwm = receive_hwm
         self.ack_flush_interval = ack_flush_interval
         self.dedupe_db = dedupe_db
@@ -453,7 +459,7 @@ class Client:
 
     def _decode(self, parts):
         try:
-            frame = decode_frame(parts)
+            frame = decode_frame(parts) if self.validate_payloads else decode_frame_trusted(parts)
         except MalformedFrame as e:
             self.stats.malformed += 1
             self.log.warning("dropped a malformed frame: %s", e)

@@ -23,7 +23,11 @@ class Event:
 
     The event's bytes are in exactly one of two forms: when is_json is true,
     payload holds the parsed JSON value (None for JSON null); otherwise
-    payload_bytes holds the bytes of payload_b64 and payload is None.
+    payload_bytes holds the bytes of payload_b64 and payload is None. A
+    frame decoded trusting the daemon (decode_frame_trusted) holds each
+    JSON payload's bytes unparsed: payload parses them when first read,
+    raising MalformedFrame if they are not JSON, and data() returns them
+    as they are.
     fetched_at and event_time are RFC 3339 strings as sent; event_time is
     None when the source did not know one. traceparent and tracestate are
     the W3C trace context of an event the daemon traced, else None:
@@ -31,7 +35,7 @@ class Event:
     """
 
     __slots__ = ("key", "source", "seq", "fetched_at", "event_time",
-                 "raw_key", "raw_off", "raw_len", "is_json", "payload", "payload_bytes",
+                 "raw_key", "raw_off", "raw_len", "is_json", "_payload", "_payload_json", "payload_bytes",
                  "traceparent", "tracestate")
 
     def __init__(self, key, source, seq, fetched_at=None, event_time=None, raw_key=None,
@@ -45,10 +49,26 @@ class Event:
         self.raw_off = raw_off
         self.raw_len = raw_len
         self.is_json = is_json
-        self.payload = payload
+        self._payload = payload
+        # _payload_json holds the JSON text of a payload not parsed yet, or
+        # of one parsed from it; None otherwise.
+        self._payload_json = None
         self.payload_bytes = payload_bytes
         self.traceparent = None
         self.tracestate = None
+
+    @property
+    def payload(self):
+        if self._payload_json is not None and self._payload is _UNPARSED:
+            try:
+                self._payload = json.loads(self._payload_json.decode("utf-8"), parse_constant=_reject_constant)
+            except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                raise MalformedFrame(f"event {self.source}/{self.key}: payload is not JSON: {e}") from None
+        return self._payload
+
+    @payload.setter
+    def payload(self, value):
+        self._payload, self._payload_json = value, None
 
     def trace_context(self):
         """Returns the event's trace context as a carrier dict for
@@ -70,10 +90,22 @@ class Event:
         upstream's exact bytes, which the raw store holds)."""
         if not self.is_json:
             return self.payload_bytes
+        if self._payload_json is not None:
+            return self._payload_json
         return json.dumps(self.payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def __repr__(self):
         return f"Event(source={self.source!r}, key={self.key!r}, seq={self.seq!r})"
+
+
+# _UNPARSED is the payload of an event whose JSON text is not parsed yet.
+_UNPARSED = object()
+
+
+def _lazy_event(ev, text):
+    """Makes ev's payload the JSON text (bytes), parsed when read."""
+    ev._payload, ev._payload_json = _UNPARSED, text
+    return ev
 
 
 class Frame:
@@ -123,11 +155,125 @@ def decode_frame(parts):
     are ignored at every level. A frame of which any part does not decode is
     rejected whole, as the Go client does.
     """
+    return _frame(_loads(_body(parts)))
+
+
+def decode_frame_trusted(parts):
+    """decode_frame for a frame from the daemon, which validated every
+    payload before it queued it (PROTOCOL.md, "What a processor may rely
+    on"): in the layout the daemon writes, each JSON payload is taken by
+    its length, raw.len, without being parsed; Event.payload parses it when
+    first read, and Event.data() returns it as it came. Everything else of
+    the frame is checked as decode_frame checks it. A frame laid out
+    otherwise, or whose lengths do not fit what follows them, is decoded
+    by decode_frame; a raw.len that lies and still fits can hand a handler
+    a wrong payload: trust only the daemon's frames so.
+    """
+    body = _body(parts)
+    cut = _skeleton(body)
+    if cut is not None:
+        try:
+            return _frame(_loads(cut[0]), cut[1])
+        except MalformedFrame:
+            pass  # decode_frame says why, or takes it as it is
+    return _frame(_loads(body))
+
+
+# The daemon's layout (internal/wire's Encoder): the frame's members, then
+# the events, each ending with its raw object and its payload.
+_EVENTS = b',"events":['
+_EVENT = b'{"key":'
+_PAYLOAD = b',"payload'
+_RAW_LEN = b',"len":'
+_OPEN, _CLOSE, _COMMA, _BRACKET = ord("{"), ord("}"), ord(","), ord("]")
+
+
+def _skeleton(body):
+    """Returns body with each JSON payload replaced by null, and the
+    payloads' JSON text (None for a payload_b64), when body is laid out as
+    the daemon lays out frames and every payload's raw.len fits; else None.
+
+    A payload's member is found as the event's first ',"payload': in valid
+    JSON those bytes can only be a member name, since a quote after a comma
+    cannot be inside a string, and the members before it (key, source,
+    seq, times, trace context, raw) have other names.
+    """
+    start = body.find(_EVENTS)
+    if start < 0 or not body.startswith(b'{"v":'):
+        return None
+    pos = start + len(_EVENTS)
+    pieces, raws = [body[:pos]], []
+    if body[pos:] == b"]}":
+        return body, raws
+    while body.startswith(_EVENT, pos):
+        p = body.find(_PAYLOAD, pos)
+        if p < 0:
+            return None
+        value = p + len(_PAYLOAD)
+        if body.startswith(b'":', value):  # JSON, taken by raw.len
+            value += 2
+            j = body.rfind(_RAW_LEN, pos, p)
+            if j < 0 or body[p - 1] != _CLOSE:
+                return None
+            try:
+                end = value + int(body[j + len(_RAW_LEN):p - 1])
+            except ValueError:
+                return None
+            if end >= len(body) - 1 or end <= value or body[end] != _CLOSE or \
+                    body[end + 1] not in (_COMMA, _BRACKET) or not _plausible(body[value:end]):
+                return None
+            pieces.append(body[pos:value])
+            pieces.append(b"null}")
+            raws.append(body[value:end])
+        elif body.startswith(b'_b64":"', value):  # a base64 string: no quote inside
+            end = body.find(b'"', value + 7) + 1
+            if end <= 0 or end >= len(body) - 1 or body[end] != _CLOSE or body[end + 1] not in (_COMMA, _BRACKET):
+                return None
+            pieces.append(body[pos:end + 1])
+            raws.append(None)
+        else:
+            return None
+        pos = end + 1
+        if body[pos] == _BRACKET:
+            if body[pos:] != b"]}":
+                return None
+            pieces.append(b"]}")
+            return b"".join(pieces), raws
+        pieces.append(b",")
+        pos += 1
+    return None
+
+
+def _plausible(val):
+    """Reports whether val starts and ends as a JSON value can: a cheap
+    check that a payload taken by its length was not cut short or run on,
+    as the Go client's."""
+    first, last = val[:1], val[-1:]
+    if first == b"{":
+        return last == b"}"
+    if first == b"[":
+        return last == b"]"
+    if first == b'"':
+        n = len(val) - 2 - len(val[1:-1].rstrip(b"\\"))
+        return len(val) > 1 and last == b'"' and n % 2 == 0
+    if first in (b"t", b"n", b"f"):
+        return last in (b"e", b"l")
+    return (first == b"-" or first.isdigit()) and last.isdigit()
+
+
+def _body(parts):
+    """Returns the bytes of a single-part message, or raises MalformedFrame."""
     if len(parts) != 1:
         raise MalformedFrame(f"want a single-part message, got {len(parts)} parts")
     body = parts[0]
     if isinstance(body, memoryview):
         body = body.tobytes()
+    return body
+
+
+def _loads(body):
+    """Parses body, JSON text in UTF-8 without a byte-order mark, or raises
+    MalformedFrame."""
     try:
         # Decoding to str first makes json.loads reject a byte-order mark,
         # which it would skip in bytes.
@@ -142,6 +288,14 @@ def decode_frame(parts):
         raise MalformedFrame("nested too deeply for this parser") from None
     except json.JSONDecodeError as e:
         raise MalformedFrame(f"not JSON: {e}") from None
+    return msg
+
+
+def _frame(msg, raws=None):
+    """Returns the Frame of msg, the parsed message, or raises
+    MalformedFrame. raws, from decode_frame_trusted, holds the JSON text of
+    each event's payload taken by its length (None for a payload_b64), its
+    place in msg held by null."""
     if type(msg) is not dict:
         raise MalformedFrame(f"not a JSON object but {type(msg).__name__}")
     v = msg.get("v")
@@ -161,7 +315,15 @@ def decode_frame(parts):
     evs = msg.get("events")
     if type(evs) is not list:
         raise MalformedFrame("field events: want an array")
-    return Frame(fid, delivery, raw_store, [_decode_event(i, ev) for i, ev in enumerate(evs)])
+    if raws is None:
+        return Frame(fid, delivery, raw_store, [_decode_event(i, ev) for i, ev in enumerate(evs)])
+    if len(raws) != len(evs):
+        raise MalformedFrame("events: not as laid out by the daemon")
+    out = [_decode_event(i, ev) for i, ev in enumerate(evs)]
+    for ev, raw in zip(out, raws):
+        if raw is not None:
+            _lazy_event(ev, raw)
+    return Frame(fid, delivery, raw_store, out)
 
 
 def _decode_event(i, ev):

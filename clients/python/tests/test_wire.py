@@ -3,7 +3,7 @@
 import json
 import unittest
 
-from ingestor_processor import MAX_REASON_BYTES, MalformedFrame, cut_reason, decode_frame, encode_ack
+from ingestor_processor import MAX_REASON_BYTES, MalformedFrame, cut_reason, decode_frame, decode_frame_trusted, encode_ack
 
 
 def event(key="k", payload='"payload":{"n":1}', extra=""):
@@ -48,9 +48,10 @@ class DecodeFrameTest(unittest.TestCase):
         self.assertTrue(f.events[0].is_json)
         self.assertIsNone(f.events[0].payload)
 
-    def test_malformed(self):
+    @staticmethod
+    def malformed_cases():
         deep = "[" * 5000 + "]" * 5000
-        cases = {
+        return {
             "multi-part": [frame().encode(), frame().encode()],
             "zero parts": [],
             "byte-order mark": [("\ufeff" + frame()).encode()],
@@ -80,10 +81,86 @@ class DecodeFrameTest(unittest.TestCase):
             "NaN": [frame(events=[event(payload='"payload":NaN')]).encode()],
             "nested too deep": [frame(events=[event(payload='"payload":' + deep)]).encode()],
         }
-        for name, parts in cases.items():
+
+    def test_malformed(self):
+        for name, parts in self.malformed_cases().items():
             with self.subTest(name):
                 with self.assertRaises(MalformedFrame):
                     decode_frame(parts)
+
+
+def laid_out(key, payload, length=None, extra=""):
+    """An event as the daemon's encoder lays it out, its raw.len the bytes
+    of payload (JSON text) unless length is given."""
+    n = len(payload.encode()) if length is None else length
+    return ('{"key":"%s","source":"s","seq":7,"fetched_at":"2024-05-01T10:00:00Z"%s,'
+            '"raw":{"key":"s/r.json","off":0,"len":%d},"payload":%s}' % (key, extra, n, payload))
+
+
+def fields(f):
+    return [(e.key, e.source, e.seq, e.fetched_at, e.event_time, e.raw_key, e.raw_off, e.raw_len, e.is_json,
+             e.payload, e.payload_bytes, e.traceparent, e.tracestate) for e in f.events] + [f.id, f.delivery, f.raw_store]
+
+
+class DecodeFrameTrustedTest(unittest.TestCase):
+    # Payloads that would trip a decoder looking for the wrong bytes: the
+    # name of the payload member inside a payload, multi-byte UTF-8 (raw.len
+    # counts bytes), escaped quotes and backslashes, scalars.
+    PAYLOADS = ['{"payload":{"payload":1},"x":",\\"payload\\":"}', '{"name":"Zoë ✓ 𝄞"}', '"say \\"hi\\" \\\\"',
+                "[1,2,[3]]", "12.5e3", "-7", "true", "false", "null", '{}']
+
+    def test_same_frame_as_decode_frame(self):
+        tp = ',"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"v=1"'
+        evs = [laid_out(f"k{i}", p) for i, p in enumerate(self.PAYLOADS)]
+        evs.append(event("b64", '"payload_b64":"aGVsbG//d29yCg=="'))
+        evs.append(laid_out("traced", '{"t":1}', extra=tp))
+        msg = frame(events=evs).encode()
+        strict, trusted = decode_frame([msg]), decode_frame_trusted([msg])
+        self.assertEqual(fields(trusted), fields(strict))
+        self.assertEqual([e._payload_json is not None for e in trusted.events], [True] * len(self.PAYLOADS) + [False, True],
+                         "JSON payloads not taken by their length")
+        for i, p in enumerate(self.PAYLOADS):
+            # data() is the payload's bytes as sent, not a re-encoding.
+            self.assertEqual(trusted.events[i].data(), p.encode())
+        self.assertEqual(trusted.events[len(self.PAYLOADS)].data(), b"hello\xffwor\n")
+        empty = frame(events=[]).encode()
+        self.assertEqual(fields(decode_frame_trusted([empty])), fields(decode_frame([empty])))
+
+    def test_payloads_are_parsed_when_read(self):
+        msg = frame(events=[laid_out("bad", '{"a":[1,,2]}'), laid_out("comma", "[1,]"), laid_out("ok", '{"a":1}')]).encode()
+        with self.assertRaises(MalformedFrame):
+            decode_frame([msg])
+        f = decode_frame_trusted([msg])
+        bad, comma, ok = f.events
+        self.assertEqual((bad.key, bad.data(), ok.payload), ("bad", b'{"a":[1,,2]}', {"a": 1}))
+        for ev in (bad, comma):
+            with self.subTest(ev.key), self.assertRaises(MalformedFrame):
+                ev.payload
+        ok.payload = ["replaced"]
+        self.assertEqual((ok.payload, ok.data()), (["replaced"], b'["replaced"]'))
+
+    def test_lengths_that_do_not_fit_fall_back(self):
+        # Each raw.len is wrong: too short, too long, past the end, not a
+        # number's worth. decode_frame's result, or its error, comes back.
+        for name, ev in {
+            "short": laid_out("a", '{"a":"bc"}', length=5),
+            "long": laid_out("a", '{"a":1}', length=8),
+            "past the end": laid_out("a", '{"a":1}', length=500),
+            "zero": laid_out("a", "1", length=0),
+            "negative": laid_out("a", "1", length=-1),
+        }.items():
+            with self.subTest(name):
+                msg = frame(events=[ev, laid_out("b", '{"b":2}')]).encode()
+                self.assertEqual(fields(decode_frame_trusted([msg])), fields(decode_frame([msg])))
+        # A future daemon's layout: other order, whitespace, unknown fields.
+        other = ('{ "events": [ {"payload": {"n": 1}, "raw": {"len": 8, "key": "r", "off": 0}, "seq": 1, "source": "s",'
+                 ' "key": "k", "future": {"payload": 2}} ], "frame": 9, "type": "events", "v": 1 }').encode()
+        self.assertEqual(fields(decode_frame_trusted([other])), fields(decode_frame([other])))
+
+    def test_malformed_frames_are_malformed_trusted(self):
+        for name, parts in DecodeFrameTest.malformed_cases().items():
+            with self.subTest(name), self.assertRaises(MalformedFrame):
+                decode_frame_trusted(parts)
 
 
 class EncodeAckTest(unittest.TestCase):
