@@ -27,6 +27,7 @@ from .client import (DEFAULT_ACK_FLUSH_INTERVAL, DEFAULT_DEDUPE_CACHE_SIZE, DEFA
                      read_curve_secret)
 from .cluster import (DEFAULT_ETCD_INTERVAL, DEFAULT_ETCD_TIMEOUT, Cluster, EtcdError, EtcdMembers, Member,
                       StaticMembers)
+from .malloc import tune_malloc
 from .wire import (MAX_REASON_BYTES, VERSION, Event, Frame, MalformedFrame, cut_reason, decode_frame, decode_frame_trusted,
                    encode_ack)
 
@@ -35,5 +36,5 @@ __all__ = [
     "DEFAULT_ETCD_TIMEOUT", "DEFAULT_RECEIVE_HWM", "EtcdError", "EtcdMembers", "Event", "Frame", "MAX_BATCH_BYTES",
     "MAX_BATCH_FRAMES", "MAX_BATCH_KEYS", "MAX_REASON_BYTES", "MalformedFrame", "Member", "Permanent", "StaticMembers",
     "Stats", "VERSION", "check_curve_key", "cut_reason", "decode_frame", "decode_frame_trusted", "encode_ack", "open_database",
-    "read_curve_key", "read_curve_secret",
+    "read_curve_key", "read_curve_secret", "tune_malloc",
 ]

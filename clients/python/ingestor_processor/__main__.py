@@ -36,7 +36,7 @@ import sqlite3
 import sys
 
 from . import (DEFAULT_DEDUPE_RETENTION, Client, Cluster, EtcdMembers, Member, Permanent, StaticMembers, __version__,
-               read_curve_key, read_curve_secret)
+               read_curve_key, read_curve_secret, tune_malloc)
 
 EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     source TEXT NOT NULL,
@@ -48,6 +48,7 @@ EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
 
 
 def main(argv=None, prog="python3 -m ingestor_processor"):
+    tune_malloc()  # ZeroMQ's message buffers are reused, not faulted in again
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--connect", default="tcp://127.0.0.1:5557", help="the daemon's publish.endpoint")
