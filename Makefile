@@ -188,7 +188,7 @@ bench: build test-deps bench-baseline
 	$(GO) test -run '^$$' -bench 'AckAfterMaximal' -benchtime 20x ./internal/delivery/
 	$(GO) test -run '^$$' -bench 'AppendAndAck' -benchtime 1000x ./internal/queue/
 	$(GO) test -run '^$$' -bench 'QuickCheck' -benchtime 5x ./internal/queue/
-	INGESTOR_LEDGER_STUDY=1 LEDGER_REPEAT=2 $(GO) test -run '^TestLedgerStudy' -count=1 -v -timeout 60m ./internal/queue/
+	LEDGER_REPEAT=2 $(GO) test -run '^$$' -bench '^BenchmarkLedgerStudy' -benchtime 1x -count=1 -v -timeout 60m ./internal/queue/
 	$(GO) test -run '^$$' -bench 'Run$$' -benchmem ./processor/
 	$(BIN)/ingestor-bench
 	$(BIN)/ingestor-bench -mode processor-down -events 400000
@@ -203,6 +203,7 @@ bench: build test-deps bench-baseline
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 0.01
 	$(BIN)/ingestor-bench -mode real -events 1000000 -trace-ratio 1
 	$(BIN)/ingestor-bench -mode real -events 1000000
+	$(BIN)/ingestor-bench -mode real -events 2000000 -dedupe-window 6s
 	$(BIN)/ingestor-bench -mode compare -baseline $(BASELINE_DIR) -events 1000000 -runs 3
 	$(BIN)/ingestor-bench -mode memory -events 500000
 	$(BIN)/ingestor-bench -mode cluster

@@ -144,6 +144,9 @@ type options struct {
 	// publishExtra and sourceExtra are TOML added to the real mode's
 	// [publish] section and source block.
 	publishExtra, sourceExtra string
+	// dedupeWindow, when set, is the real mode's dedupe_window, with
+	// prune_interval a third of it: prune then runs within the run.
+	dedupeWindow time.Duration
 	// members is the cluster mode's largest cluster: it runs 1..members.
 	members int
 	// soak holds the flags of mode soak.
@@ -174,6 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
 	fs.StringVar(&o.sourceExtra, "source-extra", "", "real mode: TOML lines added to the http_poll source's block, e.g. 'inflight_batches = 4'")
+	fs.DurationVar(&o.dedupeWindow, "dedupe-window", 0, "real mode: the daemon's dedupe_window (prune_interval a third of it), short enough for Prune to delete as many events as are queued during the run: the cost of a daemon that has run longer than its window (default: the daemon's, 1h, so nothing is pruned)")
 	fs.Float64Var(&o.traceRatio, "trace-ratio", -1, "real mode: turn the daemon's OpenTelemetry tracing on with this sampling_ratio (0 to 1), exporting to an OTLP receiver in the bench; -1: off")
 	fs.Int64Var(&o.halfEvents, "half-events", 0, "real mode: events of the half-load phase (default: a quarter of -events, at least one page)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:0", "firehose mode: address to listen on")

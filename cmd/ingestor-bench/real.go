@@ -280,6 +280,16 @@ func writeConfig(dir, text string) (string, error) {
 	return path, nil
 }
 
+// realPublishExtra is what the real mode adds to [publish]: -publish-extra,
+// and with -dedupe-window that window and a prune interval of a third of
+// it.
+func realPublishExtra(o options) string {
+	if o.dedupeWindow <= 0 {
+		return o.publishExtra
+	}
+	return fmt.Sprintf("%s\ndedupe_window = %q\nprune_interval = %q\n", o.publishExtra, o.dedupeWindow.String(), (o.dedupeWindow / 3).String())
+}
+
 // realConfig writes the daemon's config into dir and checks it loads.
 func realConfig(dir, firehose, publishExtra, sourceExtra, topExtra string) (string, error) {
 	head, err := daemonTOML(dir, "", "", "events_per_frame = 100\nsynchronous = \"full\"\n"+publishExtra)
@@ -349,7 +359,7 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 		}()
 		topExtra = fmt.Sprintf("[telemetry]\nendpoint = %q\nsampling_ratio = %v\n\n", recv.Endpoint(), o.traceRatio)
 	}
-	cfgPath, err := realConfig(dir, r.firehose, o.publishExtra, o.sourceExtra, topExtra)
+	cfgPath, err := realConfig(dir, r.firehose, realPublishExtra(o), o.sourceExtra, topExtra)
 	if err != nil {
 		return nil, err
 	}

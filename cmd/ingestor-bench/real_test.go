@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ingestorhq/ingestor/config"
 )
 
 // fetchPage fetches the firehose page after since.
@@ -265,6 +267,27 @@ func TestParseFlagsRealMode(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not contain %q", err, want)
 		}
+	}
+}
+
+// TestDedupeWindowMakesPruneRun checks the config -dedupe-window gives the
+// daemon: that window and a prune interval of a third of it, after
+// -publish-extra, in a config that loads.
+func TestDedupeWindowMakesPruneRun(t *testing.T) {
+	o, err := parseFlags([]string{"-mode", "real", "-dedupe-window", "3s", "-publish-extra", "max_inflight_frames = 128"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := realConfig(t.TempDir(), "http://127.0.0.1:1", realPublishExtra(o), o.sourceExtra, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Publish; p.DedupeWindow != 3*time.Second || p.PruneInterval != time.Second || p.MaxInflightFrames != 128 {
+		t.Errorf("dedupe_window %v, prune_interval %v, max_inflight_frames %d; want 3s, 1s, 128", p.DedupeWindow, p.PruneInterval, p.MaxInflightFrames)
 	}
 }
 

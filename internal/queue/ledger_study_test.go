@@ -3,8 +3,8 @@ package queue
 // The ledger study (issue 31, item 3): what one event row of the queue's
 // ledger costs, and what alternative schemas would cost, measured on real
 // SQLite files opened as Open opens the queue. docs/ledger-design.md holds
-// the design and the results. TestLedgerStudy runs only with
-// INGESTOR_LEDGER_STUDY=1 (make bench sets it): plain go test skips it.
+// the design and the results. BenchmarkLedgerStudy runs only as a
+// benchmark (make bench runs it): plain go test does not run it.
 //
 // Every variant is driven the same way, the writer's way: a group commit
 // of studyGroup batches of 1000 events (frames of 100, one statement per
@@ -89,10 +89,11 @@ type studyResult struct {
 	wall                         time.Duration
 }
 
-func TestLedgerStudy(t *testing.T) {
-	if os.Getenv("INGESTOR_LEDGER_STUDY") == "" {
-		t.Skip("set INGESTOR_LEDGER_STUDY=1 to run the ledger study (make bench does)")
-	}
+// BenchmarkLedgerStudy runs the study once, whatever b.N (make bench:
+// -run '^$' -bench LedgerStudy -benchtime 1x); it is a benchmark so that
+// plain go test never runs, nor skips, it.
+func BenchmarkLedgerStudy(b *testing.B) {
+	t := b
 	rows := envInt(t, "LEDGER_ROWS", 2_000_000)
 	window := envInt(t, "LEDGER_WINDOW", 500_000)
 	repeat := envInt(t, "LEDGER_REPEAT", 2)
@@ -164,7 +165,7 @@ func (r studyResult) row() string {
 		perB(r.dbBytes, r.live), perB(r.usedBytes, r.live), r.wall.Seconds())
 }
 
-func envInt(t *testing.T, name string, def int) int {
+func envInt(t testing.TB, name string, def int) int {
 	s := os.Getenv(name)
 	if s == "" {
 		return def
