@@ -67,6 +67,9 @@ type memoryParams struct {
 	FrameCacheBytes   int64
 	Sources           int
 	InflightBatches   int
+	// InflightFrames is F, the most frames in flight the run saw
+	// (ingestor_publish_inflight_frames); 0: the whole window.
+	InflightFrames float64
 }
 
 // eventBytes is the size of one record of a page.
@@ -83,17 +86,21 @@ const (
 	memProcessorBaseMiB = 29 // processor RSS ~ 29 MiB
 )
 
-// framesMiB is the frames term: max_inflight_frames x events_per_frame x
-// event size x ~1.2.
+// framesMiB is the frames term: F x events_per_frame x event size x ~1.2,
+// F the frames in flight, at most max_inflight_frames.
 func (p memoryParams) framesMiB() float64 {
-	return float64(p.MaxInflightFrames) * float64(p.EventsPerFrame) * p.eventBytes() * memFrameBytes / (1 << 20)
+	f := float64(p.MaxInflightFrames)
+	if p.InflightFrames > 0 {
+		f = min(f, p.InflightFrames)
+	}
+	return f * float64(p.EventsPerFrame) * p.eventBytes() * memFrameBytes / (1 << 20)
 }
 
 // predictDaemonMiB is the daemon's line of the formula in
 // docs/performance.md ("Memory"), term by term:
 //
 //	daemon RSS    ~ 57 MiB
-//	              + max_inflight_frames x events_per_frame x event size x ~1.2
+//	              + F x events_per_frame x event size x ~1.2, F the frames in flight (at most max_inflight_frames)
 //	              + sources x inflight_batches x (page size x ~6.5
 //	                                              + min(records per page, 20,000) x ~1 KiB)
 //	              + max_body_bytes x ~3, only while a body of unknown length is read
@@ -116,6 +123,7 @@ func predictDaemonMiB(p memoryParams) float64 {
 //
 //	processor RSS ~ 29 MiB + up to the same frames term
 func predictProcessorMiB(p memoryParams) float64 {
+	p.InflightFrames = 0 // the whole window
 	return memProcessorBaseMiB + p.framesMiB()
 }
 
@@ -145,6 +153,7 @@ func runMemory(ctx context.Context, o options, dir string, stdout, stderr io.Wri
 		if err != nil {
 			return err
 		}
+		p.InflightFrames = res.PeakInflightFrames
 		fmt.Fprintf(stderr, "ingestor-bench: inflight_batches = %d: daemon %.1f MiB, predicted %.1f\n",
 			n, res.DaemonPeakRSSMiB, predictDaemonMiB(p))
 		runs = append(runs, memoryRun{p: p, res: res})
