@@ -19,6 +19,7 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/ingestorhq/ingestor/internal/powercut"
+	"github.com/ingestorhq/ingestor/internal/queue"
 	"github.com/ingestorhq/ingestor/internal/testsync"
 	"github.com/ingestorhq/ingestor/internal/testupstream"
 )
@@ -324,33 +325,25 @@ func readQueue(t *testing.T, root string, total int) queueState {
 	}
 	// An event is pending while its frame is and it is not acked itself:
 	// an ack of a whole frame deletes the frame.
-	rows, err := db.Query(`SELECT e.key, e.id, e.acked OR f.id IS NULL, r.key, e.raw_off, e.raw_len
-	FROM events e JOIN raw_objects r ON r.id = e.raw_id LEFT JOIN frames f ON f.id = e.frame_id WHERE e.source = 'seq'`)
+	in, err := queue.OpenInspector(filepath.Join(root, "data", "queue.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var key string
-		var seq int64
-		var acked int
-		var d delivered
-		if err := rows.Scan(&key, &seq, &acked, &d.rawKey, &d.off, &d.len); err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.Atoi(strings.TrimPrefix(key, "ev-"))
+	defer func() { _ = in.Close() }()
+	err = in.Events(t.Context(), "seq", func(e queue.StoredEvent) error {
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Key, "ev-"))
 		if err != nil || n < 1 || n > total {
-			t.Fatalf("queue holds an event the upstream never served: %q", key)
+			return fmt.Errorf("queue holds an event the upstream never served: %q", e.Key)
 		}
 		if n > st.cursor {
-			t.Fatalf("queue holds %s past the cursor %d", key, st.cursor)
+			return fmt.Errorf("queue holds %s past the cursor %d", e.Key, st.cursor)
 		}
-		d.payload = string(testupstream.Record(n))
-		st.events[key] = d
-		st.acked[key] = acked != 0
-		st.seqs[key] = seq
-	}
-	if err := rows.Err(); err != nil {
+		st.events[e.Key] = delivered{rawKey: e.RawKey, off: e.RawOff, len: e.RawLen, payload: string(testupstream.Record(n))}
+		st.acked[e.Key] = !e.Pending
+		st.seqs[e.Key] = e.Seq
+		return nil
+	})
+	if err != nil && !strings.Contains(err.Error(), "no such table") { // a cut before the ledger's schema was durable
 		t.Fatal(err)
 	}
 	dl, err := db.Query(`SELECT raw_key FROM dead_letters WHERE source = 'seq' AND event_key = ''`)
@@ -368,14 +361,19 @@ func readQueue(t *testing.T, root string, total int) queueState {
 	if err := dl.Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Events without a raw object would have been dropped by the join.
-	var all int
-	if err := db.QueryRow(`SELECT count(*) FROM events WHERE source = 'seq'`).Scan(&all); err != nil {
+	// Events without a raw object would have an empty raw key.
+	var all, withRaw int
+	if err := db.QueryRow(`SELECT count(*) FROM events WHERE source = 'seq'`).Scan(&all); err != nil && !strings.Contains(err.Error(), "no such table") {
 		t.Fatal(err)
 	}
-	if all != len(st.events) || len(st.events) != st.cursor {
-		t.Fatalf("queue after a power cut: cursor %d, %d events, %d of them with their raw object: the cursor must point past exactly its events",
-			st.cursor, all, len(st.events))
+	for _, d := range st.events {
+		if d.rawKey != "" {
+			withRaw++
+		}
+	}
+	if all != len(st.events) || withRaw != len(st.events) || len(st.events) != st.cursor {
+		t.Fatalf("queue after a power cut: cursor %d, %d events in the ledger, %d in frame records, %d of them with their raw object: the cursor must point past exactly its events",
+			st.cursor, all, len(st.events), withRaw)
 	}
 	return st
 }

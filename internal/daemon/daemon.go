@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -492,14 +491,11 @@ func (d *Daemon) rawPruner() *rawretention.Pruner {
 
 // pruneBatch is how many remembered events one prune transaction deletes
 // at most; small enough that appends queued behind it wait only briefly.
-const pruneBatch = 1000
-
-// prune deletes remembered, acked events past the dedupe window every
-// prune_interval, in batches of pruneBatch while a batch comes back full,
-// yielding between batches so that the queue's writer takes the appends
-// waiting behind each one. Beside it, raw (when not nil) deletes the raw
-// payloads past [raw_store] retention that the queue does not need.
-// It returns once both have stopped.
+// prune forgets remembered events past the dedupe window every
+// prune_interval (a switch of the ledger's generations, which forgets a
+// window's events at once: queue.Prune). Beside it, raw (when not nil)
+// deletes the raw payloads past [raw_store] retention that the queue
+// does not need. It returns once both have stopped.
 func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
 	var running sync.WaitGroup
 	defer running.Wait()
@@ -514,18 +510,8 @@ func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
 			return
 		case <-t.C:
 		}
-		for ctx.Err() == nil {
-			n, err := d.queue.Prune(ctx, pruneBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					d.log.Warn("prune queue", "err", err)
-				}
-				break
-			}
-			if n < pruneBatch {
-				break
-			}
-			runtime.Gosched()
+		if _, err := d.queue.Prune(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("prune queue", "err", err)
 		}
 	}
 }

@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/mattn/go-sqlite3"
@@ -143,27 +146,125 @@ type RawRef struct {
 // dead-lettered event, and of every active payload dead letter, in key
 // and offset order. It stops at the first error fn returns.
 func (in *Inspector) RawRefs(ctx context.Context, fn func(RawRef) error) error {
-	rows, err := in.db.QueryContext(ctx, `
-		SELECT r.key, e.raw_off, e.raw_len, e.dead FROM events e JOIN raw_objects r ON r.id = e.raw_id
-		WHERE e.acked = 0 OR e.dead = 1
-		UNION ALL
-		SELECT raw_key, 0, 0, 1 FROM dead_letters WHERE event_key = '' AND replayed_at = 0 AND resolved_at = 0
-		ORDER BY 1, 2`)
+	var refs []RawRef
+	// Pending events: those of pending frames not acked.
+	spans, err := in.db.QueryContext(ctx, `SELECT first_seq, last_seq FROM frames`)
 	if err != nil {
 		return fmt.Errorf("list raw references in %s: %w", in.path, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r RawRef
-		if err := rows.Scan(&r.Key, &r.Off, &r.Len, &r.Dead); err != nil {
+	var ranges [][2]int64
+	for spans.Next() {
+		var r [2]int64
+		if err := spans.Scan(&r[0], &r[1]); err != nil {
+			return fmt.Errorf("list raw references in %s: %w", in.path, errors.Join(err, spans.Close()))
+		}
+		ranges = append(ranges, r)
+	}
+	if err := errors.Join(spans.Err(), spans.Close()); err != nil {
+		return fmt.Errorf("list raw references in %s: %w", in.path, err)
+	}
+	for _, r := range ranges {
+		if err := pendingIn(ctx, in.db, r[0], r[1], func(l *logRow, e logEvent, _ eventMark) {
+			refs = append(refs, RawRef{Key: l.rawKey, Off: e.rawOff, Len: e.rawLen})
+		}); err != nil {
 			return fmt.Errorf("list raw references in %s: %w", in.path, err)
 		}
+	}
+	// Dead events (their raw reference is in their mark) and payload dead
+	// letters.
+	rows, err := in.db.QueryContext(ctx, `
+		SELECT r.key, m.raw_off, m.raw_len FROM event_marks m JOIN raw_objects r ON r.id = m.raw_id WHERE m.dead = 1
+		UNION ALL
+		SELECT raw_key, 0, 0 FROM dead_letters WHERE event_key = '' AND replayed_at = 0 AND resolved_at = 0`)
+	if err != nil {
+		return fmt.Errorf("list raw references in %s: %w", in.path, err)
+	}
+	for rows.Next() {
+		r := RawRef{Dead: true}
+		if err := rows.Scan(&r.Key, &r.Off, &r.Len); err != nil {
+			return fmt.Errorf("list raw references in %s: %w", in.path, errors.Join(err, rows.Close()))
+		}
+		refs = append(refs, r)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("list raw references in %s: %w", in.path, err)
+	}
+	slices.SortFunc(refs, func(a, b RawRef) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Off, b.Off))
+	})
+	for _, r := range refs {
 		if err := fn(r); err != nil {
 			return err
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("list raw references in %s: %w", in.path, err)
+	return nil
+}
+
+// StoredEvent is an event the queue's ledger holds, as Inspector.Events
+// lists it.
+type StoredEvent struct {
+	Seq int64
+	Key string
+	// Pending is set while the event waits for an ack: its frame is
+	// pending and it was not acked by key or dead-lettered.
+	Pending bool
+	// Dead is set while it sits in an active dead letter.
+	Dead           bool
+	RawKey         string
+	RawOff, RawLen int
+}
+
+// Events calls fn with every event of source the ledger still holds with
+// its frame record (frame_log), in seq order: the events of the dedupe
+// window, acked or not. It stops at the first error fn returns.
+func (in *Inspector) Events(ctx context.Context, source string, fn func(StoredEvent) error) error {
+	tx, err := in.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("list events of %q in %s: %w", source, in.path, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to undo
+	var spans [][2]int64
+	rows, err := tx.QueryContext(ctx, `SELECT first_seq, last_seq FROM frames WHERE source = ?`, source)
+	if err != nil {
+		return fmt.Errorf("list events of %q in %s: %w", source, in.path, err)
+	}
+	for rows.Next() {
+		var s [2]int64
+		if err := rows.Scan(&s[0], &s[1]); err != nil {
+			return errors.Join(err, rows.Close())
+		}
+		spans = append(spans, s)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("list events of %q in %s: %w", source, in.path, err)
+	}
+	inFrame := func(seq int64) bool {
+		for _, s := range spans {
+			if seq >= s[0] && seq <= s[1] {
+				return true
+			}
+		}
+		return false
+	}
+	log, err := readLog(ctx, tx, math.MinInt64, math.MaxInt64)
+	if err != nil {
+		return fmt.Errorf("list events of %q in %s: %w", source, in.path, err)
+	}
+	marks, err := readMarks(ctx, tx, math.MinInt64, math.MaxInt64)
+	if err != nil {
+		return fmt.Errorf("list events of %q in %s: %w", source, in.path, err)
+	}
+	for _, r := range log {
+		if r.source != source {
+			continue
+		}
+		for _, e := range r.events {
+			m := marks[e.seq]
+			if err := fn(StoredEvent{Seq: e.seq, Key: e.key, Pending: !m.acked && inFrame(e.seq), Dead: m.dead,
+				RawKey: r.rawKey, RawOff: e.rawOff, RawLen: e.rawLen}); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

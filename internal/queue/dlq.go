@@ -120,7 +120,7 @@ const dlCols = `d.id, d.source, d.reason, d.raw_key, d.frame_id, d.seq, d.event_
 	coalesce(e.raw_off, 0), coalesce(e.raw_len, 0)`
 
 // dlFrom joins the event still held for an active event dead letter.
-const dlFrom = `dead_letters d LEFT JOIN events e ON d.event_key != '' AND e.source = d.source AND e.key = d.event_key AND e.dead = 1`
+const dlFrom = `dead_letters d LEFT JOIN event_marks e ON d.event_key != '' AND e.seq = d.seq AND e.dead = 1`
 
 type scanner interface{ Scan(...any) error }
 
@@ -224,7 +224,7 @@ func (q *Queue) DeadLetterByID(ctx context.Context, id int64) (DeadLetter, error
 var ErrPayloadDeadLetter = errors.New("malformed payloads are re-parsed with `ingestor replay -include-deadletters`, not replayed from the dead-letter list")
 
 type activeDL struct {
-	id          int64
+	id, seq     int64
 	source, key string
 	raw         string
 }
@@ -233,14 +233,14 @@ type activeDL struct {
 func selectActive(tx *sql.Tx, f DLQFilter) ([]activeDL, error) {
 	f.IncludeReplayed = false
 	where, args := f.where("")
-	rows, err := tx.Query(`SELECT id, source, event_key, raw_key FROM dead_letters WHERE `+where+` ORDER BY id`, args...)
+	rows, err := tx.Query(`SELECT id, seq, source, event_key, raw_key FROM dead_letters WHERE `+where+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, err
 	}
 	var out []activeDL
 	for rows.Next() {
 		var a activeDL
-		if err := rows.Scan(&a.id, &a.source, &a.key, &a.raw); err != nil {
+		if err := rows.Scan(&a.id, &a.seq, &a.source, &a.key, &a.raw); err != nil {
 			return nil, errors.Join(err, rows.Close())
 		}
 		out = append(out, a)
@@ -271,6 +271,7 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Fram
 		type held struct {
 			dl                    activeDL
 			oldSeq, rawID, et     int64
+			gen                   int
 			off, length, attempts int
 			lastSeen              int64
 		}
@@ -284,9 +285,12 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Fram
 				continue
 			}
 			h := held{dl: a}
-			err := tx.QueryRow(`SELECT id, raw_id, event_time, raw_off, raw_len, attempts, last_seen FROM events
-				WHERE source = ? AND key = ? AND dead = 1`, a.source, a.key).Scan(&h.oldSeq, &h.rawID, &h.et, &h.off, &h.length, &h.attempts, &h.lastSeen)
-			if errors.Is(err, sql.ErrNoRows) {
+			k, ok, err := lookupKey(context.Background(), tx, a.source, a.key)
+			if err == nil && ok {
+				h.oldSeq, h.gen, h.attempts, h.lastSeen = k.seq, k.gen, int(k.attempts), k.lastSeen
+				err = tx.QueryRow(`SELECT raw_id, event_time, raw_off, raw_len FROM event_marks WHERE seq = ? AND dead = 1`, k.seq).Scan(&h.rawID, &h.et, &h.off, &h.length)
+			}
+			if !ok || errors.Is(err, sql.ErrNoRows) {
 				if _, err := tx.Exec(`UPDATE dead_letters SET replayed_at = ?, history = history || ? WHERE id = ?`,
 					now.UnixNano(), historyLine(now, "replayed", "event already queued again by other means"), a.id); err != nil {
 					return err
@@ -327,8 +331,7 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Fram
 					if err := tx.QueryRow(`SELECT key, fetched_at FROM raw_objects WHERE id = ?`, h.rawID).Scan(&key, &fetched); err != nil {
 						return fmt.Errorf("raw object of %s/%s: %w", src, h.dl.key, err)
 					}
-					res, err := tx.Exec(`INSERT INTO raw_objects(key, fetched_at, seq_floor)
-						VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1)`, key, fetched)
+					res, err := tx.Exec(`INSERT INTO raw_objects(key, fetched_at, seq_floor) VALUES (?, ?, ?)`, key, fetched, q.highSeq+1)
 					if err != nil {
 						return err
 					}
@@ -342,19 +345,43 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Fram
 				frameID := q.nextFrame
 				q.nextFrame++
 				fr := Frame{ID: frameID, Source: src, Committed: now}
+				// One frame_log row per run of events sharing a raw copy.
+				var logFirst, logRaw int64
+				var log []byte
+				flush := func() error {
+					if log == nil {
+						return nil
+					}
+					_, err := tx.Exec(`INSERT INTO frame_log(first_seq, last_seq, frame_id, source, raw_id, events) VALUES (?,?,?,?,?,?)`,
+						logFirst, q.highSeq, frameID, src, logRaw, log)
+					log = nil
+					return err
+				}
 				for _, h := range chunk {
-					if _, err := tx.Exec(`DELETE FROM events WHERE id = ?`, h.oldSeq); err != nil {
-						return err
+					// The key moves into the current generation with its new seq.
+					// The old seq stays acked (its frame may still be pending) and
+					// is no longer dead: its raw reference is released.
+					for _, stmt := range []string{
+						`DELETE FROM ` + ledgerTables[h.gen] + ` WHERE source = ? AND key = ?`,
+						`UPDATE event_marks SET dead = 0 WHERE seq = ?3`,
+						`INSERT INTO ` + ledgerTables[q.gens.cur] + `(source, key, seq, attempts, last_seen) VALUES (?1, ?2, ?4, ?5, ?6)`,
+					} {
+						if _, err := tx.Exec(stmt, src, h.dl.key, h.oldSeq, q.highSeq+1, h.attempts, h.lastSeen); err != nil {
+							return err
+						}
 					}
-					res, err := tx.Exec(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len, attempts, last_seen)
-						VALUES (?,?,?,?,?,?,?,?,?)`, src, h.dl.key, frameID, h.et, rawCopies[h.rawID], h.off, h.length, h.attempts, h.lastSeen)
-					if err != nil {
-						return err
+					raw := rawCopies[h.rawID]
+					if raw != logRaw {
+						if err := flush(); err != nil {
+							return err
+						}
 					}
-					seq, err := res.LastInsertId()
-					if err != nil {
-						return err
+					q.highSeq++
+					seq := q.highSeq
+					if log == nil {
+						logFirst, logRaw = seq, raw
 					}
+					log = appendLogEvent(log, logFirst, logEvent{seq: seq, eventTime: h.et, rawOff: h.off, rawLen: h.length, key: h.dl.key})
 					info := rawInfo[h.rawID]
 					e := Event{Seq: seq, Source: src, Key: h.dl.key, FetchedAt: time.Unix(0, info[1].(int64)).UTC(),
 						RawKey: info[0].(string), RawOff: h.off, RawLen: h.length}
@@ -366,6 +393,9 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, f DLQFilter) (int, []Fram
 						now.UnixNano(), historyLine(now, "replayed", fmt.Sprintf("queued again as seq %d in frame %d", seq, frameID)), h.dl.id); err != nil {
 						return err
 					}
+				}
+				if err := flush(); err != nil {
+					return err
 				}
 				first, last := fr.Events[0].Seq, fr.Events[len(fr.Events)-1].Seq
 				if _, err := tx.Exec(`INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`,
@@ -401,7 +431,7 @@ func (q *Queue) DropDeadLetters(ctx context.Context, f DLQFilter) (int, error) {
 		}
 		for _, a := range sel {
 			if a.key != "" {
-				if _, err := tx.Exec(`UPDATE events SET dead = 0 WHERE source = ? AND key = ? AND dead = 1`, a.source, a.key); err != nil {
+				if _, err := tx.Exec(`UPDATE event_marks SET dead = 0 WHERE seq = ? AND dead = 1`, a.seq); err != nil {
 					return err
 				}
 			}
@@ -666,21 +696,13 @@ func (st *settler) deadLetterWhere(id int64, match func(seq int64, source, key s
 		ref     eventRef
 		lastErr string
 	}
-	rows, err := st.tx.Stmt(st.stmts.unacked).Query(first, last)
-	if err != nil {
-		return err
-	}
 	var vs []victim
-	for rows.Next() {
-		v := victim{ref: eventRef{frame: id}}
-		if err := rows.Scan(&v.seq, &v.ref.source, &v.ref.key, &v.lastErr); err != nil {
-			return errors.Join(err, rows.Close())
+	err = pendingIn(context.Background(), st.tx, first, last, func(r *logRow, e logEvent, m eventMark) {
+		if match(e.seq, r.source, e.key) {
+			vs = append(vs, victim{seq: e.seq, ref: eventRef{frame: id, source: r.source, key: e.key}, lastErr: m.lastError})
 		}
-		if match(v.seq, v.ref.source, v.ref.key) {
-			vs = append(vs, v)
-		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	if len(vs) == 0 {

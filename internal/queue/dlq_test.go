@@ -68,7 +68,7 @@ func TestReplayDeadLetters(t *testing.T) {
 	if dup, err := q.Append(ctx, batch("a", 1, 1, "")); err != nil || len(dup) != 0 {
 		t.Fatalf("re-fetch of a replayed event: %v %v", dup, err)
 	}
-	if _, err := q.Prune(ctx, 1000); err != nil {
+	if _, err := q.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := q.Close(); err != nil {

@@ -209,7 +209,9 @@ func openStudyDB(v studyVariant, path string) (*sql.DB, error) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	if err := migrate(db); err != nil {
+	// The study's variants start from the schema before the ledger
+	// generations (v10), which they were measured against.
+	if err := migrateTo(db, 0, 9); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
 	for _, p := range v.pragmas {

@@ -355,3 +355,24 @@ func TestLedgerStudyHashCollisionKeepsEvents(t *testing.T) {
 		t.Fatalf("re-fetched frame: %v, want 0 of 100 events new", err)
 	}
 }
+
+// numWidth is the width of one number in the V0 insert's numbers blob: a
+// sign and 19 digits, as CAST(... AS INTEGER) reads them (the insert of
+// the events table before the ledger generations).
+const numWidth = 20
+
+// appendNum appends v to b as numWidth characters: a sign ('-' or '0') and
+// 19 digits.
+func appendNum(b []byte, v int64) []byte {
+	var d [numWidth]byte
+	u := uint64(v)
+	d[0] = '0'
+	if v < 0 {
+		d[0], u = '-', uint64(-v) // -MinInt64 wraps to its own magnitude
+	}
+	for i := numWidth - 1; i > 0; i-- {
+		d[i] = byte('0' + u%10)
+		u /= 10
+	}
+	return append(b, d[:]...)
+}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -210,45 +209,56 @@ func (q *Queue) appendRequest(b Batch, chain *Chain, done func([]Frame, error)) 
 	return r
 }
 
-// numWidth is the width of one number in insertFrame's numbers: a sign
-// and 19 digits, as CAST(... AS INTEGER) reads them.
-const numWidth = 20
-
 // prepareInserts prepares the insert statements before the writer starts
 // (the writer's only connection is busy inside its transaction later).
 //
-// insertFrame inserts a frame's events in one statement with five
-// parameters, whatever their number: the keys as a JSON array of strings,
-// and each event's time, raw offset and raw length as fixed-width decimal
-// text in one blob. Binding seven values per event cost more CPU than
-// SQLite inserting the row (each bind is a cgo call); reading the keys back
-// from JSON and the numbers from the blob costs less. json_each yields the
-// array in order, so the rows of one statement get consecutive seqs.
-// insertOne inserts one event, for keys that JSON text cannot carry exactly
-// (control characters, invalid UTF-8).
+// insertKeys[g] inserts a frame's keys into generation g in one statement
+// with four parameters, whatever their number: the source, the seq of the
+// first key, the keys as a JSON array of strings, and the other
+// generation's highest key of the source. Binding values per event cost
+// more CPU than SQLite inserting the row (each bind is a cgo call). A key
+// is new when neither generation holds it; the other one is only looked
+// up for a key at or below its highest key, since it takes no new keys
+// (ledger.go). Key i of the array gets the first seq + i, whatever the
+// order SQLite inserts them in: a duplicate leaves a gap, and of a key
+// repeated in the array the one inserted is the one readBack finds. insertKeyOne[g] inserts one
+// key, for keys that JSON text cannot carry exactly (control characters,
+// invalid UTF-8); readBack[g] lists which keys of an array were new.
 func (q *Queue) prepareInserts() error {
-	var err error
-	q.insertFrame, err = q.wdb.Prepare(`INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
-		SELECT ?1, j.value, ?2, CAST(substr(?5, j.key*60+1, 20) AS INTEGER), ?3,
-			CAST(substr(?5, j.key*60+21, 20) AS INTEGER), CAST(substr(?5, j.key*60+41, 20) AS INTEGER)
-		FROM json_each(?4) AS j WHERE true ORDER BY j.key
-		ON CONFLICT(source, key) DO NOTHING`)
-	if err != nil {
-		return fmt.Errorf("prepare the insert of a frame: %w", err)
+	for g, cur := range ledgerTables {
+		other := ledgerTables[1-g]
+		for _, p := range []struct {
+			dst  **sql.Stmt
+			what string
+			sql  string
+		}{
+			{&q.insertKeys[g], "the keys of a frame", `INSERT INTO ` + cur + `(source, key, seq)
+				SELECT ?1, j.value, ?2 + j.key FROM json_each(?3) AS j
+				WHERE coalesce(j.value > ?4, 1) OR NOT EXISTS (SELECT 1 FROM ` + other + ` o WHERE o.source = ?1 AND o.key = j.value)
+				ON CONFLICT(source, key) DO NOTHING`},
+			{&q.insertKeyOne[g], "a key", `INSERT INTO ` + cur + `(source, key, seq) SELECT ?1, ?2, ?3
+				WHERE NOT EXISTS (SELECT 1 FROM ` + other + ` o WHERE o.source = ?1 AND o.key = ?2) ON CONFLICT(source, key) DO NOTHING`},
+			{&q.readBack[g], "the read-back of new keys", `SELECT j.key FROM json_each(?3) AS j CROSS
+				JOIN ` + cur + ` l ON l.source = ?1 AND l.key = j.value AND l.seq = ?2 + j.key`},
+		} {
+			var err error
+			if *p.dst, err = q.wdb.Prepare(p.sql); err != nil {
+				return fmt.Errorf("prepare the insert of %s: %w", p.what, err)
+			}
+		}
 	}
 	for _, p := range []struct {
 		dst  **sql.Stmt
 		what string
 		sql  string
 	}{
-		{&q.insertOne, "an event", `INSERT INTO events(source, key, frame_id, event_time, raw_id, raw_off, raw_len)
-			VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, key) DO NOTHING`},
-		{&q.insertRaw, "a raw object", `INSERT INTO raw_objects(key, fetched_at, seq_floor, traceparent, tracestate)
-			VALUES (?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) + 1, ?, ?)`},
+		{&q.insertLog, "a frame_log row", `INSERT INTO frame_log(first_seq, last_seq, frame_id, source, raw_id, events) VALUES (?,?,?,?,?,?)`},
+		{&q.insertRaw, "a raw object", `INSERT INTO raw_objects(key, fetched_at, seq_floor, traceparent, tracestate) VALUES (?, ?, ?, ?, ?)`},
 		{&q.insertFrameRow, "a frame", `INSERT INTO frames(id, source, n, first_seq, last_seq, created_at) VALUES (?,?,?,?,?,?)`},
 		{&q.storeCursor, "a cursor", `INSERT INTO offsets(source, cursor, updated_at) VALUES (?,?,?)
 			ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at`},
 	} {
+		var err error
 		if *p.dst, err = q.wdb.Prepare(p.sql); err != nil {
 			return fmt.Errorf("prepare the insert of %s: %w", p.what, err)
 		}
@@ -256,40 +266,72 @@ func (q *Queue) prepareInserts() error {
 	return nil
 }
 
-// insertChunk inserts the events of chunk, of frame frameID and raw
-// object rawID, and sets seqs[i] to the seq given to chunk[i], or 0 when
-// it was a duplicate.
-func (q *Queue) insertChunk(tx *sql.Tx, source string, frameID, rawID int64, chunk []NewEvent, seqs []int64) error {
+// insertChunk inserts the keys of chunk into the current generation and
+// sets seqs[i] to the seq given to chunk[i], or 0 when it was a
+// duplicate. The chunk's seqs are the next len(chunk) ones, given or not.
+func (q *Queue) insertChunk(tx *sql.Tx, source string, chunk []NewEvent, seqs []int64) error {
+	g := q.gens.cur
+	base := q.highSeq + 1
+	q.highSeq += int64(len(chunk))
 	if !jsonKeys(chunk) {
-		st := tx.Stmt(q.insertOne)
+		st := tx.Stmt(q.insertKeyOne[g])
 		for i := range chunk {
-			e := &chunk[i]
-			res, err := st.Exec(source, e.Key, frameID, eventTime(e), rawID, e.RawOff, e.RawLen)
+			res, err := st.Exec(source, chunk[i].Key, base+int64(i))
 			if err != nil {
 				return fmt.Errorf("insert events: %w", err)
 			}
-			if err := insertedRows(tx, res, source, rawID, chunk[i:i+1], seqs[i:i+1]); err != nil {
-				return err
+			if n, err := res.RowsAffected(); err != nil {
+				return fmt.Errorf("insert events: %w", err)
+			} else if n == 1 {
+				seqs[i] = base + int64(i)
 			}
 		}
-		return nil
+		return countDuplicates(tx, source, chunk, seqs)
 	}
-	keys, nums := append(q.keysBuf[:0], '['), q.numsBuf[:0]
+	bound, err := q.otherBound(tx, source)
+	if err != nil {
+		return err
+	}
+	keys := append(q.keysBuf[:0], '[')
 	for i := range chunk {
-		e := &chunk[i]
 		if i > 0 {
 			keys = append(keys, ',')
 		}
-		keys = wire.AppendString(keys, e.Key)
-		nums = appendNum(appendNum(appendNum(nums, eventTime(e)), int64(e.RawOff)), int64(e.RawLen))
+		keys = wire.AppendString(keys, chunk[i].Key)
 	}
 	keys = append(keys, ']')
-	q.keysBuf, q.numsBuf = keys, nums
-	res, err := tx.Stmt(q.insertFrame).Exec(source, frameID, rawID, keys, nums)
+	q.keysBuf = keys
+	res, err := tx.Stmt(q.insertKeys[g]).Exec(source, base, keys, bound)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
-	return insertedRows(tx, res, source, rawID, chunk, seqs)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	switch {
+	case int(n) == len(chunk): // all new: the common case, nothing read back
+		for i := range seqs {
+			seqs[i] = base + int64(i)
+		}
+		return nil
+	case n > 0:
+		rows, err := tx.Stmt(q.readBack[g]).Query(source, base, keys)
+		if err != nil {
+			return fmt.Errorf("read back inserted events: %w", err)
+		}
+		for rows.Next() {
+			var i int
+			if err := rows.Scan(&i); err != nil {
+				return fmt.Errorf("read back inserted events: %w", errors.Join(err, rows.Close()))
+			}
+			seqs[i] = base + int64(i)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("read back inserted events: %w", err)
+		}
+	}
+	return countDuplicates(tx, source, chunk, seqs)
 }
 
 // jsonKeys reports whether every key of chunk reads back from JSON text
@@ -317,75 +359,6 @@ func eventTime(e *NewEvent) int64 {
 	return e.EventTime.UnixNano()
 }
 
-// appendNum appends v to b as numWidth characters: a sign ('-' or '0') and
-// 19 digits.
-func appendNum(b []byte, v int64) []byte {
-	var d [numWidth]byte
-	u := uint64(v)
-	d[0] = '0'
-	if v < 0 {
-		d[0], u = '-', uint64(-v) // -MinInt64 wraps to its own magnitude
-	}
-	for i := numWidth - 1; i > 0; i-- {
-		d[i] = byte('0' + u%10)
-		u /= 10
-	}
-	return append(b, d[:]...)
-}
-
-// insertedRows sets seqs from the result of inserting chunk: seqs[i] is
-// the seq given to chunk[i], or 0 when it was a duplicate. With no
-// duplicate, the common case, the rows got consecutive seqs (one writer)
-// and none is read back. A skipped duplicate still spends a seq
-// (AUTOINCREMENT), so otherwise the rows are read back from the last
-// len(seqs) seqs, each recognised by its key, raw object and offset: an
-// older row in that range (an earlier statement's) differs in one of them,
-// since no two events of a batch share an offset.
-func insertedRows(tx *sql.Tx, res sql.Result, source string, rawID int64, chunk []NewEvent, seqs []int64) error {
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	if n == 0 {
-		clear(seqs)
-		return countDuplicates(tx, source, chunk, seqs)
-	}
-	last, err := res.LastInsertId()
-	if err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
-	if int(n) == len(seqs) {
-		for i := range seqs {
-			seqs[i] = last - n + 1 + int64(i)
-		}
-		return nil
-	}
-	type row struct {
-		key      string
-		raw, off int64
-	}
-	rows, err := tx.Query(`SELECT id, key, raw_id, raw_off FROM events WHERE id BETWEEN ? AND ?`, last-int64(len(seqs))+1, last)
-	if err != nil {
-		return fmt.Errorf("read back inserted events: %w", err)
-	}
-	inserted := make(map[row]int64, n)
-	for rows.Next() {
-		var id int64
-		var r row
-		if err := rows.Scan(&id, &r.key, &r.raw, &r.off); err != nil {
-			return fmt.Errorf("read back inserted events: %w", errors.Join(err, rows.Close()))
-		}
-		inserted[r] = id
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("read back inserted events: %w", err)
-	}
-	for i := range seqs {
-		seqs[i] = inserted[row{key: chunk[i].Key, raw: rawID, off: int64(chunk[i].RawOff)}]
-	}
-	return countDuplicates(tx, source, chunk, seqs)
-}
-
 // countDuplicates records a new arrival of every event whose seq is 0 (a
 // duplicate of a known event) in the ledger: one more attempt per arrival,
 // seen now. A key repeated in the chunk counts once per repeat. One
@@ -409,7 +382,7 @@ func countDuplicates(tx *sql.Tx, source string, chunk []NewEvent, seqs []int64) 
 		n := times[keys[0]]
 		var sb strings.Builder
 		qargs := []any{n, now, source}
-		sb.WriteString(`UPDATE events SET attempts = attempts + ?, last_seen = ? WHERE source = ? AND key IN (`)
+		sb.WriteString(` SET attempts = attempts + ?1, last_seen = ?2 WHERE source = ?3 AND key IN (`)
 		rest := keys[:0]
 		for _, k := range keys {
 			if times[k] != n {
@@ -419,12 +392,16 @@ func countDuplicates(tx *sql.Tx, source string, chunk []NewEvent, seqs []int64) 
 			if len(qargs) > 3 {
 				sb.WriteByte(',')
 			}
-			sb.WriteByte('?')
+			fmt.Fprintf(&sb, "?%d", len(qargs)+1)
 			qargs = append(qargs, k)
 		}
 		sb.WriteByte(')')
-		if _, err := tx.Exec(sb.String(), qargs...); err != nil {
-			return fmt.Errorf("count duplicate arrivals: %w", err)
+		// A key is in one generation: the statement changes nothing in the
+		// other.
+		for _, table := range ledgerTables {
+			if _, err := tx.Exec(`UPDATE `+table+sb.String(), qargs...); err != nil {
+				return fmt.Errorf("count duplicate arrivals: %w", err)
+			}
 		}
 		keys = rest
 	}
@@ -436,7 +413,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 	var frames []Frame
 	var added int64
 	if len(b.Events) > 0 {
-		res, err := tx.Stmt(q.insertRaw).Exec(b.RawKey, b.FetchedAt.UnixNano(), nullString(b.Traceparent), nullString(b.Tracestate))
+		res, err := tx.Stmt(q.insertRaw).Exec(b.RawKey, b.FetchedAt.UnixNano(), q.highSeq+1, nullString(b.Traceparent), nullString(b.Tracestate))
 		if err != nil {
 			return nil, 0, fmt.Errorf("insert raw object: %w", err)
 		}
@@ -454,9 +431,10 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 			frameID := q.nextFrame
 			q.nextFrame++
 			seqs = append(seqs[:0], make([]int64, len(chunk))...)
-			if err := q.insertChunk(tx, b.Source, frameID, rawID, chunk, seqs); err != nil {
+			if err := q.insertChunk(tx, b.Source, chunk, seqs); err != nil {
 				return nil, 0, err
 			}
+			log := q.logBuf[:0]
 			f := Frame{ID: frameID, Source: b.Source, Committed: time.Unix(0, now), Events: make([]Event, 0, len(chunk))}
 			var first, last int64
 			for i, seq := range seqs {
@@ -469,6 +447,7 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				}
 				last = seq
 				e := &chunk[i]
+				log = appendLogEvent(log, first, logEvent{seq: seq, eventTime: eventTime(e), rawOff: e.RawOff, rawLen: e.RawLen, key: e.Key})
 				if e.DevSeq > 0 {
 					devSeqs = append(devSeqs, deviceSeq{device: e.Device, seq: e.DevSeq})
 				}
@@ -485,17 +464,20 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 				}
 				f.Events = append(f.Events, ev)
 			}
+			q.logBuf = log
 			if len(f.Events) == 0 {
 				continue
 			}
 			// A frame's events are inserted together by the only writer, so
 			// they are exactly the events with seq in [first, last]: frames
-			// find their events by primary key, with no index on frame_id.
+			// find their frame_log rows by primary key.
+			if _, err := tx.Stmt(q.insertLog).Exec(first, last, frameID, b.Source, rawID, log); err != nil {
+				return nil, 0, fmt.Errorf("insert frame log: %w", err)
+			}
 			if _, err := tx.Stmt(q.insertFrameRow).Exec(frameID, b.Source, len(f.Events), first, last, now); err != nil {
 				return nil, 0, fmt.Errorf("insert frame: %w", err)
 			}
 			added += int64(len(f.Events))
-			q.highSeq = max(q.highSeq, last)
 			frames = append(frames, f)
 		}
 		if err := q.traces.insert(tx, traces); err != nil {
@@ -587,23 +569,25 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
 	f.Committed = time.Unix(0, created)
-	rows, err := q.rdb.QueryContext(ctx, `SELECT e.id, e.source, e.key, r.fetched_at, e.event_time, r.key, e.raw_off, e.raw_len,
-		coalesce(t.traceparent, r.traceparent, ''), coalesce(CASE WHEN t.seq IS NULL THEN r.tracestate ELSE t.tracestate END, '')
-		FROM events e JOIN raw_objects r ON r.id = e.raw_id LEFT JOIN event_traces t ON t.seq = e.id WHERE e.id BETWEEN ? AND ? AND e.acked = 0 ORDER BY e.id`, first, last)
+	tx, err := q.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to undo
+	traces, err := readTraces(ctx, tx, first, last)
 	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
 	var shared *Trace // consecutive events of a batch share theirs
-	for rows.Next() {
-		var e Event
-		var fetched, et int64
-		var parent, state string
-		if err := rows.Scan(&e.Seq, &e.Source, &e.Key, &fetched, &et, &e.RawKey, &e.RawOff, &e.RawLen, &parent, &state); err != nil {
-			return Frame{}, false, fmt.Errorf("load frame %d: %w", id, errors.Join(err, rows.Close()))
+	err = pendingIn(ctx, tx, first, last, func(r *logRow, le logEvent, _ eventMark) {
+		e := Event{Seq: le.seq, Source: r.source, Key: le.key, FetchedAt: time.Unix(0, r.fetched).UTC(),
+			RawKey: r.rawKey, RawOff: le.rawOff, RawLen: le.rawLen}
+		if le.eventTime != 0 {
+			e.EventTime = time.Unix(0, le.eventTime).UTC()
 		}
-		e.FetchedAt = time.Unix(0, fetched).UTC()
-		if et != 0 {
-			e.EventTime = time.Unix(0, et).UTC()
+		parent, state := r.parent, r.state
+		if t, ok := traces[le.seq]; ok {
+			parent, state = t.Parent, t.State
 		}
 		if parent != "" {
 			if shared == nil || shared.Parent != parent || shared.State != state {
@@ -612,8 +596,8 @@ func (q *Queue) LoadFrame(ctx context.Context, id int64) (Frame, bool, error) {
 			e.Trace = shared
 		}
 		f.Events = append(f.Events, e)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+	})
+	if err != nil {
 		return Frame{}, false, fmt.Errorf("load frame %d: %w", id, err)
 	}
 	return f, true, nil
@@ -655,61 +639,51 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
-// Prune deletes up to limit remembered events that were acked and are older
-// than the dedupe window, and raw-object rows no event refers to any more.
-// It returns how many events it deleted; call it until it returns less than
-// limit.
-func (q *Queue) Prune(ctx context.Context, limit int) (int64, error) {
-	cutoff := time.Now().Add(-q.opts.DedupeWindow).UnixNano()
-	var deleted int64
+// Prune forgets the remembered events older than the dedupe window: a
+// switch of the ledger's generations (ledger.go), once the current one is
+// older than the window; otherwise it does nothing. It also deletes the
+// raw-object rows, trace contexts and verdicts nothing needs any more. It
+// returns how many remembered events it forgot.
+func (q *Queue) Prune(ctx context.Context) (int64, error) {
+	var forgotten int64
 	r := &request{apply: func(tx *sql.Tx) error {
-		// Frames and seqs are allocated in increasing order, so every event
-		// below the first seq of the oldest pending frame has been acked
-		// or dead-lettered (a replayed dead letter gets new, higher seqs).
-		bound := int64(math.MaxInt64)
-		if err := tx.QueryRow(`SELECT first_seq FROM frames ORDER BY id LIMIT 1`).Scan(&bound); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		before := q.gens
+		var err error
+		if forgotten, err = q.switchGeneration(tx, time.Now()); err != nil {
+			q.gens = before
 			return fmt.Errorf("prune: %w", err)
 		}
-		// Remember the highest frame id ever allocated before its rows can
-		// go, so that ids are never reused (a late ack must not clear a
-		// newer frame). Event seqs are AUTOINCREMENT for the same reason.
-		if _, err := tx.Exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'frame_high'`, q.nextFrame-1); err != nil {
-			return fmt.Errorf("prune: %w", err)
+		if forgotten == 0 && q.gens.seq == before.seq {
+			return nil
 		}
-		// Raw objects are committed in fetch order (closely enough across
-		// sources), so the first one inside the window bounds the seqs
-		// that are older than it.
-		var windowSeq int64 = math.MaxInt64
-		if err := tx.QueryRow(`SELECT seq_floor FROM raw_objects WHERE fetched_at >= ? ORDER BY id LIMIT 1`, cutoff).Scan(&windowSeq); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("prune: %w", err)
-		}
-		// An event in an active dead letter stays: replaying it needs its
-		// raw reference. Dropping the dead letter clears dead.
-		res, err := tx.Exec(`DELETE FROM events WHERE id IN (SELECT id FROM events WHERE id < ? AND dead = 0 ORDER BY id LIMIT ?)`,
-			min(bound, windowSeq), limit)
-		if err != nil {
-			return fmt.Errorf("prune events: %w", err)
-		}
-		if deleted, err = res.RowsAffected(); err != nil {
-			return fmt.Errorf("prune events: %w", err)
-		}
-		if deleted > 0 {
-			if _, err := tx.Exec(`DELETE FROM raw_objects WHERE id < coalesce((SELECT raw_id FROM events ORDER BY id LIMIT 1), (SELECT max(id) + 1 FROM raw_objects))`); err != nil {
-				return fmt.Errorf("prune raw objects: %w", err)
-			}
-			if err := pruneTraces(tx); err != nil {
-				return err
-			}
-			if err := pruneVerdicts(tx); err != nil {
-				return err
-			}
+		if err := pruneRetained(tx); err != nil {
+			q.gens = before
+			return err
 		}
 		return nil
 	}}
-	if err := q.submit(ctx, r, nil); err != nil {
+	err := q.submit(ctx, r, nil)
+	if err != nil {
+		// The switch may have changed the writer's state in a transaction
+		// that did not commit: read it again.
+		if gerr := q.reloadGenerations(ctx); gerr != nil {
+			err = errors.Join(err, gerr)
+		}
 		return 0, err
 	}
-	return deleted, nil
+	return forgotten, nil
+}
+
+// reloadGenerations reads the generation state again, on the writer.
+func (q *Queue) reloadGenerations(ctx context.Context) error {
+	r := &request{apply: func(tx *sql.Tx) error {
+		g, err := loadGenerations(ctx, tx)
+		if err == nil {
+			q.gens = g
+		}
+		return err
+	}}
+	return q.submit(ctx, r, nil)
 }
 
 // nullString is s, or NULL for "".

@@ -84,12 +84,16 @@ type Queue struct {
 	// lazySync is true while the writer connection runs with
 	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
 	lazySync bool
-	// insertFrame inserts a frame's events, insertOne one event, and
-	// insertRaw, insertFrameRow and storeCursor a batch's raw object, frames
-	// and cursor (ops.go).
-	insertFrame, insertOne, insertRaw, insertFrameRow, storeCursor *sql.Stmt
-	// keysBuf and numsBuf are insertFrame's parameters, reused.
-	keysBuf, numsBuf []byte
+	// insertKeys[g] inserts a frame's keys into generation g, insertKeyOne[g]
+	// one key, readBack[g] finds which keys of a frame were new; insertLog,
+	// insertRaw, insertFrameRow and storeCursor insert a batch's frame_log
+	// rows, raw object, frames and cursor (ops.go).
+	insertKeys, insertKeyOne, readBack                [2]*sql.Stmt
+	insertLog, insertRaw, insertFrameRow, storeCursor *sql.Stmt
+	// keysBuf and logBuf are insertKeys' and insertLog's parameters, reused.
+	keysBuf, logBuf []byte
+	// gens is the ledger's generation state (ledger.go).
+	gens generations
 	// verdicts and traces insert rows of event_verdicts (verdict.go) and
 	// event_traces (traces.go).
 	verdicts, traces *multiInsert
@@ -229,20 +233,29 @@ func checkPragmas(db *sql.DB) error {
 // load reads the counters the writer maintains in memory. It uses
 // aggregate queries over the frames table only, never the whole backlog.
 func (q *Queue) load() error {
-	var maxFrame, maxEventFrame sql.NullInt64
+	var maxFrame, logFrame, logSeq, markSeq sql.NullInt64
 	if err := q.wdb.QueryRow(`SELECT max(id) FROM frames`).Scan(&maxFrame); err != nil {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
-	// Events are inserted in frame order, so the newest event has the
-	// highest frame id; reading it by primary key avoids a table scan.
-	if err := q.wdb.QueryRow(`SELECT frame_id FROM events ORDER BY id DESC LIMIT 1`).Scan(&maxEventFrame); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	// frame_log rows are inserted in seq and frame order, so the newest
+	// has the highest frame id and seq; reading it by primary key avoids a
+	// table scan.
+	if err := q.wdb.QueryRow(`SELECT frame_id, last_seq FROM frame_log ORDER BY first_seq DESC LIMIT 1`).Scan(&logFrame, &logSeq); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
-	var high int64
-	if err := q.wdb.QueryRow(`SELECT value FROM meta WHERE key = 'frame_high'`).Scan(&high); err != nil {
+	if err := q.wdb.QueryRow(`SELECT max(seq) FROM event_marks`).Scan(&markSeq); err != nil {
+		return fmt.Errorf("load seq counter: %w", err)
+	}
+	var high, seqHigh int64
+	if err := q.wdb.QueryRow(`SELECT (SELECT value FROM meta WHERE key = 'frame_high'), (SELECT value FROM meta WHERE key = 'seq_high')`).Scan(&high, &seqHigh); err != nil {
 		return fmt.Errorf("load frame counter: %w", err)
 	}
-	q.nextFrame = max(maxFrame.Int64, maxEventFrame.Int64, high) + 1
+	q.nextFrame = max(maxFrame.Int64, logFrame.Int64, high) + 1
+	q.highSeq = max(seqHigh, logSeq.Int64, markSeq.Int64)
+	var err error
+	if q.gens, err = loadGenerations(context.Background(), q.wdb); err != nil {
+		return err
+	}
 	if q.opts.Synchronous == "normal" {
 		if err := q.skipFrameIDs(); err != nil {
 			return err
@@ -285,7 +298,8 @@ func (q *Queue) Close() error {
 	q.closeMu.Unlock()
 	<-q.done
 	var errs []error
-	for _, st := range []*sql.Stmt{q.insertFrame, q.insertOne, q.insertRaw, q.insertFrameRow, q.storeCursor} {
+	for _, st := range []*sql.Stmt{q.insertKeys[0], q.insertKeys[1], q.insertKeyOne[0], q.insertKeyOne[1], q.readBack[0], q.readBack[1],
+		q.insertLog, q.insertRaw, q.insertFrameRow, q.storeCursor} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

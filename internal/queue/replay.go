@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 )
 
@@ -27,23 +26,32 @@ func (q *Queue) Forget(ctx context.Context, source string, keys []string) (int64
 		if _, err := tx.Exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'frame_high'`, q.nextFrame-1); err != nil {
 			return err
 		}
-		st, err := tx.Prepare(`DELETE FROM events WHERE source = ? AND key = ?
-			AND (acked = 1 OR NOT EXISTS (SELECT 1 FROM frames WHERE frames.id = events.frame_id))`)
-		if err != nil {
-			return err
-		}
 		for _, k := range keys {
-			res, err := st.Exec(source, k)
+			row, ok, err := lookupKey(context.Background(), tx, source, k)
 			if err != nil {
-				return errors.Join(err, st.Close())
+				return err
 			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return errors.Join(err, st.Close())
+			if !ok {
+				continue
 			}
-			forgotten += n
+			// Pending: in a pending frame's seq range and not acked (a
+			// dead event is acked).
+			var pending bool
+			if err := tx.QueryRow(`SELECT EXISTS (SELECT 1 FROM frames WHERE source = ?1 AND ?2 BETWEEN first_seq AND last_seq)
+				AND NOT EXISTS (SELECT 1 FROM event_marks WHERE seq = ?2 AND acked = 1)`, source, row.seq).Scan(&pending); err != nil {
+				return err
+			}
+			if pending {
+				continue
+			}
+			// Its mark, if any, stays: an acked mark keeps the event out of a
+			// frame still pending; the generation switch deletes it.
+			if _, err := tx.Exec(`DELETE FROM `+ledgerTables[row.gen]+` WHERE source = ? AND key = ?`, source, k); err != nil {
+				return err
+			}
+			forgotten++
 		}
-		return st.Close()
+		return nil
 	}}
 	if err := q.submit(ctx, r, nil); err != nil {
 		return 0, fmt.Errorf("forget events of %q: %w", source, err)

@@ -172,7 +172,61 @@ CREATE TABLE event_traces (
 	tracestate  TEXT
 );
 `,
+	// v10: the ledger in generations (ledger.go). The per-event rows of
+	// events become a key row in a WITHOUT ROWID generation table, one
+	// frame_log row per frame (its events packed in a blob), and
+	// event_marks rows for the exceptions (key acks, nacks, dead
+	// letters). migrateLedger (a Go step) copies the events table into
+	// them, then replaces it with a read-only view.
+	`
+CREATE TABLE ledger_0 (
+	source    TEXT    NOT NULL,
+	key       TEXT    NOT NULL,
+	seq       INTEGER NOT NULL,
+	attempts  INTEGER NOT NULL DEFAULT 1,
+	last_seen INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (source, key)
+) WITHOUT ROWID;
+CREATE TABLE ledger_1 (
+	source    TEXT    NOT NULL,
+	key       TEXT    NOT NULL,
+	seq       INTEGER NOT NULL,
+	attempts  INTEGER NOT NULL DEFAULT 1,
+	last_seen INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (source, key)
+) WITHOUT ROWID;
+-- One row per frame (or per run of a frame's events sharing a raw object):
+-- events holds each event's seq offset, event time, raw offset, raw
+-- length and key (ledger.go, appendLogEvent).
+CREATE TABLE frame_log (
+	first_seq INTEGER PRIMARY KEY,
+	last_seq  INTEGER NOT NULL,
+	frame_id  INTEGER NOT NULL,
+	source    TEXT    NOT NULL,
+	raw_id    INTEGER NOT NULL,
+	events    BLOB    NOT NULL
+);
+-- Per-event state, only for the exceptions. A dead event keeps its raw
+-- reference here: it outlives its frame_log row.
+CREATE TABLE event_marks (
+	seq        INTEGER PRIMARY KEY,
+	acked      INTEGER NOT NULL DEFAULT 0,
+	dead       INTEGER NOT NULL DEFAULT 0,
+	last_error TEXT    NOT NULL DEFAULT '',
+	raw_id     INTEGER NOT NULL DEFAULT 0,
+	raw_off    INTEGER NOT NULL DEFAULT 0,
+	raw_len    INTEGER NOT NULL DEFAULT 0,
+	event_time INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO meta(key, value) VALUES
+	('seq_high', coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)),
+	('gen_cur', 0), ('gen_seq', 0), ('gen_since', 0);
+`,
 }
+
+// goSteps run after the SQL of the migration of the same index, in its
+// transaction.
+var goSteps = map[int]func(tx *sql.Tx) error{9: migrateLedger}
 
 // migrate brings the schema to the newest version, one transaction per step.
 func migrate(db *sql.DB) error {
@@ -183,13 +237,23 @@ func migrate(db *sql.DB) error {
 	if v > len(migrations) {
 		return fmt.Errorf("schema version %d is newer than this binary knows (%d)", v, len(migrations))
 	}
-	for ; v < len(migrations); v++ {
+	return migrateTo(db, v, len(migrations))
+}
+
+// migrateTo applies the migrations from version v up to version to.
+func migrateTo(db *sql.DB, v, to int) error {
+	for ; v < to; v++ {
 		tx, err := db.Begin()
 		if err != nil {
 			return fmt.Errorf("migrate to %d: %w", v+1, err)
 		}
 		if _, err := tx.Exec(migrations[v]); err != nil {
 			return fmt.Errorf("migrate to %d: %w", v+1, errors.Join(err, tx.Rollback()))
+		}
+		if step := goSteps[v]; step != nil {
+			if err := step(tx); err != nil {
+				return fmt.Errorf("migrate to %d: %w", v+1, errors.Join(err, tx.Rollback()))
+			}
 		}
 		if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
 			return fmt.Errorf("migrate to %d: %w", v+1, errors.Join(err, tx.Rollback()))

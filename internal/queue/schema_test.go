@@ -77,11 +77,11 @@ func TestMigrateFromV1(t *testing.T) {
 
 func attempts(t *testing.T, q *Queue, source, key string) int {
 	t.Helper()
-	var n int
-	if err := q.rdb.QueryRow(`SELECT attempts FROM events WHERE source = ? AND key = ?`, source, key).Scan(&n); err != nil {
-		t.Fatal(err)
+	k, ok, err := lookupKey(t.Context(), q.rdb, source, key)
+	if err != nil || !ok {
+		t.Fatalf("ledger row of %s/%s: %v %v", source, key, ok, err)
 	}
-	return n
+	return int(k.attempts)
 }
 
 // TestMigrateFromV2 opens a version-2 database with a payload dead letter:

@@ -122,9 +122,12 @@ type settleStmts struct {
 	// frame, ...] entries names, each row with the entry's index in the
 	// array.
 	pending *sql.Stmt
-	// bury marks an event dead, and acked so that it is never loaded for
-	// delivery again, returning its raw key and its frame's deliveries.
-	bury *sql.Stmt
+	// markDead marks an event dead, and acked so that it is never loaded
+	// for delivery again, with its raw reference (it outlives its
+	// frame_log row).
+	markDead *sql.Stmt
+	// frameDeliveries returns a frame's deliveries.
+	frameDeliveries *sql.Stmt
 	// deadLetter lists one event as a dead letter: source, reason, raw key,
 	// frame id, time, seq, key, deliveries and history.
 	deadLetter *sql.Stmt
@@ -137,11 +140,6 @@ type settleStmts struct {
 	ackFrames *sql.Stmt
 	// frameSpan returns the first and last seq of a pending frame.
 	frameSpan *sql.Stmt
-	// ackAllBut acks the pending events of a seq range but those a JSON
-	// array lists.
-	ackAllBut *sql.Stmt
-	// unacked lists the pending events of a seq range.
-	unacked *sql.Stmt
 	// takeFromFrame lowers a frame's pending count, returning what is left.
 	takeFromFrame *sql.Stmt
 	// dropFrame deletes a frame.
@@ -156,21 +154,24 @@ func (q *Queue) prepareSettle() error {
 		dst   **sql.Stmt
 		query string
 	}{
-		{&q.settle.pending, `SELECT e.id, e.frame_id, e.source, e.key, j.key FROM json_each(?) j
-	JOIN events e ON e.source = j.value->>0 AND e.key = j.value->>1 AND e.frame_id = j.value->>2
-	JOIN frames f ON f.id = e.frame_id WHERE e.acked = 0`},
-		{&q.settle.bury, `UPDATE events SET dead = 1, acked = 1 WHERE id = ?
-	RETURNING (SELECT coalesce(r.key, '') FROM raw_objects r WHERE r.id = events.raw_id),
-	(SELECT deliveries FROM frames f WHERE f.id = events.frame_id)`},
+		{&q.settle.pending, `WITH n AS MATERIALIZED (
+	SELECT j.value->>0 AS source, j.value->>1 AS key, j.value->>2 AS frame, j.key AS entry,
+		coalesce((SELECT seq FROM ledger_0 l WHERE l.source = j.value->>0 AND l.key = j.value->>1),
+			(SELECT seq FROM ledger_1 l WHERE l.source = j.value->>0 AND l.key = j.value->>1)) AS seq
+	FROM json_each(?) j)
+	SELECT n.seq, f.id, f.source, n.key, n.entry FROM n
+	JOIN frames f ON f.id = n.frame AND f.source = n.source
+	WHERE n.seq BETWEEN f.first_seq AND f.last_seq AND NOT EXISTS (SELECT 1 FROM event_marks m WHERE m.seq = n.seq AND m.acked = 1)`},
+		{&q.settle.markDead, `INSERT INTO event_marks(seq, acked, dead, raw_id, raw_off, raw_len, event_time) VALUES (?1, 1, 1, ?2, ?3, ?4, ?5)
+	ON CONFLICT(seq) DO UPDATE SET acked = 1, dead = 1, raw_id = ?2, raw_off = ?3, raw_len = ?4, event_time = ?5`},
+		{&q.settle.frameDeliveries, `SELECT deliveries FROM frames WHERE id = ?`},
 		{&q.settle.deadLetter, `INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key, deliveries, history)
 	VALUES (?,?,?,?,?,?,?,?,?)`},
-		{&q.settle.lastError, `UPDATE events SET last_error = ? WHERE id = ?`},
-		{&q.settle.ackEvents, `UPDATE events SET acked = 1 WHERE id IN (SELECT value FROM json_each(?))`},
+		{&q.settle.lastError, `INSERT INTO event_marks(seq, last_error) VALUES (?2, ?1) ON CONFLICT(seq) DO UPDATE SET last_error = ?1`},
+		{&q.settle.ackEvents, `INSERT INTO event_marks(seq, acked) SELECT value, 1 FROM json_each(?) WHERE true
+	ON CONFLICT(seq) DO UPDATE SET acked = 1`},
 		{&q.settle.ackFrames, `DELETE FROM frames WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, n`},
 		{&q.settle.frameSpan, `SELECT first_seq, last_seq FROM frames WHERE id = ?`},
-		{&q.settle.ackAllBut, `UPDATE events SET acked = 1 WHERE id BETWEEN ? AND ? AND acked = 0
-	AND id NOT IN (SELECT value FROM json_each(?))`},
-		{&q.settle.unacked, `SELECT id, source, key, last_error FROM events WHERE id BETWEEN ? AND ? AND acked = 0 ORDER BY id`},
 		{&q.settle.takeFromFrame, `UPDATE frames SET n = n - ? WHERE id = ? RETURNING n`},
 		{&q.settle.dropFrame, `DELETE FROM frames WHERE id = ?`},
 		{&q.settle.countDelivery, `UPDATE frames SET deliveries = deliveries + 1 WHERE id = ?`},
@@ -187,7 +188,7 @@ func (q *Queue) prepareSettle() error {
 // close closes the prepared statements.
 func (s *settleStmts) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.pending, s.bury, s.deadLetter, s.lastError, s.ackEvents, s.ackFrames, s.frameSpan, s.ackAllBut, s.unacked, s.takeFromFrame, s.dropFrame, s.countDelivery} {
+	for _, st := range []*sql.Stmt{s.pending, s.markDead, s.frameDeliveries, s.deadLetter, s.lastError, s.ackEvents, s.ackFrames, s.frameSpan, s.takeFromFrame, s.dropFrame, s.countDelivery} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -341,17 +342,28 @@ func (st *settler) nackPermanent(all []NackInput) error {
 
 // burier returns a function that dead-letters pending event seq, named by
 // ref, with reason: the event is marked dead (and acked, so it is never
-// loaded for delivery again) and listed as a dead letter. The caller
-// lowers the frame's count with take.
+// loaded for delivery again) with its raw reference, and listed as a dead
+// letter. The caller lowers the frame's count with take.
 func (st *settler) burier() func(seq int64, ref eventRef, reason string) error {
-	bury, insert := st.tx.Stmt(st.stmts.bury), st.tx.Stmt(st.stmts.deadLetter)
+	mark, insert := st.tx.Stmt(st.stmts.markDead), st.tx.Stmt(st.stmts.deadLetter)
+	deliveries := st.tx.Stmt(st.stmts.frameDeliveries)
 	return func(seq int64, ref eventRef, reason string) error {
-		var raw string
-		var deliveries int
-		if err := bury.QueryRow(seq).Scan(&raw, &deliveries); err != nil {
+		ctx := context.Background()
+		r, e, ok, err := logEventAt(ctx, st.tx, seq)
+		if err != nil {
 			return err
 		}
-		if _, err := insert.Exec(ref.source, reason, raw, ref.frame, st.now.UnixNano(), seq, ref.key, deliveries,
+		if !ok {
+			return fmt.Errorf("event %d: no frame_log row", seq)
+		}
+		if _, err := mark.Exec(seq, r.rawID, e.rawOff, e.rawLen, e.eventTime); err != nil {
+			return err
+		}
+		var n int
+		if err := deliveries.QueryRow(ref.frame).Scan(&n); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if _, err := insert.Exec(ref.source, reason, r.rawKey, ref.frame, st.now.UnixNano(), seq, ref.key, n,
 			historyLine(st.now, "dead-lettered", reason)); err != nil {
 			return err
 		}
@@ -478,20 +490,30 @@ func (st *settler) ackAllBut(id int64, keep []int64) error {
 	if err := st.tx.Stmt(st.stmts.frameSpan).QueryRow(id).Scan(&first, &last); err != nil {
 		return err
 	}
-	arg, err := json.Marshal(keep)
+	kept := make(map[int64]bool, len(keep))
+	for _, s := range keep {
+		kept[s] = true
+	}
+	var seqs []int64
+	if err := pendingIn(context.Background(), st.tx, first, last, func(_ *logRow, e logEvent, _ eventMark) {
+		if !kept[e.seq] {
+			seqs = append(seqs, e.seq)
+		}
+	}); err != nil {
+		return err
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	arg, err := json.Marshal(seqs)
 	if err != nil {
 		return err
 	}
-	res, err := st.tx.Stmt(st.stmts.ackAllBut).Exec(first, last, arg)
-	if err != nil {
+	if _, err := st.tx.Stmt(st.stmts.ackEvents).Exec(arg); err != nil {
 		return err
 	}
-	n, err := res.RowsAffected()
-	if err != nil || n == 0 {
-		return err
-	}
-	st.events += n
-	_, err = st.takeFromFrame(id, int(n))
+	st.events += int64(len(seqs))
+	_, err = st.takeFromFrame(id, len(seqs))
 	return err
 }
 

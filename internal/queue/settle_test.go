@@ -29,9 +29,8 @@ func TestLedgerCountsDuplicateArrivals(t *testing.T) {
 			t.Errorf("attempts of %s = %d, want %d", k, got, w)
 		}
 	}
-	var seen int64
-	if err := q.rdb.QueryRow(`SELECT last_seen FROM events WHERE source = 'a' AND key = 'k4'`).Scan(&seen); err != nil || seen == 0 {
-		t.Errorf("last_seen of k4 = %d (err %v), want set", seen, err)
+	if k, ok, err := lookupKey(t.Context(), q.rdb, "a", "k4"); err != nil || !ok || k.lastSeen == 0 {
+		t.Errorf("last_seen of k4 = %d (ok %v, err %v), want set", k.lastSeen, ok, err)
 	}
 	if got := q.Duplicates(); got != 4 {
 		t.Errorf("Duplicates() = %d, want 4", got)

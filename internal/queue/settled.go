@@ -2,8 +2,6 @@ package queue
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 )
@@ -128,11 +126,6 @@ func (s *settledMarks) forget(source string) {
 // the highest seq ever given.
 func (q *Queue) loadSettled() error {
 	q.marks = &settledMarks{marks: map[string][]mark{}, high: map[string]int64{}}
-	var high sql.NullInt64
-	if err := q.wdb.QueryRow(`SELECT seq FROM sqlite_sequence WHERE name = 'events'`).Scan(&high); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("load the highest seq: %w", err)
-	}
-	q.highSeq = high.Int64
 	if !q.opts.TrackSettled {
 		return nil
 	}

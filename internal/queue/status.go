@@ -46,25 +46,56 @@ type EventStatus struct {
 	Verdict *Verdict
 }
 
-// statusQuery reads an event's ledger row, its raw object and its frame.
-// An event is acked when its row says so (acked by key) or when its frame
-// is gone (acked whole); a dead-lettered one is marked acked and dead.
-const statusQuery = `SELECT e.id, e.source, e.key, e.acked, e.dead, e.attempts, e.last_seen, e.last_error,
-	r.fetched_at, coalesce(f.deliveries, -1), v.scheme, v.secret, v.signed_at, v.received_at
-	FROM events e JOIN raw_objects r ON r.id = e.raw_id LEFT JOIN frames f ON f.id = e.frame_id
-	LEFT JOIN event_verdicts v ON v.seq = e.id `
+// statusQuery reads an event's ledger row (in either generation, by the
+// condition where, on ?1 and ?2), its frame_log row, its mark, its raw
+// object and its frame. An event is acked when its mark says so (acked by
+// key) or when its frame is gone (acked whole); a dead-lettered one is
+// marked acked and dead, and holds its raw reference in its mark (its
+// frame_log row may be gone).
+func statusQuery(where string) string {
+	return `SELECT l.seq, l.source, l.key, coalesce(m.acked, 0), coalesce(m.dead, 0), l.attempts, l.last_seen, coalesce(m.last_error, ''),
+	coalesce(r.fetched_at, 0), coalesce(f.deliveries, -1), v.scheme, v.secret, v.signed_at, v.received_at
+	FROM (SELECT seq, source, key, attempts, last_seen FROM ledger_0 WHERE ` + where + `
+		UNION ALL SELECT seq, source, key, attempts, last_seen FROM ledger_1 WHERE ` + where + `) l
+	LEFT JOIN frame_log fl ON fl.first_seq = (SELECT max(first_seq) FROM frame_log WHERE first_seq <= l.seq) AND fl.last_seq >= l.seq
+	LEFT JOIN event_marks m ON m.seq = l.seq
+	LEFT JOIN raw_objects r ON r.id = coalesce(fl.raw_id, m.raw_id)
+	LEFT JOIN frames f ON f.id = fl.frame_id AND l.seq BETWEEN f.first_seq AND f.last_seq
+	LEFT JOIN event_verdicts v ON v.seq = l.seq`
+}
 
 // EventBySeq returns the status of event seq of source; ok is false when
 // the ledger does not know it (never queued, or forgotten after the
 // dedupe window).
 func (q *Queue) EventBySeq(ctx context.Context, source string, seq int64) (st EventStatus, ok bool, err error) {
-	return q.eventStatus(ctx, statusQuery+`WHERE e.id = ? AND e.source = ?`, seq, source)
+	// The ledger is keyed by (source, key): find the key in the event's
+	// frame_log row (a dead event's row may be gone: then in its dead
+	// letter), then read it by key.
+	r, e, found, err := logEventAt(ctx, q.rdb, seq)
+	if err != nil {
+		return st, false, fmt.Errorf("read event status: %w", err)
+	}
+	key := e.key
+	if !found || r.source != source {
+		err := q.rdb.QueryRowContext(ctx, `SELECT event_key FROM dead_letters WHERE seq = ? AND source = ? AND event_key != '' ORDER BY id DESC LIMIT 1`, seq, source).Scan(&key)
+		if errors.Is(err, sql.ErrNoRows) {
+			return st, false, nil
+		}
+		if err != nil {
+			return st, false, fmt.Errorf("read event status: %w", err)
+		}
+	}
+	st, ok, err = q.EventByKey(ctx, source, key)
+	if err != nil || !ok || st.Seq != seq {
+		return EventStatus{}, false, err
+	}
+	return st, true, nil
 }
 
 // EventByKey returns the status of the event of source with idempotency
 // key key; ok is false when the ledger does not know it.
 func (q *Queue) EventByKey(ctx context.Context, source, key string) (st EventStatus, ok bool, err error) {
-	return q.eventStatus(ctx, statusQuery+`WHERE e.source = ? AND e.key = ?`, source, key)
+	return q.eventStatus(ctx, statusQuery(`source = ?1 AND key = ?2`), source, key)
 }
 
 // EventsByKeys returns the statuses of the events of source with the
@@ -76,7 +107,7 @@ func (q *Queue) EventsByKeys(ctx context.Context, source string, keys []string) 
 	if err != nil {
 		return nil, fmt.Errorf("read event statuses: %w", err)
 	}
-	rows, err := q.rdb.QueryContext(ctx, statusQuery+`WHERE e.source = ? AND e.key IN (SELECT value FROM json_each(?))`, source, string(list))
+	rows, err := q.rdb.QueryContext(ctx, statusQuery(`source = ?1 AND key IN (SELECT value FROM json_each(?2))`), source, string(list))
 	if err != nil {
 		return nil, fmt.Errorf("read event statuses: %w", err)
 	}

@@ -1,8 +1,8 @@
 package queue
 
 import (
-	"database/sql"
-	"fmt"
+	"context"
+	"errors"
 )
 
 // traceCols is the number of columns of an event_traces row.
@@ -17,12 +17,24 @@ func (q *Queue) prepareTraces() (err error) {
 	return err
 }
 
-// pruneTraces deletes the trace contexts of events Prune deleted: every
-// seq below the oldest event left.
-func pruneTraces(tx *sql.Tx) error {
-	if _, err := tx.Exec(`DELETE FROM event_traces WHERE seq < coalesce((SELECT id FROM events ORDER BY id LIMIT 1),
-		(SELECT max(seq) + 1 FROM event_traces))`); err != nil {
-		return fmt.Errorf("prune trace contexts: %w", err)
+// readTraces returns the trace contexts of the events in [first, last]
+// that have their own, by seq.
+func readTraces(ctx context.Context, db querier, first, last int64) (map[int64]Trace, error) {
+	rows, err := db.QueryContext(ctx, `SELECT seq, traceparent, coalesce(tracestate, '') FROM event_traces WHERE seq BETWEEN ? AND ?`, first, last)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	var out map[int64]Trace
+	for rows.Next() {
+		var seq int64
+		var t Trace
+		if err := rows.Scan(&seq, &t.Parent, &t.State); err != nil {
+			return nil, errors.Join(err, rows.Close())
+		}
+		if out == nil {
+			out = map[int64]Trace{}
+		}
+		out[seq] = t
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
 }

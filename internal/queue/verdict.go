@@ -2,7 +2,6 @@ package queue
 
 import (
 	"database/sql"
-	"fmt"
 	"time"
 )
 
@@ -40,16 +39,6 @@ func (q *Queue) prepareVerdicts() (err error) {
 	q.verdicts, err = prepareMultiInsert(q.wdb, "signature verdicts",
 		`INSERT INTO event_verdicts(seq, scheme, secret, signed_at, received_at) VALUES `, verdictCols)
 	return err
-}
-
-// pruneVerdicts deletes the verdicts of events Prune deleted: every seq
-// below the oldest event left.
-func pruneVerdicts(tx *sql.Tx) error {
-	if _, err := tx.Exec(`DELETE FROM event_verdicts WHERE seq < coalesce((SELECT id FROM events ORDER BY id LIMIT 1),
-		(SELECT max(seq) + 1 FROM event_verdicts))`); err != nil {
-		return fmt.Errorf("prune signature verdicts: %w", err)
-	}
-	return nil
 }
 
 // verdictRow is the event_verdicts columns of a status look-up, NULL when
