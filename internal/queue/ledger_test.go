@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -202,5 +203,75 @@ func TestPruneKeepsWhatStillNeedsIt(t *testing.T) {
 	}
 	if st, ok, err := q.EventByKey(context.Background(), "s", "d0"); err != nil || !ok || st.Status != StatusDeadLettered || st.CreatedAt.IsZero() {
 		t.Fatalf("status of the dead event after the switch = %+v %v %v", st, ok, err)
+	}
+}
+
+// TestMigrateLedgerFromV9 fills a database of the schema before the
+// ledger generations (v9) by hand, as that schema's queue left it (an
+// acked frame, a pending frame with a key-acked event and a nacked one,
+// a dead event in an active dead letter) and opens it: the migration
+// keeps the pending events and their marks, the dead letter's raw
+// reference, every key as a duplicate with its attempts, and the seq and
+// frame counters.
+func TestMigrateLedgerFromV9(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateTo(db, 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO raw_objects(id, key, fetched_at, seq_floor) VALUES (1, 'a/raw-1', 1000, 1), (2, 'a/raw-2', 2000, 4)`,
+		// Frame 1 (seqs 1-3) was acked whole: its row is gone.
+		`INSERT INTO events(id, source, key, frame_id, event_time, raw_id, raw_off, raw_len, acked, attempts) VALUES
+			(1, 'a', 'k1', 1, 0, 1, 0, 10, 0, 3), (2, 'a', 'k2', 1, 0, 1, 10, 10, 0, 1), (3, 'a', 'k3', 1, 0, 1, 20, 10, 0, 1)`,
+		// Frame 2 (seqs 4-7): k4 acked by key, k5 nacked, k6 dead, k7 pending.
+		`INSERT INTO events(id, source, key, frame_id, event_time, raw_id, raw_off, raw_len, acked, dead, last_error) VALUES
+			(4, 'a', 'k4', 2, 0, 2, 0, 5, 1, 0, ''), (5, 'a', 'k5', 2, 77, 2, 5, 5, 0, 0, 'busy'),
+			(6, 'a', 'k6', 2, 0, 2, 10, 5, 1, 1, ''), (7, 'a', 'k7', 2, 0, 2, 15, 5, 0, 0, '')`,
+		`INSERT INTO frames(id, source, n, first_seq, last_seq, deliveries, created_at) VALUES (2, 'a', 2, 4, 7, 1, 2000)`,
+		`INSERT INTO dead_letters(source, reason, raw_key, frame_id, created_at, seq, event_key) VALUES ('a', 'poison', 'a/raw-2', 2, 2000, 6, 'k6')`,
+		`UPDATE sqlite_sequence SET seq = 9 WHERE name = 'events'`,
+		`UPDATE meta SET value = 5 WHERE key = 'frame_high'`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	q := openTest(t, path, 10)
+	ctx := t.Context()
+	if q.PendingEvents() != 2 || q.PendingFrames() != 1 {
+		t.Fatalf("pending = %d events in %d frames, want 2 in 1", q.PendingEvents(), q.PendingFrames())
+	}
+	f, ok, err := q.LoadFrame(ctx, 2)
+	if err != nil || !ok || len(f.Events) != 2 || f.Events[0].Key != "k5" || f.Events[0].EventTime.UnixNano() != 77 ||
+		f.Events[1].Key != "k7" || f.Events[1].RawKey != "a/raw-2" || f.Events[1].RawOff != 15 || f.Deliveries != 1 {
+		t.Fatalf("pending frame after the migration = %+v %v %v", f, ok, err)
+	}
+	if st, ok, err := q.EventByKey(ctx, "a", "k5"); err != nil || !ok || st.LastError != "busy" || st.Status != StatusDelivered {
+		t.Fatalf("status of k5 = %+v %v %v", st, ok, err)
+	}
+	if st, ok, err := q.EventByKey(ctx, "a", "k1"); err != nil || !ok || st.Status != StatusAcked || st.Received != 3 || st.CreatedAt.UnixNano() != 1000 {
+		t.Fatalf("status of k1 = %+v %v %v", st, ok, err)
+	}
+	dl, err := q.DeadLetters(ctx, 10)
+	if err != nil || len(dl) != 1 || dl[0].Key != "k6" || dl[0].RawOff != 10 || dl[0].RawLen != 5 {
+		t.Fatalf("dead letters = %+v %v", dl, err)
+	}
+	if n, fr := appendNew(t, q, keysBatch("a", "a/raw-3", "k1", "k4", "k6", "k7", "k8")); n != 1 || fr[0].Events[0].Seq <= 9 || fr[0].ID <= 5 {
+		t.Fatalf("after the migration: %d new, frames %+v; want only k8, with a seq above 9 and a frame id above 5", n, fr)
+	}
+	if got := attempts(t, q, "a", "k1"); got != 4 {
+		t.Fatalf("attempts of k1 = %d, want 4", got)
+	}
+	var n int
+	if err := q.rdb.QueryRow(`SELECT count(*) FROM events WHERE source = 'a'`).Scan(&n); err != nil || n != 8 {
+		t.Fatalf("the events view holds %d rows (err %v), want 8", n, err)
 	}
 }
