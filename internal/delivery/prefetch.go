@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/ingestorhq/ingestor/internal/jsonscan"
 	"github.com/ingestorhq/ingestor/internal/queue"
@@ -76,12 +77,15 @@ type prefetched struct {
 	id       int64
 	frame    *readyFrame
 	inFlight bool
-	// done ends the answers to the request: empty reports that no pending
-	// frame follows the request's id, err that the queue or the raw store
+	// done ends the answers to the request: notYet reports that the page
+	// stopped at a frame committed but not yet submitted (the loop scans
+	// again at its next tick, when the frame is in the frame cache); empty
+	// that no pending frame follows the request's id, err that the queue or the raw store
 	// failed (the loop retries on its next tick).
-	done  bool
-	empty bool
-	err   error
+	done   bool
+	notYet bool
+	empty  bool
+	err    error
 }
 
 // prefetch serves the loop's scan requests until ctx ends. It runs on its
@@ -128,13 +132,17 @@ func (s *Sender) scan(ctx context.Context, r scanRequest, cache *rawCache) {
 		if s.scanEpoch.Load() != r.epoch {
 			return // superseded: the loop drops what this epoch sends
 		}
-		if s.isInflight(id) {
+		f, err := s.prefetchFrame(ctx, id, cache)
+		if errors.Is(err, errInFlight) {
 			if !answer(prefetched{id: id, inFlight: true}) {
 				return
 			}
 			continue
 		}
-		f, err := s.prefetchFrame(ctx, id, cache)
+		if errors.Is(err, errNotYetSubmitted) {
+			answer(prefetched{done: true, notYet: true})
+			return
+		}
 		if err != nil {
 			fail(err)
 			return
@@ -154,6 +162,21 @@ func (s *Sender) isInflight(id int64) bool {
 	return ok
 }
 
+// errInFlight is prefetchFrame's answer for a frame sent and waiting for
+// its ack.
+var errInFlight = errors.New("frame in flight")
+
+// errNotYetSubmitted is prefetchFrame's answer for a frame committed a
+// moment ago whose Submit has not come yet (the scan found it between the
+// commit and the Submit that follows it): reading it back would read from
+// disk what the frame cache is about to hold.
+var errNotYetSubmitted = errors.New("frame committed, not yet submitted")
+
+// submitGrace bounds how long the scan leaves a frame above the highest
+// submitted id alone: one committed by a path that never submits (none
+// does today) is read back after it, as any other backlog frame.
+const submitGrace = time.Second
+
 // prefetchFrame loads pending frame id, which is not in flight, with its
 // payloads. It returns nil when there is nothing to send: the frame is no
 // longer pending, or was dead-lettered here (max_deliveries reached, or
@@ -161,6 +184,10 @@ func (s *Sender) isInflight(id int64) bool {
 // returned for the current epoch, so a frame not in flight when scan looked
 // stays so until the loop gets it.
 func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache *rawCache) (*readyFrame, error) {
+	// Read before the cache: Submit caches before it raises submitted, so
+	// a frame at or below it that the cache misses was cached and is gone
+	// (sent, or dropped), while one above it may be cached any moment.
+	submitted := s.submitted.Load()
 	if f, ok := s.cache.get(id); ok {
 		// Its payloads are those its source validated: no JSON check.
 		if dead, err := s.deadLetterOverdue(ctx, &f); dead || err != nil {
@@ -168,9 +195,18 @@ func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache *rawCache) (
 		}
 		return &readyFrame{Frame: f}, nil
 	}
+	// Looked up after the cache: send registers a frame in flight before
+	// dropping it from the cache, so a frame being sent is found in one
+	// or the other, never read back.
+	if s.isInflight(id) {
+		return nil, errInFlight
+	}
 	f, ok, err := s.q.LoadFrame(ctx, id)
 	if err != nil || !ok || len(f.Events) == 0 {
 		return nil, err
+	}
+	if id > submitted && time.Since(f.Committed) < submitGrace {
+		return nil, errNotYetSubmitted
 	}
 	s.o.Metrics.readBack.Inc()
 	if dead, err := s.deadLetterOverdue(ctx, &f); dead || err != nil {

@@ -96,6 +96,10 @@ type Sender struct {
 	// ready brings the frames back, in id order.
 	scanReq chan scanRequest
 	ready   chan prefetched
+	// submitted is the highest frame id handed to Submit: a pending frame
+	// above it is committed and about to be submitted (prefetch.go,
+	// notYetSubmitted).
+	submitted atomic.Int64
 	// scanEpoch is the loop's epoch, for the prefetcher to notice that its
 	// request was superseded.
 	scanEpoch atomic.Uint64
@@ -192,6 +196,13 @@ func (s *Sender) Submit(frames []queue.Frame) {
 		return
 	}
 	s.cache.add(frames)
+	last := frames[len(frames)-1].ID
+	for {
+		cur := s.submitted.Load()
+		if cur >= last || s.submitted.CompareAndSwap(cur, last) {
+			break
+		}
+	}
 	s.freshWaiting.Add(1)
 	select {
 	case s.fresh <- frames:
@@ -393,7 +404,6 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 		return false
 	}
 	s.sent = append(s.sent, f.ID)
-	s.cache.drop(f.ID)
 	now := time.Now()
 	var fetched time.Time
 	if len(f.Events) > 0 {
@@ -406,6 +416,9 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 	s.inflight[f.ID] = inflight{deadline: now.Add(s.ackWait(delivery)), fetchedAt: fetched, events: len(f.Events),
 		sends: s.traceSend(f, delivery), sent: now}
 	s.inflightMu.Unlock()
+	// Dropped once registered in flight: the prefetcher, which looks in the
+	// cache first, finds the frame in one or the other (prefetchFrame).
+	s.cache.drop(f.ID)
 	s.inflightN.Store(int64(len(s.inflight)))
 	s.o.Metrics.framesSent.Inc()
 	s.o.Metrics.eventsSent.Add(float64(len(f.Events)))
@@ -509,7 +522,7 @@ func (s *Sender) handle(p prefetched) {
 	switch {
 	case p.done:
 		s.requested = false
-		if p.err != nil {
+		if p.err != nil || p.notYet {
 			s.scanFailed = true // retried on the next tick
 		} else if p.empty && !s.rescan {
 			s.backlog = false

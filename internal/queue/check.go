@@ -146,6 +146,13 @@ type RawRef struct {
 // dead-lettered event, and of every active payload dead letter, in key
 // and offset order. It stops at the first error fn returns.
 func (in *Inspector) RawRefs(ctx context.Context, fn func(RawRef) error) error {
+	var v int
+	if err := in.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("list raw references in %s: %w", in.path, err)
+	}
+	if v < len(migrations) {
+		return fmt.Errorf("list raw references in %s: its schema (v%d) predates this binary's (v%d); start the daemon once to migrate it", in.path, v, len(migrations))
+	}
 	var refs []RawRef
 	// Pending events: those of pending frames not acked.
 	spans, err := in.db.QueryContext(ctx, `SELECT first_seq, last_seq FROM frames`)
