@@ -393,9 +393,9 @@ func migrateFrameLog(tx *sql.Tx) error {
 			return fmt.Errorf("copy frame_log: %w", err)
 		}
 		type row struct {
-			e             logEvent
-			source        string
-			frame, rawID  int64
+			e            logEvent
+			source       string
+			frame, rawID int64
 		}
 		var page []row
 		for rows.Next() {
