@@ -85,13 +85,14 @@ type Queue struct {
 	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
 	lazySync bool
 	// insertKeys[g] inserts a frame's keys into generation g, insertKeyOne[g]
-	// one key, readBack[g] finds which keys of a frame were new; insertLog,
-	// insertRaw, insertFrameRow and storeCursor insert a batch's frame_log
-	// rows, raw object, frames and cursor (ops.go).
-	insertKeys, insertKeyOne, readBack                [2]*sql.Stmt
-	insertLog, insertRaw, insertFrameRow, storeCursor *sql.Stmt
-	// keysBuf and logBuf are insertKeys' and insertLog's parameters, reused.
-	keysBuf, logBuf []byte
+	// one key, readBack[g] finds which keys of a frame were new; insertRaw
+	// and storeCursor insert a batch's raw object and cursor, frameLogs and
+	// frameRows its frame_log and frames rows (ops.go).
+	insertKeys, insertKeyOne, readBack [2]*sql.Stmt
+	insertRaw, storeCursor             *sql.Stmt
+	frameLogs, frameRows               *multiInsert
+	// keysBuf is insertKeys' parameter, reused.
+	keysBuf []byte
 	// gens is the ledger's generation state (ledger.go).
 	gens generations
 	// verdicts and traces insert rows of event_verdicts (verdict.go) and
@@ -299,12 +300,12 @@ func (q *Queue) Close() error {
 	<-q.done
 	var errs []error
 	for _, st := range []*sql.Stmt{q.insertKeys[0], q.insertKeys[1], q.insertKeyOne[0], q.insertKeyOne[1], q.readBack[0], q.readBack[1],
-		q.insertLog, q.insertRaw, q.insertFrameRow, q.storeCursor} {
+		q.insertRaw, q.storeCursor} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
 	}
-	errs = append(errs, q.verdicts.close(), q.traces.close(), q.settle.close(), q.rdb.Close(), q.wdb.Close())
+	errs = append(errs, q.verdicts.close(), q.traces.close(), q.frameLogs.close(), q.frameRows.close(), q.settle.close(), q.rdb.Close(), q.wdb.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close queue %s: %w", q.opts.Path, err)
 	}
