@@ -510,8 +510,12 @@ func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
 			return
 		case <-t.C:
 		}
-		if _, err := d.queue.Prune(ctx); err != nil && ctx.Err() == nil {
+		n, err := d.queue.Prune(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			d.log.Warn("prune queue", "err", err)
+		case n > 0:
+			d.log.Info("queue ledger: forgot a generation of remembered events", "events", n, "dedupe_window", d.cfg.Publish.DedupeWindow)
 		}
 	}
 }

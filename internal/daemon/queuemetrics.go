@@ -18,6 +18,12 @@ func (d *Daemon) registerQueueMetrics() {
 			Help: "The configured queue limit at which sources pause."}, func() float64 { return float64(d.cfg.Publish.MaxPendingEvents) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_oldest_pending_age_seconds",
 			Help: "Age of the oldest frame not yet acked (0 when none is pending)."}, d.oldestPendingAge),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestor_queue_ledger_generation_age_seconds",
+			Help: "Age of the queue ledger's current generation. Remembered events are forgotten a generation at a time once it is older than dedupe_window, checked every prune_interval; well above that, a frame pending since before the generation began holds the switch back (see ingestor_queue_oldest_pending_age_seconds) and the ledger keeps growing."},
+			func() float64 { return time.Since(d.queue.LedgerGeneration()).Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ingestor_queue_ledger_forgotten_total",
+			Help: "Remembered events the queue's ledger forgot, a generation at a time, since the daemon started."},
+			func() float64 { return float64(d.queue.Forgotten()) }),
 		&deadLetterGauge{d: d},
 	)
 }

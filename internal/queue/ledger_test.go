@@ -100,7 +100,11 @@ func TestGenerationsRememberKeys(t *testing.T) {
 		t.Fatalf("%d new of %d (keys above and below the bound, none known)", n, len(b))
 	}
 	ackAll(t, q, fb)
+	before := q.LedgerGeneration()
 	prune(t, q, 10, "the second switch forgets a")
+	if q.Forgotten() != 10 || !q.LedgerGeneration().After(before) {
+		t.Fatalf("after the second switch: Forgotten() = %d, generation since %v (before %v); want 10 and later", q.Forgotten(), q.LedgerGeneration(), before)
+	}
 	n, fa3 := appendNew(t, q, keysBatch("s", "s/raw-a3", a[:3]...))
 	if n != 3 {
 		t.Fatalf("a re-fetch after two switches queued %d of 3", n)

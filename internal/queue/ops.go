@@ -701,7 +701,10 @@ func (q *Queue) Prune(ctx context.Context) (int64, error) {
 		}
 		return nil
 	}}
-	err := q.submit(ctx, r, nil)
+	err := q.submit(ctx, r, func() {
+		q.genSince.Store(q.gens.since)
+		q.forgotten.Add(forgotten)
+	})
 	if err != nil {
 		// The switch may have changed the writer's state in a transaction
 		// that did not commit: read it again.

@@ -76,6 +76,11 @@ type Queue struct {
 	// dead-lettered) since the queue was opened.
 	settledEvents atomic.Int64
 	duplicates    atomic.Int64
+	// genSince is when the ledger's current generation began (unix
+	// nanoseconds), and forgotten counts the remembered events generation
+	// switches forgot since Open: the writer's state, published for
+	// metrics.
+	genSince, forgotten atomic.Int64
 	// walSyncs counts the writer's fsyncs of the WAL (synchronous = normal).
 	walSyncs atomic.Int64
 
@@ -257,6 +262,7 @@ func (q *Queue) load() error {
 	if q.gens, err = loadGenerations(context.Background(), q.wdb); err != nil {
 		return err
 	}
+	q.genSince.Store(q.gens.since)
 	if q.opts.Synchronous == "normal" {
 		if err := q.skipFrameIDs(); err != nil {
 			return err
@@ -282,6 +288,15 @@ func (q *Queue) SettledEvents() int64 { return q.settledEvents.Load() }
 // Duplicates returns how many arrivals of already known events were
 // dropped since Open; each also raised the event's attempts column.
 func (q *Queue) Duplicates() int64 { return q.duplicates.Load() }
+
+// LedgerGeneration returns when the ledger's current generation began
+// (ledger.go): remembered events are forgotten a generation at a time once
+// it is older than the dedupe window.
+func (q *Queue) LedgerGeneration() time.Time { return time.Unix(0, q.genSince.Load()) }
+
+// Forgotten returns how many remembered events generation switches forgot
+// since Open.
+func (q *Queue) Forgotten() int64 { return q.forgotten.Load() }
 
 // PendingFrames returns the number of frames queued and not yet acked.
 func (q *Queue) PendingFrames() int64 { return q.pendingFrames.Load() }
