@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -248,7 +251,15 @@ func TestMigrateLedgerFromV9(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	q := openTest(t, path, 10)
+	var logged bytes.Buffer
+	q, err := Open(Options{Path: path, EventsPerFrame: 10, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	if !strings.Contains(logged.String(), "upgrading the queue's ledger") || !strings.Contains(logged.String(), "events=7") {
+		t.Errorf("the migration logged %q, want its announcement with the 7 events", logged.String())
+	}
 	ctx := t.Context()
 	if q.PendingEvents() != 2 || q.PendingFrames() != 1 {
 		t.Fatalf("pending = %d events in %d frames, want 2 in 1", q.PendingEvents(), q.PendingFrames())

@@ -150,7 +150,7 @@ func Open(o Options) (*Queue, error) {
 		}
 		return fmt.Errorf("open queue %s: %w", o.Path, err)
 	}
-	if err := migrate(wdb); err != nil {
+	if err := migrate(wdb, o.Logger); err != nil {
 		return nil, openErr(errors.Join(err, wdb.Close()))
 	}
 	if err := checkPragmas(wdb); err != nil {

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 // migrations are applied in order; migrations[i] takes the schema from
@@ -229,13 +230,23 @@ INSERT INTO meta(key, value) VALUES
 var goSteps = map[int]func(tx *sql.Tx) error{9: migrateLedger}
 
 // migrate brings the schema to the newest version, one transaction per step.
-func migrate(db *sql.DB) error {
+// It logs to log before a step that copies the ledger (v10), which takes
+// about a second per 400,000 remembered events.
+func migrate(db *sql.DB, log *slog.Logger) error {
 	var v int
 	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	if v > len(migrations) {
 		return fmt.Errorf("schema version %d is newer than this binary knows (%d)", v, len(migrations))
+	}
+	if v > 0 && v <= 9 && log != nil {
+		var events int64
+		if err := db.QueryRow(`SELECT count(*) FROM events`).Scan(&events); err != nil {
+			return fmt.Errorf("count the events to migrate: %w", err)
+		}
+		log.Info("upgrading the queue's ledger to generations: copying every remembered event once (about a second per 400,000)",
+			"events", events, "from_schema", v, "to_schema", len(migrations))
 	}
 	return migrateTo(db, v, len(migrations))
 }
