@@ -51,7 +51,7 @@ type soakOptions struct {
 	dropEvery   time.Duration
 	chart       string
 	// limit is the flatness bound: the last third's maximum over the
-	// first third's.
+	// highest before it (warm-up and first third).
 	limit float64
 }
 
@@ -69,7 +69,7 @@ func soakFlags(fs *flag.FlagSet, o *soakOptions) {
 	fs.Int64Var(&o.refusedBody, "refused-body", 2<<30, "soak mode: bytes of the endless body refused at max_body_bytes, served three times (0: none)")
 	fs.DurationVar(&o.dropEvery, "dlq-drop-every", 30*time.Second, "soak mode: how often `ingestor dlq drop -all` runs")
 	fs.StringVar(&o.chart, "chart", "", "soak mode: write the series as an SVG chart to this file")
-	fs.Float64Var(&o.limit, "flat-limit", 1.2, "soak mode: a series is flat when the maximum of the last third is at most this times that of the first third")
+	fs.Float64Var(&o.limit, "flat-limit", 1.2, "soak mode: a series is flat when the maximum of the last third is at most this times the highest before it (warm-up and first third)")
 }
 
 // check validates o and fills in the defaults that depend on duration.
