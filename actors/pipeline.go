@@ -87,6 +87,9 @@ type rawWrite struct {
 	deadLetter string
 	// cursor is the cursor a malformed payload was fetched with.
 	cursor string
+	// failed is set by a failed attempt: an abandoned write (a timeout)
+	// may still be reading the payload, so its buffer is never recycled.
+	failed bool
 }
 
 // logKey names w in logs before it is written.
@@ -116,6 +119,9 @@ func (p *PersistRaw) Receive(ctx actor.Context) {
 			w := rawWrite{raw: p.deps.Ingest.Page(m.source, m.batch.FetchedAt, m.batch.Body)}
 			// The raw write is traced under the poll that fetched the batch.
 			err := p.put(trace.ContextWithSpanContext(p.ctx, m.batch.Trace), m.abandon, &w)
+			if w.failed {
+				m.batch.Page.Keep()
+			}
 			root.Send(sender, &rawPersisted{gen: m.gen, seq: m.seq, raw: w.raw.Ref(), err: err})
 		}()
 	case *deadLetterPayload:
@@ -224,6 +230,7 @@ func (p *PersistRaw) attempt(ctx context.Context, w *rawWrite) error {
 	defer func() { <-p.sem }()
 	start := time.Now()
 	if err := p.deps.Ingest.Write(ctx, &w.raw); err != nil {
+		w.failed = true
 		if ctx.Err() == nil {
 			p.deps.Metrics.rawPutErrors.Inc()
 			p.deps.Metrics.rawStoreUp.Set(0)

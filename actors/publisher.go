@@ -109,6 +109,7 @@ func (p *Publisher) abandon(ctx actor.Context) {
 func queueBatch(m *appendBatch) queue.Batch {
 	b := ingest.PageBatch(m.source, m.batch.FetchedAt, m.raw, m.batch.Body, m.records)
 	b.Traceparent, b.Tracestate = telemetry.Parent(m.batch.Trace)
+	b.Page = m.batch.Page
 	if m.last {
 		b.Cursor, b.SetCursor = m.batch.Cursor, m.batch.Cursor != ""
 	}

@@ -585,6 +585,9 @@ func (a *SourceActor) committed(ctx actor.Context, m *batchCommitted) {
 			return
 		}
 		st.status.committed(now, len(m.records), m.newEvents, len(p.batch.Body))
+		// Its last slice is queued: only its frames still read its body,
+		// each until it is encoded for sending.
+		p.batch.Page.Release()
 	}
 	delete(a.pending, m.seq)
 	a.inflight--

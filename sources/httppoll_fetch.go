@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/ingestorhq/ingestor/internal/pagebuf"
 )
 
 // httpPoll is an open http_poll source. Fetch is called by one goroutine at
@@ -53,6 +55,9 @@ type httpPoll struct {
 	// concurrent); a refused body does not count, or every later poll
 	// would start with a buffer of max_body_bytes.
 	lastBody int64
+	// lastRecords is how many records the last page accepted held, and
+	// lastRecordsBody its size: expectRecords scales them to the next one.
+	lastRecords, lastRecordsBody int
 
 	// validators remembers ETag and Last-Modified by URL, for conditional
 	// requests. They are dropped when Fetch is called with a cursor other
@@ -305,10 +310,11 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 	}
 
 	fetchedAt := time.Now()
-	ex, err := p.rules.extract(body, SliceRecords)
+	ex, err := p.rules.extract(body, SliceRecords, p.expectRecords(len(body)))
 	if err != nil {
 		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error(), Refetch: true}
 	}
+	p.lastRecords, p.lastRecordsBody = ex.total, len(body)
 	if ex.missingIDs > 0 {
 		p.missingIDs.Add(int64(ex.missingIDs))
 		p.log.Debug("records without the id field, keyed by their SHA-256", "id_field", p.spec.IDField, "count", ex.missingIDs)
@@ -316,7 +322,7 @@ func (p *httpPoll) exchange(req *http.Request, c pollCursor, stored string, ev *
 	if t := ex.newest.UnixNano(); !ex.newest.IsZero() && t > p.newest.Load() {
 		p.newest.Store(t)
 	}
-	b := &Batch{Body: body, FetchedAt: fetchedAt, Records: ex.records, Rest: ex.rest}
+	b := &Batch{Body: body, FetchedAt: fetchedAt, Records: ex.records, Rest: ex.rest, Page: bodies.NewPage(body)}
 	var found string
 	switch p.spec.CursorFrom {
 	case "record":
@@ -401,7 +407,7 @@ func (p *httpPoll) readBody(resp *http.Response) ([]byte, error) {
 	if resp.ContentLength >= 0 && r == io.Reader(resp.Body) {
 		size = resp.ContentLength
 	}
-	body, err := readAll(r, size, limit)
+	body, err := readInto(r, bodies.Get(bodyCap(size, limit)), limit)
 	n := len(body)
 	switch {
 	case err != nil:
@@ -425,8 +431,24 @@ func (p *httpPoll) readBody(resp *http.Response) ([]byte, error) {
 // copied into a buffer of its own size, so that a page in flight holds
 // only its bytes.
 func readAll(r io.Reader, size, limit int64) ([]byte, error) {
+	return readInto(r, make([]byte, 0, bodyCap(size, limit)), limit)
+}
+
+// bodyCap is the capacity readAll starts with for a body of size bytes
+// under limit.
+func bodyCap(size, limit int64) int {
+	return int(min(max(size+1, bytes.MinRead), limit+1))
+}
+
+// bodies are the buffers of the pages the http_poll sources fetch: the
+// pipeline gives each back once nothing reads it any more (pagebuf).
+var bodies pagebuf.Pool
+
+// readInto is readAll into buf, an empty buffer of readAll's starting
+// capacity or more (one from bodies, whose slack is small when the size
+// was announced).
+func readInto(r io.Reader, buf []byte, limit int64) ([]byte, error) {
 	end := limit + 1
-	buf := make([]byte, 0, min(max(size+1, bytes.MinRead), end))
 	for {
 		room := min(int64(cap(buf)), end) - int64(len(buf))
 		if room == 0 {
@@ -451,6 +473,16 @@ func readAll(r io.Reader, size, limit int64) ([]byte, error) {
 		buf = bytes.Clone(buf)
 	}
 	return buf, nil
+}
+
+// expectRecords guesses how many records a page of size bytes holds,
+// from the last page: the capacity its records start with (0: no guess).
+func (p *httpPoll) expectRecords(size int) int {
+	if p.lastRecords == 0 || p.lastRecordsBody == 0 {
+		return 0
+	}
+	n := int(int64(p.lastRecords) * int64(size) / int64(p.lastRecordsBody))
+	return n + n/16 + 1
 }
 
 // releaseAt is the size from which the memory of a body read in vain is

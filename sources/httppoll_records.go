@@ -91,10 +91,19 @@ func (r *recordRules) newScan(body []byte) *recordScan {
 // reads them afterwards, keep at a time if the caller likes, so that a
 // page of a million tiny records never has a Record for each at once. A
 // payload that does not have the configured shape yields an error whose
-// text says why; the caller turns it into a *MalformedError.
-func (r *recordRules) extract(body []byte, keep int) (extracted, error) {
+// text says why; the caller turns it into a *MalformedError. expect is
+// how many records body likely holds (0: no idea), the capacity the
+// records start with: a slice grown by doubling allocates twice what it
+// ends up holding.
+func (r *recordRules) extract(body []byte, keep, expect int) (extracted, error) {
 	sc := r.newScan(body)
 	sc.keep = keep
+	if keep > 0 {
+		expect = min(expect, keep)
+	}
+	if expect > 0 {
+		sc.ex.records = make([]Record, 0, expect)
+	}
 	ex, err := sc.extract(r)
 	if err != nil || ex.total == len(ex.records) {
 		return ex, err
@@ -424,7 +433,7 @@ func (r *RecordReader) element() error {
 // Parse implements Parser: it extracts the records of body with the same
 // rules as Fetch. Records without the id field are not counted here.
 func (p *httpPoll) Parse(body []byte, fetchedAt time.Time) (*Batch, error) {
-	ex, err := p.rules.extract(body, 0)
+	ex, err := p.rules.extract(body, 0, 0)
 	if err != nil {
 		return nil, &MalformedError{Body: body, FetchedAt: fetchedAt, Reason: err.Error()}
 	}

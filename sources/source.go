@@ -40,6 +40,8 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ingestorhq/ingestor/internal/pagebuf"
 )
 
 // Record is one event found in a fetched payload. Its bytes are
@@ -86,6 +88,12 @@ type Batch struct {
 	// pages of one poll): the caller waits for its interval before the
 	// next fetch, so that a long catch-up yields, and says so.
 	Capped bool
+	// Page, when set, is the pooled buffer Body was read into (pagebuf):
+	// whoever takes the batch calls Page.Release once it is committed and
+	// only its frames still read Body (each through its own hold), or
+	// Page.Keep when something may read Body later than that. Left alone,
+	// the buffer is simply not recycled.
+	Page *pagebuf.Page
 	// Trace is the span context of the poll that fetched the batch, set by
 	// the pipeline; its raw write and commit are traced under it when it
 	// is sampled, and its events carry it to processors.

@@ -188,7 +188,7 @@ func (s *Sender) prefetchFrame(ctx context.Context, id int64, cache *rawCache) (
 	// a frame at or below it that the cache misses was cached and is gone
 	// (sent, or dropped), while one above it may be cached any moment.
 	submitted := s.submitted.Load()
-	if f, ok := s.cache.get(id); ok {
+	if f, ok := s.cache.get(id); ok && !f.PayloadsReleased() {
 		// Its payloads are those its source validated: no JSON check.
 		if dead, err := s.deadLetterOverdue(ctx, &f); dead || err != nil {
 			return nil, err

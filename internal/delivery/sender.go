@@ -371,6 +371,9 @@ func (s *Sender) sendFresh(frames []queue.Frame) {
 }
 
 func hasPayloads(f *queue.Frame) bool {
+	if f.PayloadsReleased() {
+		return false // never, by design: a frame is encoded from memory once
+	}
 	for i := range f.Events {
 		if f.Events[i].Payload == nil {
 			return false
@@ -403,6 +406,10 @@ func (s *Sender) send(f *queue.Frame, notJSON []bool) bool {
 		s.o.Metrics.sendBlocked.Inc()
 		return false
 	}
+	// Encoded and handed to ZeroMQ, which copied the bytes: the payloads'
+	// pooled buffer may go to a later fetch once the page's other frames
+	// are sent too. A resend reads them back from the raw store.
+	f.ReleasePayloads()
 	s.sent = append(s.sent, f.ID)
 	now := time.Now()
 	var fetched time.Time
@@ -538,6 +545,13 @@ func (s *Sender) handle(p prefetched) {
 			return
 		}
 	case p.frame != nil && !s.settled[p.id]:
+		if p.frame.PayloadsReleased() {
+			// Sent meanwhile from another copy (never, by design): scan
+			// again from it, reading it back if it is still pending.
+			s.scanFrom = p.id - 1
+			s.restartScan()
+			return
+		}
 		if _, busy := s.inflight[p.id]; !busy && !s.send(&p.frame.Frame, p.frame.notJSON) {
 			s.held = p.frame
 			return
@@ -550,6 +564,11 @@ func (s *Sender) handle(p prefetched) {
 // sendHeld sends the frame the socket refused, if any.
 func (s *Sender) sendHeld() {
 	f := s.held
+	if f != nil && f.PayloadsReleased() { // never, by design (see handle)
+		s.scanFrom = f.ID - 1
+		s.restartScan()
+		return
+	}
 	if f == nil || (!s.settled[f.ID] && !s.send(&f.Frame, f.notJSON)) {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ingestorhq/ingestor/internal/pagebuf"
 	"github.com/ingestorhq/ingestor/internal/wire"
 )
 
@@ -59,6 +60,10 @@ type Batch struct {
 	// batch, stored with its raw object; every event of the batch carries
 	// it. Empty when the batch is not traced.
 	Traceparent, Tracestate string
+	// Page, when set, is the pooled buffer the events' payloads are
+	// slices of: each frame built from them takes a hold on it, which
+	// the sender lets go once the frame is encoded (Frame.ReleasePayloads).
+	Page *pagebuf.Page
 }
 
 // Event is one queued event as it is sent.
@@ -104,7 +109,22 @@ type Frame struct {
 	// publish latency runs from it to the frame's first send.
 	Committed time.Time
 	Events    []Event
+	// hold is the frame's hold on the pooled buffer its payloads are
+	// slices of (Batch.Page), shared by every copy of the frame; nil when
+	// they are not pooled.
+	hold *pagebuf.Hold
 }
+
+// ReleasePayloads lets the pooled buffer the frame's payloads are slices
+// of go to a later fetch, once every other holder did too: the caller has
+// encoded them and must not read them again, in this copy of the frame or
+// any other (PayloadsReleased). Frames whose payloads are not pooled (read
+// back, pushed) ignore it.
+func (f *Frame) ReleasePayloads() { f.hold.Release() }
+
+// PayloadsReleased reports whether ReleasePayloads was called on a copy of
+// the frame: its payloads must then be read back from the raw store.
+func (f *Frame) PayloadsReleased() bool { return f.hold.Released() }
 
 // Append commits b durably and returns the frames of its events that were
 // new; an event whose (source, key) is already queued or remembered is
@@ -453,6 +473,10 @@ func (q *Queue) applyAppend(tx *sql.Tx, b *Batch, dups *int64) ([]Frame, int64, 
 	return st.frames, st.added, nil
 }
 
+// maxKeptLogBuf bounds the frame_log buffer the writer keeps between
+// slices (a slice of 1000 events of short keys needs ~30 KB).
+const maxKeptLogBuf = 1 << 20
+
 // framesPerStatement is how many frames' keys, frame_log rows and frames
 // rows applyAppend inserts per statement: a page of 1000 events in three
 // statements instead of thirty (each a cgo call and database/sql's work),
@@ -485,11 +509,15 @@ func (q *Queue) appendSlice(tx *sql.Tx, st *appendState, from, to int) error {
 	}
 	per := q.opts.EventsPerFrame
 	st.logArgs, st.rows = st.logArgs[:0], st.rows[:0]
+	// The frame_log blobs are slices of one buffer, reused by every slice:
+	// SQLite copies a blob when it is bound, and the statements that bind
+	// these run before this returns.
+	logs := q.logBuf[:0]
 	for start := 0; start < len(events); start += per {
 		chunk, seqs := events[start:min(start+per, len(events))], st.seqs[start:min(start+per, len(events))]
 		frameID := q.nextFrame
 		q.nextFrame++
-		var log []byte
+		start := len(logs)
 		f := Frame{ID: frameID, Source: b.Source, Committed: time.Unix(0, st.now), Events: make([]Event, 0, len(chunk))}
 		var first, last int64
 		for i, seq := range seqs {
@@ -502,7 +530,7 @@ func (q *Queue) appendSlice(tx *sql.Tx, st *appendState, from, to int) error {
 			}
 			last = seq
 			e := &chunk[i]
-			log = appendLogEvent(log, first, logEvent{seq: seq, eventTime: eventTime(e), rawOff: e.RawOff, rawLen: e.RawLen, key: e.Key})
+			logs = appendLogEvent(logs, first, logEvent{seq: seq, eventTime: eventTime(e), rawOff: e.RawOff, rawLen: e.RawLen, key: e.Key})
 			f.Events = append(f.Events, st.event(e, seq))
 		}
 		if len(f.Events) == 0 {
@@ -511,10 +539,14 @@ func (q *Queue) appendSlice(tx *sql.Tx, st *appendState, from, to int) error {
 		// A frame's events are inserted together by the only writer, so
 		// they are exactly the events with seq in [first, last]: frames
 		// find their frame_log rows by primary key.
-		st.logArgs = append(st.logArgs, first, last, frameID, b.Source, st.rawID, log)
+		f.hold = b.Page.Hold()
+		st.logArgs = append(st.logArgs, first, last, frameID, b.Source, st.rawID, logs[start:len(logs):len(logs)])
 		st.rows = append(st.rows, frameID, b.Source, len(f.Events), first, last, st.now)
 		st.added += int64(len(f.Events))
 		st.frames = append(st.frames, f)
+	}
+	if q.logBuf = logs; cap(logs) > maxKeptLogBuf {
+		q.logBuf = nil // a page of long keys: not kept for every page after it
 	}
 	if err := q.frameLogs.insert(tx, st.logArgs); err != nil {
 		return err

@@ -96,8 +96,9 @@ type Queue struct {
 	insertKeys, insertKeyOne, readBack [2]*sql.Stmt
 	insertRaw, storeCursor             *sql.Stmt
 	frameLogs, frameRows               *multiInsert
-	// keysBuf is insertKeys' parameter, reused.
-	keysBuf []byte
+	// keysBuf is insertKeys' parameter, reused, and logBuf holds the
+	// frame_log blobs of a slice (appendSlice).
+	keysBuf, logBuf []byte
 	// gens is the ledger's generation state (ledger.go).
 	gens generations
 	// verdicts and traces insert rows of event_verdicts (verdict.go) and
