@@ -80,7 +80,7 @@ func (p memoryParams) eventBytes() float64 { return float64(p.PageBytes) / float
 const (
 	memDaemonBaseMiB    = 57     // daemon RSS ~ 57 MiB started
 	memFrameBytes       = 1.2    // frames term: x ~1.2
-	memPagesPerBatch    = 6.5    // page size x ~6.5
+	memPagesPerBatch    = 4.5    // page size x ~4.5
 	memRecordsCap       = 20_000 // min(records per page, 20,000)
 	memRecordBytes      = 1 << 10
 	memProcessorBaseMiB = 29 // processor RSS ~ 29 MiB
@@ -101,7 +101,7 @@ func (p memoryParams) framesMiB() float64 {
 //
 //	daemon RSS    ~ 57 MiB
 //	              + F x events_per_frame x event size x ~1.2, F the frames in flight (at most max_inflight_frames)
-//	              + sources x inflight_batches x (page size x ~6.5
+//	              + sources x inflight_batches x (page size x ~4.5
 //	                                              + min(records per page, 20,000) x ~1 KiB)
 //	              + max_body_bytes x ~3, only while a body of unknown length is read
 //	              + up to 2 x frame_cache_bytes, only while a processor lags behind the in-flight window
