@@ -34,8 +34,8 @@ type soakOptions struct {
 	// pushRate each webhook sender's and device's.
 	rate, streamRate, pushRate float64
 	senders, devices           int
-	// retention is the raw store's retention; the dedupe window is half
-	// of it. processorRetention is the processor's (nothing is killed, so
+	// retention is the raw store's retention; the dedupe window is a
+	// third of it (soakDedupeWindow). processorRetention is the processor's (nothing is killed, so
 	// nothing is redelivered after its ack): longer than a big page takes
 	// to apply, so that each burst's keys are all remembered at once and
 	// every burst costs the database the same. keepRaw sets the raw
@@ -62,7 +62,7 @@ func soakFlags(fs *flag.FlagSet, o *soakOptions) {
 	fs.Float64Var(&o.pushRate, "push-rate", 20, "soak mode: events/s of each webhook sender and each device")
 	fs.IntVar(&o.senders, "senders", 4, "soak mode: webhook senders")
 	fs.IntVar(&o.devices, "devices", 20, "soak mode: devices (ws_ingress), each at -push-rate; overload mode: devices at full speed (default 200 there)")
-	fs.DurationVar(&o.retention, "retention", time.Minute, "soak mode: raw store retention (at least 1m); the dedupe window half of it")
+	fs.DurationVar(&o.retention, "retention", time.Minute, "soak mode: raw store retention (at least 1m); the dedupe window a third of it")
 	fs.DurationVar(&o.processorRetention, "processor-retention", time.Minute, "soak mode: the processor's retention (processor -retention)")
 	fs.BoolVar(&o.keepRaw, "keep-raw", false, `soak mode: raw store retention = "0" (keep everything): the raw series grows and the check fails`)
 	fs.IntVar(&o.bigPage, "big-page", 1_000_000, "soak mode: records of the one big page, served three times (0: none)")
@@ -95,6 +95,17 @@ func (o *soakOptions) check(duration time.Duration) error {
 	return errors.Join(errs...)
 }
 
+// soakDedupeWindow is the soak's dedupe_window for a raw retention of
+// retention: a third of it. A key is remembered one to two windows (the
+// ledger forgets a generation at a time) plus a prune interval, 45 s for
+// a retention of 1m: less than the minute between two bursts of the short
+// soak, so every burst's keys are forgotten before the next one comes and
+// each burst costs the queue's file the same. With half of it (30 s, up
+// to 65 s remembered) whether the last burst found the one before still
+// there depended on timing: the file grew by a burst's keys in one run of
+// three (12.2 to 16.6 MiB).
+func soakDedupeWindow(retention time.Duration) time.Duration { return retention / 3 }
+
 // soakConfig writes the daemon's config into dir and checks it loads.
 func soakConfig(dir, upstream string, o soakOptions) (string, error) {
 	rawRetention := o.retention.String()
@@ -104,7 +115,7 @@ func soakConfig(dir, upstream string, o soakOptions) (string, error) {
 	// The admin endpoints (dlq drop) on a socket in dir: a fixed port
 	// could be taken.
 	head, err := daemonTOML(dir, "admin_addr = "+tomlString("unix:"+filepath.Join(dir, "admin.sock")), fmt.Sprintf("retention = %q", rawRetention),
-		fmt.Sprintf("dedupe_window = %q\nprune_interval = \"5s\"", (o.retention/2).String()))
+		fmt.Sprintf("dedupe_window = %q\nprune_interval = \"5s\"", soakDedupeWindow(o.retention).String()))
 	if err != nil {
 		return "", err
 	}

@@ -71,8 +71,8 @@ func TestSoakCheckFails(t *testing.T) {
 // (a paced firehose, a quiet API, a malformed one, a WebSocket feed that
 // drops connections, webhooks and devices with duplicates and invalid
 // envelopes, a page of 100,000 records and a 200 MB body refused at
-// max_body_bytes, each three times), raw retention 1m, dedupe window and the
-// processor's retention 30s (bursts are a minute apart), `dlq drop` every
+// max_body_bytes, each three times), raw retention 1m, dedupe window 20s
+// and the processor's retention 30s (bursts are a minute apart), `dlq drop` every
 // 30s. It passes only if every
 // series is flat after the warm-up (the last third's maximum at most 1.2x
 // the highest before it) and the processor applied every event sent once.
@@ -130,7 +130,7 @@ func TestSoakConfigLoads(t *testing.T) {
 		if keep {
 			want = `retention = "0"`
 		}
-		if !strings.Contains(string(b), want) || !strings.Contains(string(b), `dedupe_window = "30s"`) {
+		if !strings.Contains(string(b), want) || !strings.Contains(string(b), `dedupe_window = "20s"`) {
 			t.Errorf("keep-raw %v: config lacks %s or the dedupe window:\n%s", keep, want, b)
 		}
 	}
