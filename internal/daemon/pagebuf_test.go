@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,14 +27,15 @@ import (
 // gets against the upstream's record for its key, while thousands of
 // pages are fetched through recycled buffers.
 func TestRecycledPageBuffersNeverReachAProcessor(t *testing.T) {
-	const total, page = 6_000, 200
+	const total, page, window = 6_000, 200, 6
 	srv := testupstream.NewServer(t, testupstream.Options{Total: total, PageSize: page})
 	recycled := pagebuf.Recycled()
-	h := startDaemon(t, "", "events_per_frame = 20\nmax_inflight_frames = 6\nack_timeout = \"1s\"",
+	h := startDaemon(t, "", fmt.Sprintf("events_per_frame = 20\nmax_inflight_frames = %d\nack_timeout = \"1s\"", window),
 		strings.Replace(httpSource("api", srv.URL), `interval = "20ms"`, `interval = "1ms"`, 1))
 	seen := newSeenSet()
 	var (
 		handled atomic.Int64
+		full    atomic.Int64 // lags that saw the window full
 		mu      sync.Mutex
 		nacked  = map[string]bool{}
 		wrong   []string
@@ -46,7 +48,15 @@ func TestRecycledPageBuffersNeverReachAProcessor(t *testing.T) {
 			mu.Unlock()
 		}
 		if handled.Add(1)%700 == 0 {
-			time.Sleep(30 * time.Millisecond) // a lag: the window fills meanwhile
+			// A lag: hold this event until the in-flight window is full,
+			// so that the frames committed meanwhile wait in the frame
+			// cache and go out through the backlog scan.
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+				if h.d.sender.Inflight() >= window {
+					full.Add(1)
+					break
+				}
+			}
 		}
 		if n%499 == 0 {
 			mu.Lock()
@@ -65,6 +75,9 @@ func TestRecycledPageBuffersNeverReachAProcessor(t *testing.T) {
 	defer mu.Unlock()
 	if len(wrong) > 0 {
 		t.Fatalf("%d payloads differ from their records, first %q", len(wrong), wrong[0])
+	}
+	if full.Load() == 0 {
+		t.Error("the in-flight window was never full: the lags did not exercise the frame cache")
 	}
 	if got := pagebuf.Recycled() - recycled; got < total/page/2 {
 		t.Fatalf("%d page buffers recycled of %d pages: the test did not exercise their reuse", got, total/page)
