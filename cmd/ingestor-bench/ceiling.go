@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/ingestorhq/ingestor/internal/sqliteuri"
@@ -232,7 +233,12 @@ func runWebhookCeiling(ctx context.Context, o options, dir string, log *slog.Log
 		}
 		co := o
 		co.mode, co.signature = modeWebhookCeiling, "" // the ceiling checks no signature
-		c, err := benchCeiling(ctx, co, cdir)
+		// The runs are labelled (bench=ceiling, bench=daemon), so that one
+		// -cpuprofile of this mode shows each alone: go tool pprof
+		// -tagfocus bench=daemon.
+		var c *webhookResult
+		var err error
+		pprof.Do(ctx, pprof.Labels("bench", "ceiling"), func(ctx context.Context) { c, err = benchCeiling(ctx, co, cdir) })
 		if err != nil {
 			return err
 		}
@@ -246,7 +252,8 @@ func runWebhookCeiling(ctx context.Context, o options, dir string, log *slog.Log
 		if err != nil {
 			return err
 		}
-		d, err := benchWebhook(ctx, wo, cfg, log)
+		var d *webhookResult
+		pprof.Do(ctx, pprof.Labels("bench", "daemon"), func(ctx context.Context) { d, err = benchWebhook(ctx, wo, cfg, log) })
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package rawstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -24,9 +25,10 @@ type PageAppender interface {
 	// AppendPage writes body as one page record at the end of source's
 	// open page segment and returns once it is durable, with the
 	// segment's key and the offset of body in it (past the record's
-	// header). A page segment only grows: a Get done after the queue commit
-	// that references a page holds it, and bytes returned by an earlier Get
-	// stay valid.
+	// header). A page segment's records only grow in number: a Get done
+	// after the queue commit that references a page holds it, and bytes
+	// returned by an earlier Get stay valid (past the last record they
+	// may be zeros, see IsPageSegment).
 	AppendPage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (key string, off int, err error)
 }
 
@@ -51,7 +53,10 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 //	#ingestor-page len=<bytes> crc32c=<8 hex digits> fetched_at=<unix nanos>\n
 //	<the page's bytes, as the upstream sent them>\n
 //
-// so it can be read back page by page without the queue (ReadPages).
+// so it can be read back page by page without the queue (ReadPages). A
+// segment the daemon was still appending to when it crashed may end in
+// up to 1 MiB of zero bytes after its last record (zeroAhead); one it
+// closed ends with its last record.
 func IsPageSegment(key string) bool { return strings.HasSuffix(key, pageSegmentSuffix) }
 
 // pageHeader returns the header line of body's page record.
@@ -123,10 +128,13 @@ type Page struct {
 // ReadPages calls fn with each page record of seg, the bytes of page
 // segment key, in order, and stops at the first error fn returns. A record
 // cut short at the end of seg (an append a crash or a failed write
-// interrupted, which nothing references) ends the segment. A header that
-// cannot be read is an error wrapping ErrCorrupt: the records after it
-// cannot be found.
+// interrupted, which nothing references) ends the segment, and so do the
+// zeros a segment left open by a crash may end in (written ahead of small
+// appends, zeroAhead): a record ends in a newline, so zeros after the last
+// one are never part of a whole record. A header that cannot be read is
+// an error wrapping ErrCorrupt: the records after it cannot be found.
 func ReadPages(key string, seg []byte, fn func(Page) error) error {
+	seg = trimZeros(seg)
 	for at := 0; at < len(seg); {
 		nl := bytes.IndexByte(seg[at:], '\n')
 		if nl < 0 {
@@ -153,6 +161,18 @@ func ReadPages(key string, seg []byte, fn func(Page) error) error {
 		at = body + n + 1
 	}
 	return nil
+}
+
+// trimZeros returns b without the zero bytes it ends in.
+func trimZeros(b []byte) []byte {
+	end := len(b)
+	for end >= 8 && binary.NativeEndian.Uint64(b[end-8:end]) == 0 {
+		end -= 8
+	}
+	for end > 0 && b[end-1] == 0 {
+		end--
+	}
+	return b[:end]
 }
 
 // parsePageHeader reads a header line without its newline.

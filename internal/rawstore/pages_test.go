@@ -168,27 +168,36 @@ func TestPageSegmentsRollByAge(t *testing.T) {
 }
 
 // TestReadPagesFindsDamage cuts a segment's last record short (what a
-// crash during an append leaves), which ends the segment quietly, and
-// flips a byte in a body, which that page reports, and garbles a header,
-// which is an error.
+// crash during an append leaves), which ends the segment quietly, also
+// when zeros written ahead follow the cut, and flips a byte in a body,
+// which that page reports, and garbles a header, which is an error.
 func TestReadPagesFindsDamage(t *testing.T) {
 	dir := t.TempDir()
 	app := openPageAppender(t, dir)
 	at := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
 	var key string
 	var offs []int
+	end := 0
 	for i := range 3 {
-		k, off, err := app.AppendPage(t.Context(), "orders", at, []byte(fmt.Sprintf(`[{"id":%d}]`, i)))
+		body := []byte(fmt.Sprintf(`[{"id":%d}]`, i))
+		k, off, err := app.AppendPage(t.Context(), "orders", at, body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		key = k
 		offs = append(offs, off)
+		end = off + len(body) + 1
 	}
-	seg, err := app.Get(t.Context(), key)
+	// The segment is open: the zeros written ahead of the appends follow
+	// its records, as they do after a crash.
+	open, err := app.Get(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(open) <= end || len(bytes.Trim(open[end:], "\x00")) != 0 {
+		t.Fatalf("the open segment is %d bytes, its records %d: want zeros written ahead after them", len(open), end)
+	}
+	seg := open[:end]
 	count := func(b []byte) (n int, bad []int, err error) {
 		err = rawstore.ReadPages(key, b, func(p rawstore.Page) error {
 			n++
@@ -199,9 +208,16 @@ func TestReadPagesFindsDamage(t *testing.T) {
 		})
 		return n, bad, err
 	}
+	if n, bad, err := count(open); err != nil || n != 3 || bad != nil {
+		t.Fatalf("the open segment: %d pages, bad %v, err %v; want 3 whole pages", n, bad, err)
+	}
 	for cut := offs[2] - 30; cut < len(seg); cut++ {
 		if n, bad, err := count(seg[:cut]); err != nil || n != 2 || bad != nil {
 			t.Fatalf("cut at %d of %d: %d pages, bad %v, err %v; want the 2 whole pages", cut, len(seg), n, bad, err)
+		}
+		zeros := append(bytes.Clone(seg[:cut]), make([]byte, 4096)...)
+		if n, bad, err := count(zeros); err != nil || n != 2 || bad != nil {
+			t.Fatalf("cut at %d of %d, zeros after: %d pages, bad %v, err %v; want the 2 whole pages", cut, len(seg), n, bad, err)
 		}
 	}
 	rot := bytes.Clone(seg)

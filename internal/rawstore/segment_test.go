@@ -1,9 +1,12 @@
 package rawstore_test
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -90,5 +93,94 @@ func TestAppendAfterClose(t *testing.T) {
 	}
 	if _, _, err := app.AppendPage(t.Context(), "hooks", time.Now(), []byte("y\n")); err == nil {
 		t.Fatal("append after Close succeeded")
+	}
+}
+
+// TestSmallAppendsGoIntoZerosWrittenAhead appends small pages past the
+// first megabyte of zeros written ahead of them: while the segment is
+// open its file is whole megabytes long, and every page reads back by
+// FindPage and ReadPage and page by page; Close cuts the zeros off. A
+// large page on its own is appended without zeros after it.
+func TestSmallAppendsGoIntoZerosWrittenAhead(t *testing.T) {
+	dir := t.TempDir()
+	s := openFile(t, dir)
+	app := s.(rawstore.PageAppender)
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	type page struct {
+		off  int
+		body []byte
+	}
+	var pages []page
+	var key string
+	end := 0
+	for i := range 300 { // 300 records of ~5 KB: past the first MiB
+		body := []byte(fmt.Sprintf("%d:%s", i, strings.Repeat("x", 5000)))
+		k, off, err := app.AppendPage(t.Context(), "hooks", at, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key = k
+		pages = append(pages, page{off, body})
+		end = off + len(body) + 1
+	}
+	path := filepath.Join(dir, filepath.FromSlash(key))
+	size := func() int {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(fi.Size())
+	}
+	if got := size(); got != 2<<20 || end <= 1<<20 {
+		t.Fatalf("open segment: file of %d bytes holding %d bytes of records, want 2 MiB holding more than 1 MiB", got, end)
+	}
+	pr := app.(rawstore.PageReader)
+	var ix rawstore.PageIndex
+	for i, p := range pages {
+		ref, err := pr.FindPage(t.Context(), key, p.off, &ix)
+		if err != nil {
+			t.Fatalf("page %d: %v", i, err)
+		}
+		body, err := pr.ReadPage(t.Context(), key, ref)
+		if err != nil || !bytes.Equal(body, p.body) {
+			t.Fatalf("page %d read back as %.20q (%v)", i, body, err)
+		}
+	}
+	readAll := func(what string) {
+		seg, err := app.Get(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		err = rawstore.ReadPages(key, seg, func(p rawstore.Page) error {
+			if p.Err != nil || p.Off != pages[n].off || !bytes.Equal(p.Body, pages[n].body) {
+				return fmt.Errorf("page %d: at %d, %.20q, %v", n, p.Off, p.Body, p.Err)
+			}
+			n++
+			return nil
+		})
+		if err != nil || n != len(pages) {
+			t.Fatalf("%s: read %d pages of %d: %v", what, n, len(pages), err)
+		}
+	}
+	readAll("open segment")
+	big := bytes.Repeat([]byte("y"), 100<<10)
+	bigKey, _, err := app.AppendPage(t.Context(), "polled", at, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(rawstore.Appender).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(); got != end {
+		t.Errorf("closed segment: file of %d bytes, want its %d bytes of records", got, end)
+	}
+	readAll("closed segment")
+	fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(bigKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(big) + 100; fi.Size() > int64(want) {
+		t.Errorf("a segment holding one 100 KiB page is %d bytes: zeros were written ahead of a large page", fi.Size())
 	}
 }

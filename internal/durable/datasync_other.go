@@ -1,0 +1,9 @@
+//go:build !linux
+
+package durable
+
+import "os"
+
+// Datasync makes f's data durable: fsync(2) where fdatasync(2) is not
+// known to exist.
+func Datasync(f *os.File) error { return f.Sync() }
