@@ -343,11 +343,15 @@ func (in *Inbox) commitGroup(group []*commit) {
 		}
 		bySource[c.source] = append(bySource[c.source], c)
 	}
+	// The acks that arrive while the raw pages are written commit with
+	// the group's events (queue.Expect).
+	expected := in.o.Queue.Expect()
 	var wg sync.WaitGroup
 	for _, source := range order {
 		wg.Go(func() { in.commitSource(source, bySource[source]) })
 	}
 	wg.Wait()
+	expected()
 	took := time.Since(start)
 	in.backlog.observe(len(group), took)
 	in.o.Metrics.groupSize.Observe(float64(len(group)))

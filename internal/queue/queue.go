@@ -83,6 +83,15 @@ type Queue struct {
 	genSince, forgotten atomic.Int64
 	// walSyncs counts the writer's fsyncs of the WAL (synchronous = normal).
 	walSyncs atomic.Int64
+	// expected counts the appends announced by Expect and not yet handed
+	// to the writer, and expectWake wakes a writer holding lazy requests
+	// for them when the count drops.
+	expected   atomic.Int64
+	expectWake chan struct{}
+	// commits counts the writer's transactions committed: synced (FULL,
+	// or every one with synchronous = normal) and lazy (NORMAL, for a
+	// group of only lazy requests).
+	commits [2]atomic.Int64
 
 	// writer-goroutine state
 	nextFrame int64
@@ -163,11 +172,12 @@ func Open(o Options) (*Queue, error) {
 	}
 	rdb.SetMaxOpenConns(4)
 	q := &Queue{
-		opts: o,
-		wdb:  wdb,
-		rdb:  rdb,
-		reqs: make(chan *request, 256),
-		done: make(chan struct{}),
+		opts:       o,
+		wdb:        wdb,
+		rdb:        rdb,
+		reqs:       make(chan *request, 256),
+		done:       make(chan struct{}),
+		expectWake: make(chan struct{}, 1),
 	}
 	if err := errors.Join(q.load(), q.loadSettled(), q.prepareInserts(), q.prepareVerdicts(), q.prepareTraces(), q.prepareSettle()); err != nil {
 		return nil, openErr(errors.Join(err, wdb.Close(), rdb.Close()))
@@ -418,10 +428,7 @@ func (q *Queue) syncFor(group []*request) error {
 	if q.opts.Synchronous == "normal" {
 		return nil
 	}
-	lazy := true
-	for _, r := range group {
-		lazy = lazy && r.lazy
-	}
+	lazy := allLazy(group)
 	if lazy == q.lazySync {
 		return nil
 	}
@@ -484,9 +491,13 @@ func (q *Queue) writer() {
 				break fill
 			}
 		}
+		group = q.holdLazy(group)
 		q.callRoomWaiters()
 		errs = errs[:0]
 		err := q.commitGroup(group, &errs)
+		if err == nil {
+			q.commits[b2i(q.lazySync)].Add(1)
+		}
 		for i, r := range group {
 			e := err
 			if e == nil {
@@ -495,6 +506,94 @@ func (q *Queue) writer() {
 			r.finished(e)
 		}
 	}
+}
+
+// Commits returns how many transactions the writer committed since Open:
+// synced ones (with synchronous = full, those whose commit fsynced the
+// WAL) and lazy ones (a group of only acks and nacks, with full).
+func (q *Queue) Commits() (synced, lazy int64) {
+	return q.commits[0].Load(), q.commits[1].Load()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// holdingLazy, when set (by a test), is called when the writer starts
+// holding a group of lazy requests for an expected append.
+var holdingLazy func()
+
+// maxLazyHold bounds how long the writer holds a group of lazy requests
+// for an append announced by Expect.
+const maxLazyHold = 5 * time.Millisecond
+
+// Expect announces an append of the caller's that follows within about a
+// raw write's time (the push inbox calls it before a group's raw write);
+// the caller calls done once the append is committed, or will not be. While an append is expected, the writer holds a group of only
+// lazy requests (acks and nacks) for it, up to maxLazyHold, and commits
+// them in its transaction: one transaction and one WAL sync instead of
+// two, and the pages both change (the frames table's) written once. On the
+// webhook path, where a processor's ack of one group arrives while the
+// next group is being written to the raw store, that took a commit off
+// every group. A lazy request waits for its commit anyway, and an ack
+// settled a millisecond later holds its frame in the sender's window that
+// much longer, which the window's 256 frames absorb.
+func (q *Queue) Expect() (done func()) {
+	q.expected.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if q.expected.Add(-1) == 0 {
+				select {
+				case q.expectWake <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+}
+
+// holdLazy returns group, a group of only lazy requests, with the
+// requests that reach the writer while an append is expected (Expect),
+// up to maxLazyHold and maxGroup; any other group as it is.
+func (q *Queue) holdLazy(group []*request) []*request {
+	if q.expected.Load() == 0 || !allLazy(group) {
+		return group
+	}
+	if holdingLazy != nil {
+		holdingLazy()
+	}
+	timer := time.NewTimer(maxLazyHold)
+	defer timer.Stop()
+	for len(group) < maxGroup && q.expected.Load() > 0 {
+		select {
+		case r, ok := <-q.reqs:
+			if !ok {
+				return group
+			}
+			group = append(group, r)
+			if !r.lazy {
+				return group
+			}
+		case <-q.expectWake:
+		case <-timer.C:
+			return group
+		}
+	}
+	return group
+}
+
+// allLazy reports whether every request of group is lazy.
+func allLazy(group []*request) bool {
+	for _, r := range group {
+		if !r.lazy {
+			return false
+		}
+	}
+	return true
 }
 
 // commitGroup applies every request under its own savepoint (a failing
