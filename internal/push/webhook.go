@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,6 +56,10 @@ type webhook struct {
 	readTimeout time.Duration
 	// rejects records the refused deliveries (quarantine.go).
 	rejects *rejections
+	// answered counts the requests answered 200 (every event a duplicate)
+	// and 202 (stored), the series of ingestor_push_requests_total every
+	// stored request counts on, looked up once.
+	answered [2]prometheus.Counter
 }
 
 const (
@@ -73,6 +78,9 @@ func newWebhook(env handlerEnv, spec *sources.WebhookSpec) (*webhook, error) {
 	h := &webhook{env: env, name: env.source.Name, maxBody: spec.MaxBodyBytes, keyHeader: spec.KeyHeader(),
 		rules:     bodyRules{idField: spec.KeyField(), timeField: spec.TimeField, required: spec.RequiredFields},
 		rejectLog: rate.NewLimiter(rate.Every(6*time.Second), 10), readTimeout: bodyReadTimeout, rejects: newRejections(env, spec)}
+	for i, code := range []string{"200", "202"} {
+		h.answered[i] = env.metrics.Requests.WithLabelValues(h.name, code)
+	}
 	verify, err := newVerifier(spec)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
@@ -261,12 +269,12 @@ func (h *webhook) ingest(w http.ResponseWriter, r *http.Request, reqID string) {
 			code = http.StatusAccepted
 		}
 	}
+	h.answered[b2i(code == http.StatusAccepted)].Inc()
 	if h.env.log.Enabled(r.Context(), slog.LevelDebug) {
 		for _, a := range answers {
 			h.env.log.Debug("webhook event stored", "request_id", reqID, "id", a.ID, "key", a.IdempotencyKey, "duplicate", a.Duplicate)
 		}
 	}
-	h.env.metrics.Requests.WithLabelValues(h.name, strconv.Itoa(code)).Inc()
 	if batch {
 		WriteJSON(w, code, batchAnswer{Events: answers, RequestID: reqID})
 		return
@@ -328,9 +336,9 @@ func (h *webhook) authorized(w http.ResponseWriter, r *http.Request, reqID strin
 // what was read of a body over max_body_bytes (for the quarantine), and
 // the deadline stays: the connection is closed after the answer.
 func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (body []byte, code int, err error) {
-	tooLarge := fmt.Errorf("the body is over max_body_bytes (%d bytes)", h.maxBody)
+	tooLarge := func() error { return fmt.Errorf("the body is over max_body_bytes (%d bytes)", h.maxBody) }
 	if r.ContentLength > h.maxBody {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+		return nil, http.StatusRequestEntityTooLarge, tooLarge()
 	}
 	size := int64(512)
 	if r.ContentLength > 0 {
@@ -346,7 +354,7 @@ func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.Resp
 		}
 		return buf.Bytes(), 0, nil
 	case errors.As(err, &maxErr):
-		return buf.Bytes(), http.StatusRequestEntityTooLarge, tooLarge
+		return buf.Bytes(), http.StatusRequestEntityTooLarge, tooLarge()
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, http.StatusRequestTimeout, fmt.Errorf("the body was not read within %s", h.readTimeout)
 	default:
@@ -509,12 +517,36 @@ func (h *webhook) reject(w http.ResponseWriter, r *http.Request, reqID string, c
 }
 
 // requestID returns the request's X-Request-ID when it is 1 to 128
-// printable ASCII characters, else a new random one.
+// printable ASCII characters, else a new one (newRequestID).
 func requestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-ID"); id != "" && len(id) <= maxRequestID && printable(id, false) {
 		return id
 	}
-	return rand.Text()
+	return newRequestID()
+}
+
+// requestIDPrefix and requestIDs make the ids of requests that came
+// without one: 26 base32 characters like crypto/rand.Text's, the first
+// 16 random for each run of the daemon (80 bits), the last 10 a counter.
+// An id only has to be unique, to find a request's log lines, and reading
+// 128 random bits for each request was a tenth of the webhook handler's
+// own CPU.
+var (
+	requestIDPrefix = rand.Text()[:16]
+	requestIDs      atomic.Uint64
+)
+
+// newRequestID returns a request id never returned before in this run.
+func newRequestID() string {
+	const digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" // crypto/rand.Text's
+	var b [26]byte
+	copy(b[:], requestIDPrefix)
+	n := requestIDs.Add(1)
+	for i := len(b) - 1; i >= 16; i-- {
+		b[i] = digits[n&31]
+		n >>= 5
+	}
+	return string(b[:])
 }
 
 // printable reports whether s is printable ASCII; spaces are allowed
@@ -541,4 +573,11 @@ func jsonMediaType(ct string) bool {
 	}
 	sub, ok := strings.CutPrefix(mt, "application/")
 	return ok && (sub == "json" || strings.HasSuffix(sub, "+json"))
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -47,5 +48,34 @@ func checkAnswerJSON(t *testing.T, a eventAnswer) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("appendJSON = %s\njson.Marshal = %s", got, want)
+	}
+}
+
+// TestNewRequestIDsAreDistinct: the ids made for requests without one are
+// 26 characters of crypto/rand.Text's alphabet sharing the run's random
+// prefix, and never repeat, also from many goroutines at once.
+func TestNewRequestIDsAreDistinct(t *testing.T) {
+	const workers, each = 8, 5000
+	ids := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				ids[w] = append(ids[w], newRequestID())
+			}
+		})
+	}
+	wg.Wait()
+	seen := make(map[string]bool, workers*each)
+	for _, list := range ids {
+		for _, id := range list {
+			if len(id) != 26 || strings.Trim(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != "" || id[:16] != requestIDPrefix {
+				t.Fatalf("request id %q: want 26 base32 characters starting with the run's prefix %q", id, requestIDPrefix)
+			}
+			if seen[id] {
+				t.Fatalf("request id %q made twice", id)
+			}
+			seen[id] = true
+		}
 	}
 }
