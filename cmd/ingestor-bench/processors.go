@@ -62,7 +62,9 @@ func (p *processors) start(n int) error {
 		return err
 	}
 	for i := range n {
-		c, err := processor.New(processor.Options{Endpoint: p.endpoint, AckEndpoint: p.ack, Logger: p.log.With("processor", i+1)})
+		// Their handlers keep nothing of an event past their return, so
+		// they recycle frames, as bin/processor does.
+		c, err := processor.New(processor.Options{Endpoint: p.endpoint, AckEndpoint: p.ack, Logger: p.log.With("processor", i+1), RecycleFrames: true})
 		if err != nil {
 			return err
 		}

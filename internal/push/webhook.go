@@ -1,12 +1,12 @@
 package push
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"mime"
@@ -342,23 +342,42 @@ func (h *webhook) readBody(w http.ResponseWriter, r *http.Request, rc *http.Resp
 	}
 	size := int64(512)
 	if r.ContentLength > 0 {
-		size = r.ContentLength + 1 // ReadFrom wants room to see the end
+		size = r.ContentLength + 1 // room to see the end without growing
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody))
+	body, err = readAll(http.MaxBytesReader(w, r.Body, h.maxBody), make([]byte, 0, size))
 	var maxErr *http.MaxBytesError
 	switch {
 	case err == nil:
 		if derr := rc.SetReadDeadline(time.Time{}); derr != nil && !errors.Is(derr, http.ErrNotSupported) {
 			h.env.log.Debug("webhook: lift the body read deadline", "err", derr)
 		}
-		return buf.Bytes(), 0, nil
+		return body, 0, nil
 	case errors.As(err, &maxErr):
-		return buf.Bytes(), http.StatusRequestEntityTooLarge, tooLarge()
+		return body, http.StatusRequestEntityTooLarge, tooLarge()
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, http.StatusRequestTimeout, fmt.Errorf("the body was not read within %s", h.readTimeout)
 	default:
 		return nil, http.StatusBadRequest, fmt.Errorf("read the body: %w", err)
+	}
+}
+
+// readAll appends what r holds to buf until EOF, growing buf only when it
+// is full: a body of known length is read into a buffer of that length
+// plus one byte, allocated once (bytes.Buffer.ReadFrom wants 512 bytes of
+// room for every read, and so grew the buffer of every small body).
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
 	}
 }
 
