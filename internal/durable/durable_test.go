@@ -1,6 +1,7 @@
 package durable_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,5 +81,44 @@ func TestIsTemp(t *testing.T) {
 		if got := durable.IsTemp(name); got != want {
 			t.Errorf("IsTemp(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestWriteAtWritesEveryPart writes parts at an offset inside a file and
+// past its end, and syncs it: the file holds them one after the other,
+// the bytes around them unchanged.
+func TestWriteAtWritesEveryPart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seg")
+	if err := os.WriteFile(path, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := durable.WriteAt(f, [][]byte{[]byte("ab"), nil, []byte("cd")}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable.WriteAt(f, [][]byte{[]byte("head\n"), bytes.Repeat([]byte("x"), 70000), []byte("\n")}, 12); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable.WriteAt(f, [][]byte{[]byte("one")}, 70018); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable.Datasync(f); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "012abcd789\x00\x00head\n" + strings.Repeat("x", 70000) + "\n" + "one"
+	if string(got) != want {
+		t.Errorf("file holds %d bytes %.40q..., want %d bytes %.40q...", len(got), got, len(want), want)
+	}
+	f.Close()
+	if err := durable.Datasync(f); err == nil {
+		t.Error("Datasync of a closed file succeeded")
 	}
 }

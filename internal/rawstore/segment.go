@@ -111,11 +111,10 @@ func (s *fileStore) append(ctx context.Context, kind segmentKind, source string,
 	}
 	off, end := seg.size, seg.size
 	err := seg.zeroAhead(parts)
+	if err == nil {
+		err = durable.WriteAt(seg.f, parts, int64(end))
+	}
 	for _, p := range parts {
-		if err != nil {
-			break
-		}
-		_, err = seg.f.WriteAt(p, int64(end))
 		end += len(p)
 	}
 	if err == nil {
