@@ -346,11 +346,17 @@ func (in *Inbox) commitGroup(group []*commit) {
 	// The acks that arrive while the raw pages are written commit with
 	// the group's events (queue.Expect).
 	expected := in.o.Queue.Expect()
-	var wg sync.WaitGroup
-	for _, source := range order {
-		wg.Go(func() { in.commitSource(source, bySource[source]) })
+	if len(order) == 1 {
+		// One source (the common case): no goroutine to start and wait
+		// for, two wake-ups fewer on the path every request waits on.
+		in.commitSource(order[0], group)
+	} else {
+		var wg sync.WaitGroup
+		for _, source := range order {
+			wg.Go(func() { in.commitSource(source, bySource[source]) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	expected()
 	took := time.Since(start)
 	in.backlog.observe(len(group), took)
