@@ -1,7 +1,6 @@
 package durable
 
 import (
-	"errors"
 	"os"
 	"syscall"
 )
@@ -12,24 +11,5 @@ import (
 // commits no file system journal, where fsync would for the new
 // modification time.
 func Datasync(f *os.File) error {
-	sc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = sc.Control(func(fd uintptr) {
-		for {
-			serr = syscall.Fdatasync(int(fd))
-			if !errors.Is(serr, syscall.EINTR) {
-				return
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	if serr != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return onFD(f, "fdatasync", syscall.Fdatasync)
 }

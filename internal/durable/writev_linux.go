@@ -1,9 +1,7 @@
 package durable
 
 import (
-	"errors"
 	"os"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,25 +15,13 @@ func WriteAt(f *os.File, parts [][]byte, off int64) error {
 		_, err := f.WriteAt(parts[0], off)
 		return err
 	}
-	sc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
 	var n int
-	var werr error
-	err = sc.Control(func(fd uintptr) {
-		for {
-			n, werr = unix.Pwritev(int(fd), parts, off)
-			if !errors.Is(werr, syscall.EINTR) {
-				return
-			}
-		}
+	err := onFD(f, "pwritev", func(fd int) (err error) {
+		n, err = unix.Pwritev(fd, parts, off)
+		return err
 	})
 	if err != nil {
 		return err
-	}
-	if werr != nil {
-		return &os.PathError{Op: "pwritev", Path: f.Name(), Err: werr}
 	}
 	for _, p := range parts {
 		if n >= len(p) {
