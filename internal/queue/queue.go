@@ -532,15 +532,17 @@ const maxLazyHold = 5 * time.Millisecond
 
 // Expect announces an append of the caller's that follows within about a
 // raw write's time (the push inbox calls it before a group's raw write);
-// the caller calls done once the append is committed, or will not be. While an append is expected, the writer holds a group of only
-// lazy requests (acks and nacks) for it, up to maxLazyHold, and commits
-// them in its transaction: one transaction and one WAL sync instead of
-// two, and the pages both change (the frames table's) written once. On the
+// the caller calls done once the append is committed, or will not be.
+// While an append is expected, the writer holds a group of only lazy
+// requests (acks and nacks) for it, up to maxLazyHold, and commits them
+// in its transaction: one transaction and one WAL sync instead of two,
+// and the pages both change (the frames table's) written once. On the
 // webhook path, where a processor's ack of one group arrives while the
 // next group is being written to the raw store, that took a commit off
 // every group. A lazy request waits for its commit anyway, and an ack
 // settled a millisecond later holds its frame in the sender's window that
-// much longer, which the window's 256 frames absorb.
+// much longer, which the window's 256 frames absorb. A wake-up left over
+// from a done nobody waited for only makes the next hold look again.
 func (q *Queue) Expect() (done func()) {
 	q.expected.Add(1)
 	var once sync.Once
