@@ -157,11 +157,19 @@ func medians(c compareColumn, runs []compareRun, name string) []float64 {
 	}
 	out := make([]float64, len(per))
 	for i, vs := range per {
-		slices.Sort(vs)
-		n := len(vs)
-		out[i] = (vs[(n-1)/2] + vs[n/2]) / 2
+		out[i] = median(vs)
 	}
 	return out
+}
+
+// median returns the median of vs (sorting it), 0 for none.
+func median(vs []float64) float64 {
+	n := len(vs)
+	if n == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	return (vs[(n-1)/2] + vs[n/2]) / 2
 }
 
 // ratios formats num[i]/den[i] for each value, "n/a" where den is 0.

@@ -157,6 +157,8 @@ type options struct {
 	// runs its runs of each build.
 	baseline string
 	runs     int
+	// ceilingRounds is webhook-ceiling's rounds: -runs when given, else 2.
+	ceilingRounds int
 	// memoryBatches is the memory mode's -memory-batches: the source's
 	// inflight_batches of each run.
 	memoryBatches []int
@@ -172,7 +174,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mode, "mode", modeThroughput, "throughput; processor-down: queue -backlog events with no processor, then measure the drain; rehydrate: measure a start on a queue of -backlog events; webhook: -clients HTTP clients POST -events webhook requests; real: the built binaries in their own processes, polling a firehose process (firehose: that process); compare: -mode real (its flags apply to every run) -runs times with the binaries of -bin and as often with those of -baseline DIR, interleaved, then a table of every run, the medians and their ratios new/baseline; memory: -mode real once per -memory-batches setting, then the memory formula of docs/performance.md against each run's peak RSS; soak: every kind of source at once for -duration (default 20m) with short retentions, failing when a store, RSS, fds or goroutines grow or an event is lost; webhook-ceiling: the least a durable webhook server can do (net/http, one raw append + fsync and one SQLite transaction per group) under the webhook load, alternating with -mode webhook, and the ratio; overload: -devices devices and -clients webhook senders push at once, failing when goodput drops below 80% of the unloaded rate; cluster: the real path on 1..-members member processes; cluster-scale: -members (default 20) in-process members share -sources (default 10000) stub sources on one etcd for -duration (default 10m), then one is killed, failing when etcd writes, its size, the spread or the re-own time miss their targets")
 	fs.StringVar(&o.bin, "bin", "", "real mode: directory of the built ingestor and processor binaries (default: this executable's directory)")
 	fs.StringVar(&o.baseline, "baseline", "", "compare mode: directory of the baseline's ingestor and processor binaries (make bench-baseline builds them into .bench/baseline-COMMIT)")
-	fs.IntVar(&o.runs, "runs", compareRuns, "compare mode: runs of each build")
+	fs.IntVar(&o.runs, "runs", compareRuns, "compare mode: runs of each build; webhook-ceiling: rounds of a ceiling run and a daemon run (default 2)")
 	memoryBatches := fs.String("memory-batches", defaultMemoryBatches, "memory mode: the http_poll source's inflight_batches of each run, comma-separated")
 	fs.IntVar(&o.pageSize, "page-size", 1000, "real mode: events per firehose page")
 	fs.StringVar(&o.publishExtra, "publish-extra", "", "real mode: TOML lines added to [publish], e.g. 'max_inflight_frames = 128'")
@@ -210,6 +212,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if (o.mode == modeWebhook || o.mode == modeWebhookCeiling) && !set["events"] {
 		o.events = webhookRequests
+	}
+	o.ceilingRounds = 2
+	if set["runs"] {
+		o.ceilingRounds = o.runs
 	}
 	realLike := o.mode == modeReal || o.mode == modeCompare || o.mode == modeMemory
 	if (realLike || o.mode == modeFirehose || o.mode == modeCluster) && !set["event-size"] {
