@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"sync"
@@ -124,21 +125,34 @@ func weightedPercentiles(s []sample, ps ...float64) []time.Duration {
 	return out
 }
 
-// usage is the process's CPU time so far and its peak RSS.
+// usage is the process's CPU time so far and its peak RSS, with the bytes
+// its Go heap allocated and its collector's cycles so far.
 type usage struct {
 	user, sys time.Duration
 	maxRSSKiB int64
+	allocated uint64
+	gcCycles  uint64
 }
+
+// heapSamples are the runtime metrics usage reads.
+var heapSamples = []string{"/gc/heap/allocs:bytes", "/gc/cycles/total:gc-cycles"}
 
 func getUsage() (usage, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return usage{}, fmt.Errorf("getrusage: %w", err)
 	}
+	ms := make([]metrics.Sample, len(heapSamples))
+	for i, name := range heapSamples {
+		ms[i].Name = name
+	}
+	metrics.Read(ms)
 	return usage{
 		user:      time.Duration(ru.Utime.Nano()),
 		sys:       time.Duration(ru.Stime.Nano()),
 		maxRSSKiB: int64(ru.Maxrss), // KiB on Linux
+		allocated: ms[0].Value.Uint64(),
+		gcCycles:  ms[1].Value.Uint64(),
 	}, nil
 }
 

@@ -46,12 +46,17 @@ type webhookResult struct {
 	WallSeconds float64 `json:"wall_seconds"`
 	PerSec      float64 `json:"requests_per_sec"`
 	// Latency is request to answer, in milliseconds.
-	Latency            latencyMs `json:"latency_ms"`
-	CPUSeconds         float64   `json:"cpu_seconds"`
-	PeakRSSMiB         float64   `json:"peak_rss_mib"`
-	Acked              int64     `json:"events_acked"`
-	MeanGroupSize      float64   `json:"mean_commit_group"`
-	GroupCommitsPerSec float64   `json:"group_commits_per_sec"`
+	Latency    latencyMs `json:"latency_ms"`
+	CPUSeconds float64   `json:"cpu_seconds"`
+	PeakRSSMiB float64   `json:"peak_rss_mib"`
+	// AllocKiBPerRequest is what the process's Go heap allocated per
+	// request (the in-process clients' share included), and GCCycles
+	// the collections during the run.
+	AllocKiBPerRequest float64 `json:"alloc_kib_per_request"`
+	GCCycles           uint64  `json:"gc_cycles"`
+	Acked              int64   `json:"events_acked"`
+	MeanGroupSize      float64 `json:"mean_commit_group"`
+	GroupCommitsPerSec float64 `json:"group_commits_per_sec"`
 }
 
 // webhookSignature is the one scheme -signature knows, and
@@ -186,7 +191,8 @@ func webhookSummary(o options, lat []time.Duration, wall time.Duration, u0, u1 u
 		Synchronous: o.synchronous, WallSeconds: round(wall.Seconds(), 3),
 		PerSec:     round(float64(len(lat))/wall.Seconds(), 0),
 		Latency:    latencyMs{P50: pct(50), P90: pct(90), P99: pct(99), Max: pct(100)},
-		CPUSeconds: round((u1.user + u1.sys - u0.user - u0.sys).Seconds(), 2), PeakRSSMiB: round(float64(u1.maxRSSKiB)/1024, 1)}
+		CPUSeconds: round((u1.user + u1.sys - u0.user - u0.sys).Seconds(), 2), PeakRSSMiB: round(float64(u1.maxRSSKiB)/1024, 1),
+		AllocKiBPerRequest: round(float64(u1.allocated-u0.allocated)/1024/float64(max(len(lat), 1)), 2), GCCycles: u1.gcCycles - u0.gcCycles}
 }
 
 // poster is one keep-alive HTTP/1.1 connection that POSTs events: a
@@ -275,8 +281,8 @@ func printWebhook(w io.Writer, r *webhookResult, asJSON bool) error {
 		signed = "signature " + r.Signature + " checked"
 	}
 	_, err := fmt.Fprintf(w, "%s: %.0f requests/s durable (synchronous = %s, %s), %d clients keep-alive, one %d-byte event per request; "+
-		"latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests in %.2f s, %.1f requests per group commit; CPU %.2f s, peak RSS %.1f MiB\n",
+		"latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests in %.2f s, %.1f requests per group commit; CPU %.2f s, peak RSS %.1f MiB; %.2f KiB allocated per request, %d collections\n",
 		r.Mode, r.PerSec, r.Synchronous, signed, r.Clients, r.EventSize, r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Requests, r.WallSeconds,
-		r.MeanGroupSize, r.CPUSeconds, r.PeakRSSMiB)
+		r.MeanGroupSize, r.CPUSeconds, r.PeakRSSMiB, r.AllocKiBPerRequest, r.GCCycles)
 	return err
 }

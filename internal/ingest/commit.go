@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ingestorhq/ingestor/internal/queue"
+	"github.com/ingestorhq/ingestor/internal/rawstore"
 	"github.com/ingestorhq/ingestor/internal/telemetry"
 	"github.com/ingestorhq/ingestor/sources"
 )
@@ -89,4 +90,53 @@ func (in *Ingest) deliver(frames []queue.Frame) {
 	if in.o.Sender != nil {
 		in.o.Sender.Submit(frames)
 	}
+}
+
+// WriteCommit makes p, a page, durable in the raw store and commits the
+// batch that batch returns (built from p's Ref), as Write then Commit do,
+// and returns the frames, when the raw write ended, and either the raw
+// write's error (nothing is then committed) or the commit's. When the
+// store can say where a page goes before writing it (a
+// rawstore.PageReserver), the queue applies the batch while the page is
+// written and commits it only once the page is durable
+// (queue.AppendAfter): the inserts no longer wait for the raw sync. p's
+// Ref is then set before the write ends, and stays set if it fails.
+func (in *Ingest) WriteCommit(ctx context.Context, p *Payload, batch func() queue.Batch) (frames []queue.Frame, wrote time.Time, rawErr, err error) {
+	res, ok := in.o.Raw.(rawstore.PageReserver)
+	if !ok || !p.page {
+		if rawErr = in.Write(ctx, p); rawErr != nil {
+			return nil, time.Now(), rawErr, nil
+		}
+		wrote = time.Now()
+		frames, err = in.Commit(context.Background(), batch())
+		return frames, wrote, nil, err
+	}
+	ctx, span := telemetry.Child(ctx, in.o.Tracer, "raw write", trace.WithAttributes(
+		attribute.String("ingestor.source", p.Source), attribute.Int("ingestor.bytes", len(p.Body))))
+	key, off, write, rerr := res.ReservePage(ctx, p.Source, p.fetchedAt, p.Body)
+	if rerr != nil {
+		telemetry.End(span, rerr)
+		return nil, time.Now(), in.failed(rerr), nil
+	}
+	p.ref = Ref{Key: key, Off: off}
+	b := batch()
+	cspan := in.commitSpan(&b)
+	written := make(chan error, 1)
+	wait, qerr := in.o.Queue.AppendAfter(context.Background(), b, written)
+	werr := write() // always: it releases the source's page segment
+	written <- werr
+	wrote = time.Now()
+	telemetry.End(span, werr)
+	if qerr == nil {
+		frames, qerr = wait()
+	}
+	telemetry.End(cspan, qerr)
+	switch {
+	case werr != nil:
+		return nil, wrote, in.failed(werr), nil
+	case qerr != nil:
+		return nil, wrote, nil, in.failed(qerr)
+	}
+	in.deliver(frames)
+	return frames, wrote, nil, nil
 }

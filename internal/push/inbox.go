@@ -385,21 +385,25 @@ func (in *Inbox) commitSource(source string, cs []*commit) {
 	}
 	fetchedAt := time.Now()
 	page := in.o.Ingest.Page(source, fetchedAt, raw)
+	var findings []queue.SeqFinding
+	var b queue.Batch
+	batch := func() queue.Batch {
+		b = groupBatch(source, fetchedAt, &page, cs, n)
+		b.SeqGrace, b.SeqFindings = in.seqGrace(source), &findings
+		return b
+	}
+	// The raw write and the queue's statements run at once; the commit
+	// waits for the write (ingest.WriteCommit).
 	ctx, cancel := context.WithTimeout(context.Background(), in.o.RawTimeout)
-	err := in.o.Ingest.Write(ctx, &page)
+	frames, wrote, rawErr, err := in.o.Ingest.WriteCommit(ctx, &page, batch)
 	cancel()
-	wrote := time.Now()
-	in.traceGroup(cs, "raw write", fetchedAt, wrote, err)
-	if err != nil {
+	in.traceGroup(cs, "raw write", fetchedAt, wrote, rawErr)
+	if rawErr != nil {
 		in.o.Metrics.rawErrors.Inc()
-		in.o.Logger.Error("push: raw store write failed; senders are told to retry", "source", source, "err", err)
-		fail(fmt.Errorf("make the raw payload durable: %w", err))
+		in.o.Logger.Error("push: raw store write failed; senders are told to retry", "source", source, "err", rawErr)
+		fail(fmt.Errorf("make the raw payload durable: %w", rawErr))
 		return
 	}
-	b := groupBatch(source, fetchedAt, &page, cs, n)
-	var findings []queue.SeqFinding
-	b.SeqGrace, b.SeqFindings = in.seqGrace(source), &findings
-	frames, err := in.o.Ingest.Commit(context.Background(), b)
 	in.traceGroup(cs, "commit", wrote, time.Now(), err)
 	if err != nil {
 		in.o.Logger.Error("push: queue commit failed; senders are told to retry", "source", source, "err", err)

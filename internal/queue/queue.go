@@ -353,6 +353,10 @@ type request struct {
 	// whose fsync of the WAL makes every earlier commit durable too, in
 	// order.
 	lazy bool
+	// gate, for an append whose raw payload is still being written
+	// (AppendAfter), yields the write's outcome; the request commits only
+	// after it yielded nil (gate.go).
+	gate <-chan error
 }
 
 // enqueue hands r to the writer without waiting for its commit.
@@ -499,6 +503,9 @@ func (q *Queue) writer() {
 			q.commits[b2i(q.lazySync)].Add(1)
 		}
 		for i, r := range group {
+			if errs[i] == errDeferred {
+				continue // finished once applied again (deferGated)
+			}
 			e := err
 			if e == nil {
 				e = errs[i]
@@ -599,8 +606,16 @@ func allLazy(group []*request) bool {
 }
 
 // commitGroup applies every request under its own savepoint (a failing
-// request is rolled back alone) and commits once.
+// request is rolled back alone), the gated ones last, once their raw
+// writes ended (applyGated), and commits once; errs gets each request's
+// outcome, by its index in group.
 func (q *Queue) commitGroup(group []*request, errs *[]error) error {
+	*errs = (*errs)[:0]
+	gated := false
+	for _, r := range group {
+		*errs = append(*errs, nil)
+		gated = gated || r.gate != nil
+	}
 	if err := q.syncFor(group); err != nil {
 		return err
 	}
@@ -608,23 +623,38 @@ func (q *Queue) commitGroup(group []*request, errs *[]error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	for _, r := range group {
-		if _, err := tx.Exec(`SAVEPOINT req`); err != nil {
-			return fmt.Errorf("savepoint: %w", errors.Join(err, tx.Rollback()))
-		}
-		aerr := r.apply(tx)
-		if aerr != nil {
-			if _, err := tx.Exec(`ROLLBACK TO req`); err != nil {
-				return fmt.Errorf("rollback to savepoint: %w", errors.Join(err, aerr, tx.Rollback()))
+	for i, r := range group {
+		if r.gate == nil {
+			if (*errs)[i], err = q.applyOne(tx, r); err != nil {
+				return errors.Join(err, tx.Rollback())
 			}
 		}
-		if _, err := tx.Exec(`RELEASE req`); err != nil {
-			return fmt.Errorf("release savepoint: %w", errors.Join(err, tx.Rollback()))
+	}
+	if gated {
+		if err := q.applyGated(tx, group, *errs); err != nil {
+			return errors.Join(err, tx.Rollback())
 		}
-		*errs = append(*errs, aerr)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// applyOne applies r under its own savepoint, rolled back when r fails:
+// r's error, and the error that ends the transaction.
+func (q *Queue) applyOne(tx *sql.Tx, r *request) (rerr, err error) {
+	if _, err := tx.Exec(`SAVEPOINT req`); err != nil {
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	rerr = r.apply(tx)
+	if rerr != nil {
+		if _, err := tx.Exec(`ROLLBACK TO req`); err != nil {
+			return rerr, fmt.Errorf("rollback to savepoint: %w", errors.Join(err, rerr))
+		}
+	}
+	if _, err := tx.Exec(`RELEASE req`); err != nil {
+		return rerr, fmt.Errorf("release savepoint: %w", err)
+	}
+	return rerr, nil
 }

@@ -72,14 +72,46 @@ func pageHeader(fetchedAt time.Time, body []byte) []byte {
 	return append(h, '\n')
 }
 
+// PageReserver is a PageAppender that can say where a page will be
+// before writing it, so that the queue statements that reference it run
+// while it is written (the push inbox); they commit only once the page is
+// durable.
+type PageReserver interface {
+	PageAppender
+	// ReservePage returns the key and offset AppendPage would return for
+	// body, and write, which appends it there, returns once it is durable,
+	// and must be called exactly once: until then source's page segment
+	// takes no other page. A failed write leaves the bytes at the offset
+	// unreferenced, as a failed AppendPage does.
+	ReservePage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (key string, off int, write func() error, err error)
+}
+
 // AppendPage implements PageAppender.
 func (s *fileStore) AppendPage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (string, int, error) {
-	h := pageHeader(fetchedAt, body)
-	key, off, err := s.append(ctx, pageSegments, source, fetchedAt, h, body, []byte{'\n'})
-	if err != nil {
-		return "", 0, fmt.Errorf("raw store %s: append a page of %q: %w", s, source, err)
+	key, off, write, err := s.ReservePage(ctx, source, fetchedAt, body)
+	if err == nil {
+		err = write()
 	}
-	return key, off + len(h), nil
+	if err != nil {
+		return "", 0, err
+	}
+	return key, off, nil
+}
+
+// ReservePage implements PageReserver.
+func (s *fileStore) ReservePage(ctx context.Context, source string, fetchedAt time.Time, body []byte) (string, int, func() error, error) {
+	h := pageHeader(fetchedAt, body)
+	seg, off, err := s.reserve(ctx, pageSegments, source, fetchedAt)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("raw store %s: append a page of %q: %w", s, source, err)
+	}
+	write := func() error {
+		if err := seg.write(off, [][]byte{h, body, {'\n'}}); err != nil {
+			return fmt.Errorf("raw store %s: append a page of %q: %w", s, source, err)
+		}
+		return nil
+	}
+	return seg.key, off + len(h), write, nil
 }
 
 // getRange returns n bytes of key's object from offset off. The error

@@ -71,17 +71,18 @@ type segmentID struct {
 	source string
 }
 
-// append writes parts one after the other at the end of the open segment
-// of kind and source, fsyncs it, and returns the segment's key and the
-// offset of the first part.
-func (s *fileStore) append(ctx context.Context, kind segmentKind, source string, at time.Time, parts ...[]byte) (string, int, error) {
+// reserve returns the open segment of kind and source, locked, and the
+// offset the next append goes to (a new segment when the open one is full,
+// of another day or too old); the caller must call the segment's write
+// once, which unlocks it.
+func (s *fileStore) reserve(ctx context.Context, kind segmentKind, source string, at time.Time) (*segment, int, error) {
 	if err := ctx.Err(); err != nil {
-		return "", 0, err
+		return nil, 0, err
 	}
 	s.segs.mu.Lock()
 	if s.segs.closed {
 		s.segs.mu.Unlock()
-		return "", 0, errors.New("closed")
+		return nil, 0, errors.New("closed")
 	}
 	if s.segs.open == nil {
 		s.segs.open = make(map[segmentID]*segment)
@@ -95,21 +96,29 @@ func (s *fileStore) append(ctx context.Context, kind segmentKind, source string,
 	s.segs.mu.Unlock()
 
 	seg.mu.Lock()
-	defer seg.mu.Unlock()
 	day := at.UTC().Truncate(24 * time.Hour)
 	old := s.segMaxAge > 0 && time.Since(seg.opened) >= s.segMaxAge
 	if seg.f != nil && (seg.size >= kind.maxBytes || !seg.day.Equal(day) || old) {
 		if err := seg.close(); err != nil {
-			return "", 0, fmt.Errorf("close %s: %w", seg.key, err)
+			seg.mu.Unlock()
+			return nil, 0, fmt.Errorf("close %s: %w", seg.key, err)
 		}
 	}
 	if seg.f == nil {
 		if err := s.openSegment(seg, kind, source, at); err != nil {
-			return "", 0, err
+			seg.mu.Unlock()
+			return nil, 0, err
 		}
 		seg.day = day
 	}
-	off, end := seg.size, seg.size
+	return seg, seg.size, nil
+}
+
+// write writes parts at off, the offset reserve returned, fsyncs them
+// and unlocks seg.
+func (seg *segment) write(off int, parts [][]byte) error {
+	defer seg.mu.Unlock()
+	end := off
 	err := seg.zeroAhead(parts)
 	if err == nil {
 		err = durable.WriteAt(seg.f, parts, int64(end))
@@ -123,14 +132,14 @@ func (s *fileStore) append(ctx context.Context, kind segmentKind, source string,
 	if err != nil {
 		// What was written past off may be partial: no later payload
 		// goes after it. Nothing references it, since the caller commits
-		// only after Append returns.
+		// only after the write returns.
 		err = errors.Join(err, seg.f.Close())
 		seg.f = nil
-		return "", 0, fmt.Errorf("write %s: %w", seg.key, err)
+		return fmt.Errorf("write %s: %w", seg.key, err)
 	}
 	seg.fileSize = max(seg.fileSize, end)
 	seg.size = end
-	return seg.key, off, nil
+	return nil
 }
 
 // openSegment creates a new, empty segment file of kind for source and

@@ -184,3 +184,44 @@ func TestSmallAppendsGoIntoZerosWrittenAhead(t *testing.T) {
 		t.Errorf("a segment holding one 100 KiB page is %d bytes: zeros were written ahead of a large page", fi.Size())
 	}
 }
+
+// A page reserved is written where ReservePage said, and the source's
+// next page goes after it, whichever started first.
+func TestReservedPageIsWrittenWhereItWasReserved(t *testing.T) {
+	dir := t.TempDir()
+	s := openFile(t, dir)
+	res := s.(rawstore.PageReserver)
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	body := []byte("reserved\n")
+	key, off, write, err := res.ReservePage(t.Context(), "hooks", at, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type appended struct {
+		key string
+		off int
+		err error
+	}
+	next := make(chan appended, 1)
+	go func() {
+		k, o, err := res.AppendPage(t.Context(), "hooks", at, []byte("next\n"))
+		next <- appended{k, o, err}
+	}()
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+	after := <-next
+	if after.err != nil {
+		t.Fatal(after.err)
+	}
+	if after.key != key || after.off <= off+len(body) {
+		t.Errorf("the next page is at %s:%d, want after the reserved one at %s:%d", after.key, after.off, key, off)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[off:off+len(body)], body) {
+		t.Errorf("at the reserved offset %d: %q, want %q", off, got[off:off+len(body)], body)
+	}
+}
