@@ -26,8 +26,9 @@ import (
 // transaction, WAL and synchronous as the daemon's, inserting each event
 // under a unique key; each request answered after both), loaded by the
 // same clients as -mode webhook. It runs the ceiling and the daemon's
-// webhook mode alternately, twice each, and prints each run and the
-// ratio of the daemon's throughput to the ceiling's.
+// webhook mode alternately, -runs times each (runWebhookCeiling), and
+// prints each run and the ratio of the daemon's throughput to the
+// ceiling's.
 const modeWebhookCeiling = "webhook-ceiling"
 
 // ceilingGroupMax bounds one group commit of the ceiling server.
@@ -222,44 +223,61 @@ func countRows(path string, n *int64) error {
 	return errors.Join(db.QueryRow(`SELECT count(*) FROM events`).Scan(n), db.Close())
 }
 
+// ceilingRound runs the ceiling for round, in a subdirectory of dir. The
+// runs are labelled (bench=ceiling, bench=daemon), so that one
+// -cpuprofile of this mode shows each alone: go tool pprof -tagfocus
+// bench=daemon.
+func ceilingRound(ctx context.Context, o options, dir string, round int) (c *webhookResult, err error) {
+	cdir := filepath.Join(dir, fmt.Sprintf("ceiling-%d", round))
+	if err := os.MkdirAll(cdir, 0o750); err != nil {
+		return nil, err
+	}
+	co := o
+	co.mode, co.signature = modeWebhookCeiling, "" // the ceiling checks no signature
+	pprof.Do(ctx, pprof.Labels("bench", "ceiling"), func(ctx context.Context) { c, err = benchCeiling(ctx, co, cdir) })
+	return c, err
+}
+
+// daemonRound runs the daemon's webhook mode for round, in a subdirectory
+// of dir.
+func daemonRound(ctx context.Context, o options, dir string, round int, log *slog.Logger) (d *webhookResult, err error) {
+	ddir := filepath.Join(dir, fmt.Sprintf("daemon-%d", round))
+	if err := os.MkdirAll(ddir, 0o750); err != nil {
+		return nil, err
+	}
+	wo := o
+	wo.mode, wo.sources = modeWebhook, 0
+	cfg, err := benchConfig(wo, ddir)
+	if err != nil {
+		return nil, err
+	}
+	pprof.Do(ctx, pprof.Labels("bench", "daemon"), func(ctx context.Context) { d, err = benchWebhook(ctx, wo, cfg, log) })
+	return d, err
+}
+
 // runWebhookCeiling runs the ceiling and the daemon's webhook mode
 // alternately, rounds times each (-runs when given, else 2), in
 // subdirectories of dir, and prints each run, then the ratio of the
 // daemon's best throughput to the ceiling's best and the ratio within
-// each round (a ceiling run and the daemon's right after it): on a host
-// whose speed moves by 30% within minutes, the rounds' ratios show how
-// far one figure can be trusted.
+// each round (a ceiling run and a daemon run one after the other, the
+// ceiling first in even rounds, the daemon first in odd ones, each round
+// printed ceiling first): on a host whose speed moves by 30% within
+// minutes, the rounds' ratios show how far one figure can be trusted.
 func runWebhookCeiling(ctx context.Context, o options, dir string, log *slog.Logger, stdout io.Writer) error {
 	var best [2]*webhookResult // the ceiling's, the daemon's
 	var ratios []float64
 	for round := range o.ceilingRounds {
-		cdir := filepath.Join(dir, fmt.Sprintf("ceiling-%d", round))
-		if err := os.MkdirAll(cdir, 0o750); err != nil {
-			return err
-		}
-		co := o
-		co.mode, co.signature = modeWebhookCeiling, "" // the ceiling checks no signature
-		// The runs are labelled (bench=ceiling, bench=daemon), so that one
-		// -cpuprofile of this mode shows each alone: go tool pprof
-		// -tagfocus bench=daemon.
-		var c *webhookResult
+		// The side that runs second in a round ran faster in some
+		// sittings (the disk, the caches): the order alternates.
+		var c, d *webhookResult
 		var err error
-		pprof.Do(ctx, pprof.Labels("bench", "ceiling"), func(ctx context.Context) { c, err = benchCeiling(ctx, co, cdir) })
-		if err != nil {
-			return err
+		if round%2 == 0 {
+			if c, err = ceilingRound(ctx, o, dir, round); err == nil {
+				d, err = daemonRound(ctx, o, dir, round, log)
+			}
+		} else if d, err = daemonRound(ctx, o, dir, round, log); err == nil {
+			c, err = ceilingRound(ctx, o, dir, round)
 		}
-		ddir := filepath.Join(dir, fmt.Sprintf("daemon-%d", round))
-		if err := os.MkdirAll(ddir, 0o750); err != nil {
-			return err
-		}
-		wo := o
-		wo.mode, wo.sources = modeWebhook, 0
-		cfg, err := benchConfig(wo, ddir)
-		if err != nil {
-			return err
-		}
-		var d *webhookResult
-		pprof.Do(ctx, pprof.Labels("bench", "daemon"), func(ctx context.Context) { d, err = benchWebhook(ctx, wo, cfg, log) })
 		if err != nil {
 			return err
 		}
