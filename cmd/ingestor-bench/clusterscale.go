@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ingestorhq/ingestor/config"
@@ -72,6 +73,12 @@ type scaleResult struct {
 	// held again, ReownTarget its target (lease TTL + 2 s).
 	Reowned     float64 `json:"reowned_after_s"`
 	ReownTarget float64 `json:"reown_target_s"`
+	// Moves counts the members' source moves in the steady state, by
+	// kind (taken, handed_over, dropped), and Checkpoints their
+	// checkpoints, by result (written, refused, failed): what etcd's
+	// writes are made of, when there are more than the checkpoints'.
+	Moves       map[string]float64 `json:"steady_moves"`
+	Checkpoints map[string]float64 `json:"steady_checkpoints"`
 }
 
 // failures lists the targets r misses.
@@ -168,6 +175,39 @@ type scaleMember struct {
 	host   *scaleHost
 	client *clientv3.Client
 	coord  *cluster.Coordinator
+	reg    *prometheus.Registry // its coordinator's metrics
+}
+
+// counters sums the members' counter vectors named name by the value of
+// their one label.
+func counters(members []*scaleMember, name string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range members {
+		mfs, err := m.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				if l := mt.GetLabel(); len(l) == 1 {
+					out[l[0].GetValue()] += mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// since returns now minus then, by key.
+func since(now, then map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(now))
+	for k, v := range now {
+		out[k] = v - then[k]
+	}
+	return out
 }
 
 // runClusterScale runs the scale mode and prints its result.
@@ -223,13 +263,14 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 			return nil, err
 		}
 		h := &scaleHost{sources: names, cursor: map[string]int{}, running: map[string]bool{}}
+		reg := prometheus.NewRegistry()
 		name := fmt.Sprintf("member-%02d", i)
 		c := cluster.NewCoordinator(client, h, cluster.CoordinatorOptions{Cluster: "scale", Member: name,
 			LeaseTTL: scaleSettings.ttl, CheckpointInterval: scaleSettings.checkpoint, CompactInterval: compactEvery(o.duration),
 			MaxTxnOps: scaleSettings.maxTxnOps, HandOverWait: 5 * time.Second, Info: []byte(`{"member":"` + name + `"}`),
-			Logger: log.With("member", name)})
+			Logger: log.With("member", name), Metrics: cluster.NewMetrics(reg)})
 		c.Start()
-		members[i] = &scaleMember{host: h, client: client, coord: c}
+		members[i] = &scaleMember{host: h, client: client, coord: c, reg: reg}
 	}
 	held := func(ms []*scaleMember) int {
 		n := 0
@@ -301,6 +342,7 @@ func scaleSteady(ctx context.Context, o options, members []*scaleMember, endpoin
 	if err != nil {
 		return err
 	}
+	moves0, checkpoints0 := counters(members, "ingestor_cluster_source_moves_total"), counters(members, "ingestor_cluster_checkpoints_total")
 	ticks := clockTicks()
 	cpu0, err := procCPUTicks(os.Getpid())
 	if err != nil {
@@ -327,6 +369,8 @@ func scaleSteady(ctx context.Context, o options, members []*scaleMember, endpoin
 	if err != nil {
 		return err
 	}
+	res.Moves = since(counters(members, "ingestor_cluster_source_moves_total"), moves0)
+	res.Checkpoints = since(counters(members, "ingestor_cluster_checkpoints_total"), checkpoints0)
 	elapsed := time.Since(t0).Seconds()
 	cpu1, err := procCPUTicks(os.Getpid())
 	if err != nil {
@@ -378,13 +422,16 @@ func printClusterScale(w io.Writer, r *scaleResult) error {
 |---|---|---|
 | every source held after start | %.1f s | |
 | etcd writes (revisions) per second, %.0f s steady state | %.1f | <= %.0f |
+| of which: source moves (taken / handed over / dropped), checkpoints (written / refused / failed) | %.0f / %.0f / %.0f, %.0f / %.0f / %.0f | |
 | etcd database size / in use, MiB, every %.0f s | %v | flat |
 | CPU per member (process CPU / members) | %.1f%% of a core | |
 | etcd CPU | %.1f%% of a core | |
 | sources per member | %d-%d (mean %.0f) | ±10%% |
 | every source held again after a member was killed | %.1f s | <= %.0f s |
 `, r.Members, r.Sources, scaleSettings.checkpoint/2, scaleSettings.maxTxnOps, scaleSettings.ttl, scaleSettings.checkpoint, r.Compact,
-		r.OwnedAfter, r.Duration, r.WritesPerSec, r.WritesTarget, r.SampleEvery, sizes, 100*r.MemberCPU, 100*r.EtcdCPU,
+		r.OwnedAfter, r.Duration, r.WritesPerSec, r.WritesTarget,
+		r.Moves["taken"], r.Moves["handed_over"], r.Moves["dropped"], r.Checkpoints["written"], r.Checkpoints["refused"], r.Checkpoints["failed"],
+		r.SampleEvery, sizes, 100*r.MemberCPU, 100*r.EtcdCPU,
 		r.SpreadMin, r.SpreadMax, float64(r.Sources)/float64(r.Members), r.Reowned, r.ReownTarget)
 	return err
 }
