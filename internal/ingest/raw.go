@@ -68,7 +68,8 @@ func Object(source, key string, body []byte) Payload {
 }
 
 // Ref returns where p is in the raw store: for a page to append, only
-// once Write succeeded (the zero Ref before).
+// once Write succeeded, or once WriteCommit reserved its place (the zero
+// Ref before).
 func (p *Payload) Ref() Ref { return p.ref }
 
 // ObjectKey returns the key p has as an object of its own: its Ref's key,
