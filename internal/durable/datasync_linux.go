@@ -13,3 +13,12 @@ import (
 func Datasync(f *os.File) error {
 	return onFD(f, "fdatasync", syscall.Fdatasync)
 }
+
+// DatasyncParked is Datasync run by a thread outside Go's scheduler while
+// the calling goroutine waits in Go's poller, its P free for other
+// goroutines (see syncer): for a sync on the path other goroutines wait
+// on, such as a push group's raw page. It runs in the calling goroutine
+// when the sync threads are all busy.
+func DatasyncParked(f *os.File) error {
+	return onFD(f, "fdatasync", datasyncParked)
+}

@@ -114,9 +114,9 @@ func (s *fileStore) reserve(ctx context.Context, kind segmentKind, source string
 	return seg, seg.size, nil
 }
 
-// write writes parts at off, the offset reserve returned, fsyncs them
-// and unlocks seg.
-func (seg *segment) write(off int, parts [][]byte) error {
+// write writes parts at off, the offset reserve returned, syncs them with
+// sync (durable.Datasync or DatasyncParked) and unlocks seg.
+func (seg *segment) write(off int, parts [][]byte, sync func(*os.File) error) error {
 	defer seg.mu.Unlock()
 	end := off
 	err := seg.zeroAhead(parts)
@@ -127,7 +127,7 @@ func (seg *segment) write(off int, parts [][]byte) error {
 		end += len(p)
 	}
 	if err == nil {
-		err = durable.Datasync(seg.f)
+		err = sync(seg.f)
 	}
 	if err != nil {
 		// What was written past off may be partial: no later payload
