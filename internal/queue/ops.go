@@ -607,9 +607,12 @@ func (q *Queue) SetCursor(ctx context.Context, source, cursor string) error {
 }
 
 // FramesAfter returns up to limit pending frame ids greater than after, in
-// order. Paging with it streams the backlog without loading it.
+// order. Paging with it streams the backlog without loading it. It lists
+// only durable frames (walsync.go): a newer one reaches the sender from
+// its commit.
 func (q *Queue) FramesAfter(ctx context.Context, after int64, limit int) ([]int64, error) {
-	rows, err := q.rdb.QueryContext(ctx, `SELECT id FROM frames WHERE id > ? ORDER BY id LIMIT ?`, after, limit)
+	rows, err := q.rdb.QueryContext(ctx, `SELECT id FROM frames WHERE id > ? AND id <= ? ORDER BY id LIMIT ?`,
+		after, q.durable.frame.Load(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("scan frames: %w", err)
 	}

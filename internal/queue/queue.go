@@ -95,9 +95,15 @@ type Queue struct {
 
 	// writer-goroutine state
 	nextFrame int64
-	// lazySync is true while the writer connection runs with
-	// synchronous = NORMAL for a group of lazy requests (see request.lazy).
-	lazySync bool
+	// lazySync is true for a group of lazy requests (see request.lazy),
+	// committed without the WAL's sync, and ownSync for a group the writer
+	// syncs itself (walsync.go), with synchronous = full; connNormal is
+	// true while the writer's connection runs with SQLite's NORMAL.
+	lazySync, ownSync, connNormal bool
+	// wal is the WAL file the writer syncs (walsync.go), and durable what
+	// its syncs made durable.
+	wal     *os.File
+	durable durableMarks
 	// insertKeys[g] inserts a frame's keys into generation g, insertKeyOne[g]
 	// one key, readBack[g] finds which keys of a frame were new; insertRaw
 	// and storeCursor insert a batch's raw object and cursor, frameLogs and
@@ -180,6 +186,9 @@ func Open(o Options) (*Queue, error) {
 		expectWake: make(chan struct{}, 1),
 	}
 	if err := errors.Join(q.load(), q.loadSettled(), q.prepareInserts(), q.prepareVerdicts(), q.prepareTraces(), q.prepareSettle()); err != nil {
+		return nil, openErr(errors.Join(err, wdb.Close(), rdb.Close()))
+	}
+	if err := q.syncAtOpen(); err != nil {
 		return nil, openErr(errors.Join(err, wdb.Close(), rdb.Close()))
 	}
 	go q.writer()
@@ -332,6 +341,9 @@ func (q *Queue) Close() error {
 		}
 	}
 	errs = append(errs, q.verdicts.close(), q.traces.close(), q.frameLogs.close(), q.frameRows.close(), q.settle.close(), q.rdb.Close(), q.wdb.Close())
+	if q.wal != nil {
+		errs = append(errs, q.wal.Close())
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close queue %s: %w", q.opts.Path, err)
 	}
@@ -425,25 +437,35 @@ func (q *Queue) submit(ctx context.Context, r *request, committed func()) error 
 	return <-errc
 }
 
-// syncFor sets the writer connection's synchronous mode for group: NORMAL
-// when every request of it is lazy and the queue is configured FULL, FULL
-// otherwise.
+// syncFor sets how group's commit is made durable, with synchronous =
+// full: a group of only lazy requests commits with SQLite's NORMAL and no
+// sync; a group holding a push group's append (a gated request) commits
+// with NORMAL and the writer's own sync of the WAL (walsync.go); any other
+// with FULL, SQLite syncing the WAL in its COMMIT. With normal the
+// connection stays NORMAL.
 func (q *Queue) syncFor(group []*request) error {
-	if q.opts.Synchronous == "normal" {
+	q.lazySync, q.ownSync = false, false
+	if !q.ownWALSync() {
 		return nil
 	}
-	lazy := allLazy(group)
-	if lazy == q.lazySync {
+	switch {
+	case allLazy(group):
+		q.lazySync = true
+	case anyGated(group):
+		q.ownSync = true
+	}
+	normal := q.lazySync || q.ownSync
+	if normal == q.connNormal {
 		return nil
 	}
 	mode := "FULL"
-	if lazy {
+	if normal {
 		mode = "NORMAL"
 	}
 	if _, err := q.wdb.Exec("PRAGMA synchronous = " + mode); err != nil {
 		return fmt.Errorf("set synchronous = %s: %w", mode, err)
 	}
-	q.lazySync = lazy
+	q.connNormal = normal
 	return nil
 }
 
@@ -595,6 +617,16 @@ func (q *Queue) holdLazy(group []*request) []*request {
 	return group
 }
 
+// anyGated reports whether a request of group is gated (AppendAfter).
+func anyGated(group []*request) bool {
+	for _, r := range group {
+		if r.gate != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // allLazy reports whether every request of group is lazy.
 func allLazy(group []*request) bool {
 	for _, r := range group {
@@ -615,6 +647,9 @@ func (q *Queue) commitGroup(group []*request, errs *[]error) error {
 	for _, r := range group {
 		*errs = append(*errs, nil)
 		gated = gated || r.gate != nil
+	}
+	if err := q.durable.err(); err != nil {
+		return err
 	}
 	if err := q.syncFor(group); err != nil {
 		return err
@@ -637,6 +672,12 @@ func (q *Queue) commitGroup(group []*request, errs *[]error) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	switch {
+	case q.ownSync:
+		return q.syncCommitted()
+	case !q.lazySync: // FULL synced it, or synchronous = normal shows it
+		q.durable.set(q.nextFrame-1, q.highSeq)
 	}
 	return nil
 }

@@ -387,8 +387,10 @@ func TestDuplicateBetweenNewEventsKeepsThem(t *testing.T) {
 // under synchronous = full: a group of acks (and delivery counts) commits
 // with NORMAL, since losing it to a power cut only resends its events; an
 // append, whose commit a cursor or a sender's answer waits for, commits
-// with FULL again, and its fsync of the WAL covers the acks before it.
-// Under synchronous = normal nothing changes the mode.
+// with FULL again, and its fsync of the WAL covers the acks before it; a
+// push group's append commits with NORMAL and the writer's own fsync of
+// the WAL (walsync.go). Under synchronous = normal nothing changes the
+// mode.
 func TestOnlyAcksCommitWithoutFsync(t *testing.T) {
 	mode := func(q *Queue) int {
 		t.Helper()
@@ -446,6 +448,23 @@ func TestOnlyAcksCommitWithoutFsync(t *testing.T) {
 				t.Fatal(err)
 			}
 			want("a dead letter", full)
+
+			// A push group's append commits with NORMAL, and the writer
+			// fsyncs the WAL itself (walsync.go).
+			syncs := q.walSyncs.Load()
+			written := make(chan error, 1)
+			written <- nil
+			wait, err := q.AppendAfter(ctx, batch("a", 9, 3, ""), written)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := wait(); err != nil {
+				t.Fatal(err)
+			}
+			want("a push group's append", normal)
+			if synced := q.walSyncs.Load() > syncs; synced != (configured == "full") {
+				t.Errorf("the writer synced the WAL after a push group's append: %v, want %v", synced, configured == "full")
+			}
 		})
 	}
 }

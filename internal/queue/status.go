@@ -112,14 +112,19 @@ func (q *Queue) EventsByKeys(ctx context.Context, source string, keys []string) 
 		return nil, fmt.Errorf("read event statuses: %w", err)
 	}
 	out := make(map[string]EventStatus, len(keys))
+	var newest int64
 	for rows.Next() {
 		st, err := scanStatus(rows)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("read event statuses: %w", err), rows.Close())
 		}
 		out[st.Key] = st
+		newest = max(newest, st.Seq)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("read event statuses: %w", err)
+	}
+	if err := q.durable.await(ctx, newest); err != nil {
 		return nil, fmt.Errorf("read event statuses: %w", err)
 	}
 	return out, nil
@@ -131,6 +136,11 @@ func (q *Queue) eventStatus(ctx context.Context, query string, args ...any) (Eve
 		return st, false, nil
 	}
 	if err != nil {
+		return st, false, fmt.Errorf("read event status: %w", err)
+	}
+	// Never report a commit its WAL sync has not yet made durable
+	// (walsync.go).
+	if err := q.durable.await(ctx, st.Seq); err != nil {
 		return st, false, fmt.Errorf("read event status: %w", err)
 	}
 	return st, true, nil
