@@ -123,6 +123,7 @@ const (
 	metricGoroutines  = "go_goroutines"
 	metricInflight    = "ingestor_publish_inflight_frames"
 	metricFrameCache  = "ingestor_publish_frame_cache_bytes"
+	metricProcessors  = "ingestor_processors_connected"
 )
 
 // scrape is what the real bench reads of the daemon's /metrics.
@@ -142,6 +143,8 @@ type scrape struct {
 	// inflightFrames and frameCacheBytes are the frames sent and not yet
 	// acked, and the bytes of committed frames held until their first send.
 	inflightFrames, frameCacheBytes float64
+	// processors is ingestor_processors_connected.
+	processors float64
 }
 
 // bucket is one cumulative histogram bucket.
@@ -199,7 +202,7 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			name, labels, rest = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
 		}
 		if name != metricEvents && name != metricPending && name != metricFetchToAck && name != metricOwned && name != metricCheckpoints &&
-			name != metricMembers && name != metricGoroutines && name != metricInflight && name != metricFrameCache {
+			name != metricMembers && name != metricGoroutines && name != metricInflight && name != metricFrameCache && name != metricProcessors {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.Fields(rest + " x")[0], 64)
@@ -222,6 +225,8 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			s.inflightFrames = v
 		case metricFrameCache:
 			s.frameCacheBytes = v
+		case metricProcessors:
+			s.processors = v
 		case metricCheckpoints:
 			if r, _ := labelValue(labels, "result"); r == "written" {
 				s.checkpoints += v

@@ -553,6 +553,9 @@ func childStarted(ctx context.Context, d *child) (startedLine, error) {
 // measure runs the two phases: N events as fast as they go, then
 // HalfEvents more paced to half that rate.
 func (r *realRun) measure(ctx context.Context, res *realResult) error {
+	if err := r.waitProcessor(ctx); err != nil {
+		return err
+	}
 	defer r.watchGauges(ctx, res)()
 	ticks := clockTicks()
 	d0, err := procCPUTicks(r.daemon.cmd.Process.Pid)
@@ -649,6 +652,33 @@ func (r *realRun) control(ctx context.Context, path string) error {
 		return fmt.Errorf("firehose %s: %w", path, err)
 	}
 	return nil
+}
+
+// waitProcessor waits until the processor's connection reached the
+// daemon. The processor starts first, but its sockets find the daemon's
+// only at their next reconnect (ZeroMQ's 100 ms): released before, the
+// firehose's first pages wait in the frame cache for it, and at 300,000
+// events/s that filled the cache (16 MiB) and the in-flight window, so
+// the peak RSS measured a processor that lagged at start, not the run.
+func (r *realRun) waitProcessor(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := scrapeMetrics(ctx, r.metrics)
+		if err != nil {
+			return err
+		}
+		if s.processors >= 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the processor did not connect within 30s; logs in %s", r.dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // waitAcked waits until the daemon has queued want events and none is
