@@ -125,12 +125,13 @@ func (d *Daemon) serve(ln net.Listener, h http.Handler, limits opsLimits) *opsSe
 		IdleTimeout:       limits.idle,
 		MaxHeaderBytes:    limits.maxHeaderBytes,
 	}}
+	conns := trackConns(s.srv)
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("http server", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	d.stops.add("http listener "+ln.Addr().String(), func() error { return shutdownWithin(s.srv.Shutdown, 2*time.Second) })
+	d.stops.add("http listener "+ln.Addr().String(), func() error { return stopServer(s.srv, conns, 2*time.Second) })
 	return s
 }
 
