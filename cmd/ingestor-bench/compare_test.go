@@ -53,6 +53,11 @@ func TestCompareModeShort(t *testing.T) {
 			t.Errorf("row %d starts %q %q, want %q %q", i, row[0], row[1], want[0], want[1])
 		}
 		for j, c := range row[2 : len(row)-1] {
+			// A ratio over a baseline median of 0 is n/a: the processor's
+			// CPU over 5,000 events can round to 0 clock ticks.
+			if c == "n/a" && want[0] == "ratio" && tableCells(lines[3+5])[2+j] == "0.00" {
+				continue
+			}
 			if c == "" || strings.Contains(c, "NaN") || strings.Contains(c, "n/a") {
 				t.Errorf("row %d, column %q: %q", i, head[2+j], c)
 			}
