@@ -439,11 +439,12 @@ func (q *Queue) submit(ctx context.Context, r *request, committed func()) error 
 
 // syncFor sets how group's commit is made durable, with synchronous =
 // full: a group of only lazy requests commits with SQLite's NORMAL and no
-// sync; a group holding a push group's append (a gated request) commits
+// sync; a group holding a push group's append (gated: a gated request)
+// commits
 // with NORMAL and the writer's own sync of the WAL (walsync.go); any other
 // with FULL, SQLite syncing the WAL in its COMMIT. With normal the
 // connection stays NORMAL.
-func (q *Queue) syncFor(group []*request) error {
+func (q *Queue) syncFor(group []*request, gated bool) error {
 	q.lazySync, q.ownSync = false, false
 	if !q.ownWALSync() {
 		return nil
@@ -451,7 +452,7 @@ func (q *Queue) syncFor(group []*request) error {
 	switch {
 	case allLazy(group):
 		q.lazySync = true
-	case anyGated(group):
+	case gated:
 		q.ownSync = true
 	}
 	normal := q.lazySync || q.ownSync
@@ -617,16 +618,6 @@ func (q *Queue) holdLazy(group []*request) []*request {
 	return group
 }
 
-// anyGated reports whether a request of group is gated (AppendAfter).
-func anyGated(group []*request) bool {
-	for _, r := range group {
-		if r.gate != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // allLazy reports whether every request of group is lazy.
 func allLazy(group []*request) bool {
 	for _, r := range group {
@@ -651,7 +642,7 @@ func (q *Queue) commitGroup(group []*request, errs *[]error) error {
 	if err := q.durable.err(); err != nil {
 		return err
 	}
-	if err := q.syncFor(group); err != nil {
+	if err := q.syncFor(group, gated); err != nil {
 		return err
 	}
 	tx, err := q.wdb.Begin()
