@@ -439,11 +439,10 @@ func (q *Queue) submit(ctx context.Context, r *request, committed func()) error 
 
 // syncFor sets how group's commit is made durable, with synchronous =
 // full: a group of only lazy requests commits with SQLite's NORMAL and no
-// sync; a group holding a push group's append (gated: a gated request)
-// commits
-// with NORMAL and the writer's own sync of the WAL (walsync.go); any other
-// with FULL, SQLite syncing the WAL in its COMMIT. With normal the
-// connection stays NORMAL.
+// sync; a group holding a push group's append (gated: a request of
+// AppendAfter) commits with NORMAL and the writer's own sync of the WAL
+// (walsync.go); any other with FULL, SQLite syncing the WAL in its
+// COMMIT. With normal the connection stays NORMAL.
 func (q *Queue) syncFor(group []*request, gated bool) error {
 	q.lazySync, q.ownSync = false, false
 	if !q.ownWALSync() {
