@@ -70,21 +70,23 @@ func (m *durableMarks) set(frame, seq int64) {
 	m.frame.Store(frame)
 	m.seq.Store(seq)
 	m.mu.Lock()
+	m.wakeLocked()
+	m.mu.Unlock()
+}
+
+// wakeLocked wakes the waiters of await; m.mu is held.
+func (m *durableMarks) wakeLocked() {
 	if m.advanced != nil {
 		close(m.advanced)
 		m.advanced = nil
 	}
-	m.mu.Unlock()
 }
 
 // fail records a failed sync and wakes the waiters.
 func (m *durableMarks) fail(err error) {
 	m.mu.Lock()
 	m.failed = err
-	if m.advanced != nil {
-		close(m.advanced)
-		m.advanced = nil
-	}
+	m.wakeLocked()
 	m.mu.Unlock()
 }
 
