@@ -49,8 +49,11 @@ type scaleResult struct {
 	Members  int     `json:"members"`
 	Sources  int     `json:"sources"`
 	Duration float64 `json:"duration_s"`
-	// OwnedAfter is how long until every source was held after start.
-	OwnedAfter float64 `json:"owned_after_s"`
+	// OwnedAfter is how long until every source was held after start,
+	// SettledAfter until every member placed every source alike and its
+	// member ran it: the steady state starts there.
+	OwnedAfter   float64 `json:"owned_after_s"`
+	SettledAfter float64 `json:"settled_after_s"`
 	// WritesPerSec is etcd's revisions per second in the steady state,
 	// WritesTarget its target (2 x members per checkpoint interval).
 	WritesPerSec float64 `json:"etcd_writes_per_s"`
@@ -70,8 +73,13 @@ type scaleResult struct {
 	SpreadMax int   `json:"spread_max"`
 	Held      []int `json:"held"`
 	// Reowned is how long after a member was killed every source was
-	// held again, ReownTarget its target (lease TTL + 2 s).
+	// held again, ReownTarget its target (lease TTL + 2 s). Expired is
+	// how long after the kill the member's key was gone: its lease
+	// expired in etcd (at most lease_ttl after its last keepalive, plus
+	// etcd's expiry check), the part of Reowned the members cannot
+	// shorten.
 	Reowned     float64 `json:"reowned_after_s"`
+	Expired     float64 `json:"expired_after_s"`
 	ReownTarget float64 `json:"reown_target_s"`
 	// Moves counts the members' source moves in the steady state, by
 	// kind (taken, handed_over, dropped), and Checkpoints their
@@ -98,7 +106,7 @@ func (r *scaleResult) failures() []string {
 		out = append(out, fmt.Sprintf("sources per member %d-%d, beyond ±10%% of %.0f", r.SpreadMin, r.SpreadMax, mean))
 	}
 	if r.Reowned > r.ReownTarget {
-		out = append(out, fmt.Sprintf("every source held again %.1fs after a member was killed, above the target %.0fs", r.Reowned, r.ReownTarget))
+		out = append(out, fmt.Sprintf("every source held again %.1fs after a member was killed (its lease expired after %.1fs), above the target %.0fs", r.Reowned, r.Expired, r.ReownTarget))
 	}
 	return out
 }
@@ -162,6 +170,12 @@ func (h *scaleHost) step() {
 	for name := range h.running {
 		h.cursor[name]++
 	}
+}
+
+func (h *scaleHost) runs(source string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running[source]
 }
 
 func (h *scaleHost) held() int {
@@ -284,6 +298,13 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	}
 	res := &scaleResult{Compact: compactEvery(o.duration).Seconds(), Members: o.members, Sources: o.sources, OwnedAfter: time.Since(start).Seconds(),
 		WritesTarget: 2 * float64(o.members) / scaleSettings.checkpoint.Seconds(), ReownTarget: (scaleSettings.ttl + 2*time.Second).Seconds()}
+	// The steady state starts once the placement is settled: a member
+	// that joined after the others held everything takes its share first,
+	// and those moves are the start's, not the steady state's writes.
+	if err := waitUntil(ctx, 5*time.Minute, func() bool { return settled(members, names) }); err != nil {
+		return nil, fmt.Errorf("the placement settled: %w", err)
+	}
+	res.SettledAfter = time.Since(start).Seconds()
 	stopSteps := make(chan struct{})
 	var steps sync.WaitGroup
 	steps.Go(func() {
@@ -313,6 +334,11 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	_ = victim.client.Close()
 	killed := time.Now()
 	rest := members[:len(members)-1]
+	expired, err := waitGone(ctx, rest[0].client, "/ingestor/scale/members/"+victim.coord.Name())
+	if err != nil {
+		return nil, fmt.Errorf("the killed member's lease expired: %w", err)
+	}
+	res.Expired = expired.Sub(killed).Seconds()
 	if err := waitUntil(ctx, 2*time.Minute, func() bool { return held(rest) == o.sources }); err != nil {
 		return nil, fmt.Errorf("every source held again after a member was killed: %w", err)
 	}
@@ -322,6 +348,45 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	cancel()
 	members = rest
 	return res, nil
+}
+
+// settled reports whether every member places every source on the same
+// member, and that member runs it.
+func settled(members []*scaleMember, sources []string) bool {
+	byName := make(map[string]*scaleMember, len(members))
+	for _, m := range members {
+		byName[m.coord.Name()] = m
+	}
+	for _, s := range sources {
+		at, _ := members[0].coord.Placement(s)
+		for _, m := range members[1:] {
+			if p, _ := m.coord.Placement(s); p != at {
+				return false
+			}
+		}
+		owner := byName[at]
+		if owner == nil || !owner.host.runs(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitGone polls key every 50 ms until etcd no longer has it, and returns
+// when it saw it gone.
+func waitGone(ctx context.Context, client *clientv3.Client, key string) (time.Time, error) {
+	var gone time.Time
+	err := waitUntil(ctx, 2*time.Minute, func() bool {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := client.Get(gctx, key, clientv3.WithCountOnly())
+		if err != nil || resp.Count > 0 {
+			return false
+		}
+		gone = time.Now()
+		return true
+	})
+	return gone, err
 }
 
 // scaleSteady samples etcd and the CPU for o.duration.
@@ -420,18 +485,18 @@ func printClusterScale(w io.Writer, r *scaleResult) error {
 	_, err := fmt.Fprintf(w, `ingestor-bench -mode cluster-scale: %d in-process members, %d stub sources whose cursors move every %v, one etcd (--max-txn-ops %d), lease_ttl %v, checkpoint_interval %v, compact_interval %.0fs, rebalance_delay 0s
 | measure | value | target |
 |---|---|---|
-| every source held after start | %.1f s | |
+| every source held after start; the placement settled | %.1f s; %.1f s | |
 | etcd writes (revisions) per second, %.0f s steady state | %.1f | <= %.0f |
 | of which: source moves (taken / handed over / dropped), checkpoints (written / refused / failed) | %.0f / %.0f / %.0f, %.0f / %.0f / %.0f | |
 | etcd database size / in use, MiB, every %.0f s | %v | flat |
 | CPU per member (process CPU / members) | %.1f%% of a core | |
 | etcd CPU | %.1f%% of a core | |
 | sources per member | %d-%d (mean %.0f) | ±10%% |
-| every source held again after a member was killed | %.1f s | <= %.0f s |
+| every source held again after a member was killed (its lease expired after) | %.1f s (%.1f s) | <= %.0f s |
 `, r.Members, r.Sources, scaleSettings.checkpoint/2, scaleSettings.maxTxnOps, scaleSettings.ttl, scaleSettings.checkpoint, r.Compact,
-		r.OwnedAfter, r.Duration, r.WritesPerSec, r.WritesTarget,
+		r.OwnedAfter, r.SettledAfter, r.Duration, r.WritesPerSec, r.WritesTarget,
 		r.Moves["taken"], r.Moves["handed_over"], r.Moves["dropped"], r.Checkpoints["written"], r.Checkpoints["refused"], r.Checkpoints["failed"],
 		r.SampleEvery, sizes, 100*r.MemberCPU, 100*r.EtcdCPU,
-		r.SpreadMin, r.SpreadMax, float64(r.Sources)/float64(r.Members), r.Reowned, r.ReownTarget)
+		r.SpreadMin, r.SpreadMax, float64(r.Sources)/float64(r.Members), r.Reowned, r.Expired, r.ReownTarget)
 	return err
 }

@@ -18,7 +18,9 @@ func TestClusterScaleShort(t *testing.T) {
 	err := run(t.Context(), []string{"-mode", "cluster-scale", "-members", "5", "-sources", "500", "-duration", "20s",
 		"-dir", t.TempDir(), "-json"}, &out, &errOut)
 	if err != nil {
-		t.Fatalf("ingestor-bench -mode cluster-scale: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+		// The error and the result last: CI shows the end of the output.
+		t.Logf("stderr:\n%s", errOut.String())
+		t.Fatalf("stdout:\n%s\ningestor-bench -mode cluster-scale: %v", out.String(), err)
 	}
 	var r scaleResult
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
