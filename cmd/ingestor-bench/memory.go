@@ -78,7 +78,7 @@ func (p memoryParams) eventBytes() float64 { return float64(p.PageBytes) / float
 // The constants of the memory formula of docs/performance.md, "Memory"
 // (fitted to -mode memory runs at inflight_batches 1 to 16; see there).
 const (
-	memDaemonBaseMiB    = 57     // daemon RSS ~ 57 MiB started
+	memDaemonBaseMiB    = 64     // daemon RSS ~ 64 MiB at full speed
 	memFrameBytes       = 1.2    // frames term: x ~1.2
 	memPagesPerBatch    = 4.5    // page size x ~4.5
 	memRecordsCap       = 20_000 // min(records per page, 20,000)
@@ -99,7 +99,7 @@ func (p memoryParams) framesMiB() float64 {
 // predictDaemonMiB is the daemon's line of the formula in
 // docs/performance.md ("Memory"), term by term:
 //
-//	daemon RSS    ~ 57 MiB
+//	daemon RSS    ~ 64 MiB
 //	              + F x events_per_frame x event size x ~1.2, F the frames in flight (at most max_inflight_frames)
 //	              + sources x inflight_batches x (page size x ~4.5
 //	                                              + min(records per page, 20,000) x ~1 KiB)
