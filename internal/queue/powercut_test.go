@@ -21,10 +21,16 @@ import (
 // test runs only as the child of the power-cut tests. childSyncEnv makes
 // it wait for the writer's next fsync of the WAL before "ready";
 // childFullEnv opens the queue with synchronous = full.
+// childHoldEnv makes it append a sixth batch as the push inbox does
+// and print "ready" from between that commit and the writer's WAL sync,
+// where it stays; childReopenEnv makes it commit nothing, only open the
+// queue and print the frames the sender's backlog scan lists.
 const (
-	childQueueEnv = "INGESTOR_QUEUE_CHILD_DB"
-	childSyncEnv  = "INGESTOR_QUEUE_CHILD_SYNC"
-	childFullEnv  = "INGESTOR_QUEUE_CHILD_FULL"
+	childQueueEnv  = "INGESTOR_QUEUE_CHILD_DB"
+	childSyncEnv   = "INGESTOR_QUEUE_CHILD_SYNC"
+	childFullEnv   = "INGESTOR_QUEUE_CHILD_FULL"
+	childHoldEnv   = "INGESTOR_QUEUE_CHILD_HOLD"
+	childReopenEnv = "INGESTOR_QUEUE_CHILD_REOPEN"
 )
 
 // TestQueueWriterChild, run as a child process, opens the queue in
@@ -47,6 +53,18 @@ func TestQueueWriterChild(t *testing.T) {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
+	if os.Getenv(childReopenEnv) != "" {
+		ids, err := q.FramesAfter(context.Background(), 0, 100)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		for _, id := range ids {
+			fmt.Println(id)
+		}
+		fmt.Println("ready")
+		select {} // killed by the parent
+	}
 	for i := range 5 {
 		frames, err := q.Append(context.Background(), powerCutBatch(fmt.Sprintf("before-%d", i)))
 		if err != nil {
@@ -66,6 +84,15 @@ func TestQueueWriterChild(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond) // the poll step: the fsync comes within normalSyncInterval
 		}
+	}
+	if os.Getenv(childHoldEnv) != "" {
+		beforeWALSync = func() {
+			fmt.Println("ready")
+			select {} // killed by the parent between the commit and its sync
+		}
+		_, err := pushAppend(context.Background(), q, powerCutBatch("held"))
+		fmt.Println("error: the push append returned:", err)
+		os.Exit(1)
 	}
 	fmt.Println("ready")
 	select {} // killed by the parent
@@ -151,10 +178,73 @@ func syncDir(dir string) error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
+// TestAFrameSeenAfterAKillSurvivesAPowerCut: a push group's commit is
+// on disk only once the writer has synced the WAL after it. A process
+// killed in between leaves the commit in the page cache alone, and the
+// next process to open the queue would list its frame to the sender: a
+// frame sent, acked and then taken by a power cut would have its id
+// given again, and the stale ack would clear the new frame unread. So the
+// queue syncs the WAL when it opens (syncAtOpen), before anything is
+// read. One child commits five frames and is killed between a push
+// group's commit and its sync; a second opens the queue and lists the
+// frames; the power is cut; every frame it listed is there.
+func TestAFrameSeenAfterAKillSurvivesAPowerCut(t *testing.T) {
+	fs := powercut.NewDisk(t)
+	path := filepath.Join(fs.Dir, "queue.db")
+	before, held := runQueueChild(t, path, childFullEnv+"=1", childHoldEnv+"=1")
+	if len(before) != 5 {
+		t.Fatalf("the first child committed %d frames, want 5", len(before))
+	}
+	kill(t, held)
+	seen, reader := runQueueChild(t, path, childFullEnv+"=1", childReopenEnv+"=1")
+	if len(seen) != 6 {
+		t.Fatalf("the second child listed %d frames, want the 5 and the held group's: the test would show nothing", len(seen))
+	}
+	fs.PowerCut(func() { kill(t, reader) })
+	q := openAfterCut(t, path)
+	ids, err := q.FramesAfter(t.Context(), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := map[int64]bool{}
+	for _, id := range ids {
+		after[id] = true
+	}
+	for id := range seen {
+		if !after[id] {
+			t.Errorf("frame %d, listed to the sender after the kill, is gone after the power cut (%d of %d left)", id, len(after), len(seen))
+		}
+	}
+}
+
+// kill kills child and reaps it.
+func kill(t *testing.T, child *exec.Cmd) {
+	t.Helper()
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait() // killed: its status is the signal
+}
+
 // cutAfterChildCommits runs TestQueueWriterChild on the queue at path in
 // fs with the extra environment env, cuts the power once it is ready,
 // and returns the ids of the frames it committed.
 func cutAfterChildCommits(t *testing.T, fs *powercut.Disk, path string, env ...string) map[int64]bool {
+	t.Helper()
+	before, child := runQueueChild(t, path, env...)
+	if len(before) != 5 {
+		t.Fatalf("the child committed %d frames, want 5", len(before))
+	}
+	// The child is idle (its commits returned): nothing writes during the
+	// drop, and the kill leaves no file open.
+	fs.PowerCut(func() { kill(t, child) })
+	return before
+}
+
+// runQueueChild runs TestQueueWriterChild on the queue at path with the
+// extra environment env until it is ready, and returns the frame ids it
+// printed and the child, which runs until the test kills it or ends.
+func runQueueChild(t *testing.T, path string, env ...string) (map[int64]bool, *exec.Cmd) {
 	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^TestQueueWriterChild$", "-test.count=1")
 	child.Env = append(append(os.Environ(), childQueueEnv+"="+path), env...)
@@ -184,18 +274,10 @@ func cutAfterChildCommits(t *testing.T, fs *powercut.Disk, path string, env ...s
 		}
 		before[id] = true
 	}
-	if len(before) != 5 {
-		t.Fatalf("the child committed %d frames, want 5 (%v)", len(before), lines.Err())
+	if err := lines.Err(); err != nil {
+		t.Fatalf("child: %v", err)
 	}
-	// The child is idle (its commits returned): nothing writes during the
-	// drop, and the kill leaves no file open.
-	fs.PowerCut(func() {
-		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = child.Wait() // killed: its status is the signal
-	})
-	return before
+	return before, child
 }
 
 // openAfterCut opens the queue at path with synchronous = normal, as the
