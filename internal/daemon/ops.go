@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ingestorhq/ingestor/internal/httpstop"
 	"github.com/ingestorhq/ingestor/internal/unixsock"
 )
 
@@ -125,13 +126,13 @@ func (d *Daemon) serve(ln net.Listener, h http.Handler, limits opsLimits) *opsSe
 		IdleTimeout:       limits.idle,
 		MaxHeaderBytes:    limits.maxHeaderBytes,
 	}}
-	conns := trackConns(s.srv)
+	conns := httpstop.Track(s.srv)
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("http server", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	d.stops.add("http listener "+ln.Addr().String(), func() error { return stopServer(s.srv, conns, 2*time.Second) })
+	d.stops.add("http listener "+ln.Addr().String(), func() error { return httpstop.ShutdownWithin(s.srv, conns, 2*time.Second) })
 	return s
 }
 

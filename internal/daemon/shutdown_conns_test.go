@@ -3,6 +3,7 @@ package daemon
 import (
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,5 +40,36 @@ func TestShutdownWithASilentConnection(t *testing.T) {
 	}
 	if took := time.Since(start); took > 4*time.Second {
 		t.Errorf("shutdown took %v with a silent connection open", took)
+	}
+}
+
+// TestShutdownWithASilentPushConnection: the same on the push listener,
+// where a load balancer's TCP health check or a webhook sender's spare
+// keep-alive connection sends nothing. The listener waits for the
+// requests under way, not for connections that never sent one: before,
+// such a connection held the daemon's stop for 5 s of its grace (failing
+// it when shutdown_grace was shorter), time that unacked frames need.
+func TestShutdownWithASilentPushConnection(t *testing.T) {
+	h := startDaemon(t, "", "", "[push]\naddr = \"127.0.0.1:0\"\n\n[source.hooks]\nkind = \"webhook\"\nid_field = \"id\"\n")
+	conn, err := net.Dial("tcp", h.d.PushAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	// Accepts are in order: once a request on another connection is
+	// answered, the server has the silent one.
+	resp, err := http.Post("http://"+h.d.PushAddr()+"/ingest/hooks", "application/json", strings.NewReader(`{"id":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Body.Close(); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("webhook: %s (%v)", resp.Status, err)
+	}
+	start := time.Now()
+	if err := h.stop(); err != nil {
+		t.Errorf("shutdown with a push connection that sent nothing: %v", err)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("shutdown took %v with a silent push connection open", took)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ingestorhq/ingestor/config"
+	"github.com/ingestorhq/ingestor/internal/httpstop"
 	"github.com/ingestorhq/ingestor/sources"
 )
 
@@ -52,6 +53,7 @@ type ServerOptions struct {
 type Server struct {
 	o      ServerOptions
 	srv    *http.Server
+	conns  *httpstop.Conns // srv's connections, for Shutdown
 	ln     net.Listener
 	routes atomic.Pointer[routes]
 	// quarantine keeps the refused deliveries of webhook sources
@@ -132,6 +134,7 @@ func Start(o ServerOptions) (*Server, error) {
 	})
 	s.srv = &http.Server{Handler: traced(mux, o.Tracing), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug)}
+	s.conns = httpstop.Track(s.srv)
 	ln, err := net.Listen("tcp", o.Push.Addr)
 	if err != nil {
 		s.closeHandlers()
@@ -302,15 +305,16 @@ func (s *Server) Apply(plan config.Plan, srcs []config.Source, limiters *sources
 }
 
 // Shutdown stops taking requests, waits for those in progress (each ends
-// once its commit is answered) until ctx ends, then lets every handler
-// close its own connections.
+// once its commit is answered) until ctx ends, closes the connections
+// that sent no request (internal/httpstop: net/http would wait 5 s for
+// them), then lets every handler close its own connections.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.closing.Swap(true) {
 		return nil
 	}
-	err := s.srv.Shutdown(ctx)
+	err := httpstop.Shutdown(ctx, s.srv, s.conns)
 	if err != nil {
-		err = errors.Join(fmt.Errorf("push listener shutdown: %w", err), s.srv.Close())
+		err = fmt.Errorf("push listener shutdown: %w", err)
 	}
 	<-s.done
 	s.closeHandlers()
