@@ -263,35 +263,17 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	defer func() {
 		for _, m := range members {
 			if m != nil {
-				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_ = m.coord.Shutdown(sctx)
-				cancel()
-				_ = m.client.Close()
+				m.stop()
 			}
 		}
 	}()
 	start := time.Now()
 	for i := range members {
-		client, err := cluster.Dial(config.Cluster{EtcdEndpoints: []string{endpoint}})
+		m, err := startScaleMember(endpoint, fmt.Sprintf("member-%02d", i), names, compactEvery(o.duration), log)
 		if err != nil {
 			return nil, err
 		}
-		h := &scaleHost{sources: names, cursor: map[string]int{}, running: map[string]bool{}}
-		reg := prometheus.NewRegistry()
-		name := fmt.Sprintf("member-%02d", i)
-		c := cluster.NewCoordinator(client, h, cluster.CoordinatorOptions{Cluster: "scale", Member: name,
-			LeaseTTL: scaleSettings.ttl, CheckpointInterval: scaleSettings.checkpoint, CompactInterval: compactEvery(o.duration),
-			MaxTxnOps: scaleSettings.maxTxnOps, HandOverWait: 5 * time.Second, Info: []byte(`{"member":"` + name + `"}`),
-			Logger: log.With("member", name), Metrics: cluster.NewMetrics(reg)})
-		c.Start()
-		members[i] = &scaleMember{host: h, client: client, coord: c, reg: reg}
-	}
-	held := func(ms []*scaleMember) int {
-		n := 0
-		for _, m := range ms {
-			n += m.host.held()
-		}
-		return n
+		members[i] = m
 	}
 	if err := waitUntil(ctx, 5*time.Minute, func() bool { return held(members) == o.sources }); err != nil {
 		return nil, fmt.Errorf("every source held: %w", err)
@@ -307,20 +289,7 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	res.SettledAfter = time.Since(start).Seconds()
 	stopSteps := make(chan struct{})
 	var steps sync.WaitGroup
-	steps.Go(func() {
-		t := time.NewTicker(scaleSettings.checkpoint / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopSteps:
-				return
-			case <-t.C:
-				for _, m := range members {
-					m.host.step()
-				}
-			}
-		}
-	})
+	steps.Go(func() { stepCursors(members, stopSteps) })
 	defer func() {
 		close(stopSteps)
 		steps.Wait()
@@ -328,26 +297,83 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	if err := scaleSteady(ctx, o, members, endpoint, etcdPid, res); err != nil {
 		return nil, err
 	}
-	// The last member is killed: its client closes without a word, its
-	// lease and seat expire, the others take its sources.
+	if err := killOne(ctx, o, members, res); err != nil {
+		return nil, err
+	}
+	members[len(members)-1] = nil // stopped by killOne
+	return res, nil
+}
+
+// startScaleMember starts a member with its own etcd client and stub
+// sources.
+func startScaleMember(endpoint, name string, sources []string, compact time.Duration, log *slog.Logger) (*scaleMember, error) {
+	client, err := cluster.Dial(config.Cluster{EtcdEndpoints: []string{endpoint}})
+	if err != nil {
+		return nil, err
+	}
+	h := &scaleHost{sources: sources, cursor: map[string]int{}, running: map[string]bool{}}
+	reg := prometheus.NewRegistry()
+	c := cluster.NewCoordinator(client, h, cluster.CoordinatorOptions{Cluster: "scale", Member: name,
+		LeaseTTL: scaleSettings.ttl, CheckpointInterval: scaleSettings.checkpoint, CompactInterval: compact,
+		MaxTxnOps: scaleSettings.maxTxnOps, HandOverWait: 5 * time.Second, Info: []byte(`{"member":"` + name + `"}`),
+		Logger: log.With("member", name), Metrics: cluster.NewMetrics(reg)})
+	c.Start()
+	return &scaleMember{host: h, client: client, coord: c, reg: reg}, nil
+}
+
+// stop shuts m's coordinator down and closes its client.
+func (m *scaleMember) stop() {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = m.coord.Shutdown(sctx)
+	cancel()
+	_ = m.client.Close()
+}
+
+// held returns how many sources the members run.
+func held(ms []*scaleMember) int {
+	n := 0
+	for _, m := range ms {
+		n += m.host.held()
+	}
+	return n
+}
+
+// stepCursors moves every running source's cursor twice a checkpoint
+// interval until stop closes.
+func stepCursors(members []*scaleMember, stop <-chan struct{}) {
+	t := time.NewTicker(scaleSettings.checkpoint / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			for _, m := range members {
+				m.host.step()
+			}
+		}
+	}
+}
+
+// killOne kills the last member (its client closes without a word, its
+// lease and seat expire, the others take its sources), and records when
+// its lease expired and when every source was held again.
+func killOne(ctx context.Context, o options, members []*scaleMember, res *scaleResult) error {
 	victim := members[len(members)-1]
 	_ = victim.client.Close()
 	killed := time.Now()
 	rest := members[:len(members)-1]
 	expired, err := waitGone(ctx, rest[0].client, "/ingestor/scale/members/"+victim.coord.Name())
 	if err != nil {
-		return nil, fmt.Errorf("the killed member's lease expired: %w", err)
+		return fmt.Errorf("the killed member's lease expired: %w", err)
 	}
 	res.Expired = expired.Sub(killed).Seconds()
 	if err := waitUntil(ctx, 2*time.Minute, func() bool { return held(rest) == o.sources }); err != nil {
-		return nil, fmt.Errorf("every source held again after a member was killed: %w", err)
+		return fmt.Errorf("every source held again after a member was killed: %w", err)
 	}
 	res.Reowned = time.Since(killed).Seconds()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_ = victim.coord.Shutdown(sctx)
-	cancel()
-	members = rest
-	return res, nil
+	victim.stop()
+	return nil
 }
 
 // settled reports whether every member places every source on the same
