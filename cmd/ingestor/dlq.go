@@ -61,64 +61,10 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	sc := newSubcommand("dlq "+sub, "", "config file", stderr)
-	fs := sc.fs
-	source := fs.String("source", "", "only dead letters of this source")
-	reason := fs.String("reason", "", "only dead letters whose reason contains this text")
-	since := fs.String("since", "", "only dead letters created at or after this time (RFC 3339)")
-	until := fs.String("until", "", "only dead letters created before this time (RFC 3339)")
-	limit := fs.Int("limit", 100, "list at most this many")
-	after := fs.Int64("after", 0, "list only ids above this one (paging)")
-	replayed := fs.Bool("replayed", false, "list replayed and resolved dead letters too")
-	all := fs.Bool("all", false, "replay or drop every active dead letter the filters select")
-	yes := fs.Bool("yes", false, "drop without asking")
-	pos, code, done := sc.parse(args[1:])
-	if done {
+	o, code, ok := parseDLQ(sc, sub, args[1:], stderr)
+	if !ok {
 		return code
 	}
-	if !sc.needPath() {
-		return 2
-	}
-	var ids []int64
-	for _, p := range pos {
-		id, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || id <= 0 {
-			fmt.Fprintf(stderr, "ingestor dlq %s: %q is not a dead-letter id\n", sub, p)
-			return 2
-		}
-		ids = append(ids, id)
-	}
-	req := queue.DLQRequest{IDs: ids, Source: *source, Reason: *reason, All: *all}
-	for _, t := range []struct {
-		name, val string
-		dst       *time.Time
-	}{{"since", *since, &req.Since}, {"until", *until, &req.Until}} {
-		if t.val == "" {
-			continue
-		}
-		v, err := time.Parse(time.RFC3339, t.val)
-		if err != nil {
-			fmt.Fprintf(stderr, "ingestor dlq %s: -%s: %v\n", sub, t.name, err)
-			return 2
-		}
-		*t.dst = v
-	}
-	switch sub {
-	case "list", "replay", "drop":
-	case "show":
-		if len(ids) != 1 {
-			fmt.Fprintln(stderr, "ingestor dlq show: give exactly one ID")
-			return 2
-		}
-	default:
-		fmt.Fprintf(stderr, "ingestor dlq: unknown command %q\n%s", sub, dlqUsage)
-		return 2
-	}
-	if (sub == "replay" || sub == "drop") && len(ids) == 0 && req.Source == "" && req.Reason == "" &&
-		req.Since.IsZero() && req.Until.IsZero() && !req.All {
-		fmt.Fprintf(stderr, "ingestor dlq %s: name IDs, a filter (-source, -reason, -since, -until) or -all\n", sub)
-		return 2
-	}
-
 	cfg := sc.load()
 	if cfg == nil {
 		return 1
@@ -135,62 +81,146 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ingestor dlq: %v\n", err)
 		}
 	}()
+	return execDLQ(ctx, b, o, stdin, stdout, stderr)
+}
+
+// dlqOptions are what an ingestor dlq command line asks for.
+type dlqOptions struct {
+	sub    string
+	req    queue.DLQRequest // the ids and filters, for replay and drop
+	filter queue.DLQFilter  // the same, paged, for list, show and drop's question
+	yes    bool             // drop without asking
+}
+
+// parseDLQ reads the flags and arguments of ingestor dlq sub; without ok
+// the command ends with code.
+func parseDLQ(sc *subcommand, sub string, args []string, stderr io.Writer) (o dlqOptions, code int, ok bool) {
+	fs := sc.fs
+	source := fs.String("source", "", "only dead letters of this source")
+	reason := fs.String("reason", "", "only dead letters whose reason contains this text")
+	since := fs.String("since", "", "only dead letters created at or after this time (RFC 3339)")
+	until := fs.String("until", "", "only dead letters created before this time (RFC 3339)")
+	limit := fs.Int("limit", 100, "list at most this many")
+	after := fs.Int64("after", 0, "list only ids above this one (paging)")
+	replayed := fs.Bool("replayed", false, "list replayed and resolved dead letters too")
+	all := fs.Bool("all", false, "replay or drop every active dead letter the filters select")
+	yes := fs.Bool("yes", false, "drop without asking")
+	pos, code, done := sc.parse(args)
+	if done {
+		return o, code, false
+	}
+	if !sc.needPath() {
+		return o, 2, false
+	}
+	var ids []int64
+	for _, p := range pos {
+		id, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || id <= 0 {
+			fmt.Fprintf(stderr, "ingestor dlq %s: %q is not a dead-letter id\n", sub, p)
+			return o, 2, false
+		}
+		ids = append(ids, id)
+	}
+	req := queue.DLQRequest{IDs: ids, Source: *source, Reason: *reason, All: *all}
+	for _, t := range []struct {
+		name, val string
+		dst       *time.Time
+	}{{"since", *since, &req.Since}, {"until", *until, &req.Until}} {
+		if t.val == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339, t.val)
+		if err != nil {
+			fmt.Fprintf(stderr, "ingestor dlq %s: -%s: %v\n", sub, t.name, err)
+			return o, 2, false
+		}
+		*t.dst = v
+	}
+	switch sub {
+	case "list", "replay", "drop":
+	case "show":
+		if len(ids) != 1 {
+			fmt.Fprintln(stderr, "ingestor dlq show: give exactly one ID")
+			return o, 2, false
+		}
+	default:
+		fmt.Fprintf(stderr, "ingestor dlq: unknown command %q\n%s", sub, dlqUsage)
+		return o, 2, false
+	}
+	if (sub == "replay" || sub == "drop") && len(ids) == 0 && req.Source == "" && req.Reason == "" &&
+		req.Since.IsZero() && req.Until.IsZero() && !req.All {
+		fmt.Fprintf(stderr, "ingestor dlq %s: name IDs, a filter (-source, -reason, -since, -until) or -all\n", sub)
+		return o, 2, false
+	}
 	filter := queue.DLQFilter{IDs: ids, Source: req.Source, Reason: req.Reason, Since: req.Since, Until: req.Until,
 		Limit: *limit, AfterID: *after, IncludeReplayed: *replayed}
+	return dlqOptions{sub: sub, req: req, filter: filter, yes: *yes}, 0, true
+}
 
-	switch sub {
+// execDLQ runs o's command on b and returns the exit status.
+func execDLQ(ctx context.Context, b dlqBackend, o dlqOptions, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "ingestor dlq %s: %v\n", o.sub, err)
+		return 1
+	}
+	switch o.sub {
 	case "list":
-		list, total, err := b.List(ctx, filter)
+		list, total, err := b.List(ctx, o.filter)
 		if err != nil {
-			fmt.Fprintf(stderr, "ingestor dlq list: %v\n", err)
-			return 1
+			return fail(err)
 		}
 		printDLQTable(stdout, list, total)
 	case "show":
-		e, err := b.Show(ctx, ids[0])
+		e, err := b.Show(ctx, o.req.IDs[0])
 		if err != nil {
-			fmt.Fprintf(stderr, "ingestor dlq show: %v\n", err)
-			return 1
+			return fail(err)
 		}
 		printDLQEntry(stdout, e)
 	case "replay":
-		n, err := b.Replay(ctx, req)
+		n, err := b.Replay(ctx, o.req)
 		if err != nil {
-			fmt.Fprintf(stderr, "ingestor dlq replay: %v\n", err)
-			return 1
+			return fail(err)
 		}
 		fmt.Fprintf(stdout, "%d event(s) queued again\n", n)
 	case "drop":
-		if !*yes {
-			filter.Limit = 1 << 30
-			sel, _, err := b.List(ctx, filter)
-			if err != nil {
-				fmt.Fprintf(stderr, "ingestor dlq drop: %v\n", err)
-				return 1
-			}
-			if len(sel) == 0 {
-				fmt.Fprintln(stdout, "no dead letter matches")
-				return 0
-			}
-			fmt.Fprintf(stdout, "drop %d dead letter(s)? Their events are not delivered again. [y/N] ", len(sel))
-			answer, err := bufio.NewReader(stdin).ReadString('\n')
-			if err != nil && !errors.Is(err, io.EOF) {
-				fmt.Fprintf(stderr, "ingestor dlq drop: read answer: %v\n", err)
-				return 1
-			}
-			if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-				fmt.Fprintln(stdout, "nothing dropped")
-				return 1
+		if !o.yes {
+			if code, asked := confirmDrop(ctx, b, o.filter, stdin, stdout, stderr); !asked {
+				return code
 			}
 		}
-		n, err := b.Drop(ctx, req)
+		n, err := b.Drop(ctx, o.req)
 		if err != nil {
-			fmt.Fprintf(stderr, "ingestor dlq drop: %v\n", err)
-			return 1
+			return fail(err)
 		}
 		fmt.Fprintf(stdout, "%d dead letter(s) dropped\n", n)
 	}
 	return 0
+}
+
+// confirmDrop asks before dropping the dead letters filter selects; it
+// reports true when the answer is yes, else the exit status.
+func confirmDrop(ctx context.Context, b dlqBackend, filter queue.DLQFilter, stdin io.Reader, stdout, stderr io.Writer) (code int, yes bool) {
+	filter.Limit = 1 << 30
+	sel, _, err := b.List(ctx, filter)
+	if err != nil {
+		fmt.Fprintf(stderr, "ingestor dlq drop: %v\n", err)
+		return 1, false
+	}
+	if len(sel) == 0 {
+		fmt.Fprintln(stdout, "no dead letter matches")
+		return 0, false
+	}
+	fmt.Fprintf(stdout, "drop %d dead letter(s)? Their events are not delivered again. [y/N] ", len(sel))
+	answer, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		fmt.Fprintf(stderr, "ingestor dlq drop: read answer: %v\n", err)
+		return 1, false
+	}
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		fmt.Fprintln(stdout, "nothing dropped")
+		return 1, false
+	}
+	return 0, true
 }
 
 // openDLQ reaches the dead-letter list: through the running daemon when it
