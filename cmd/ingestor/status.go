@@ -138,22 +138,50 @@ func stateColour(state string) string {
 // printStatus prints st: the pipeline's totals, a table of the sources
 // and, under it, what the upstreams said and the last errors.
 func printStatus(w io.Writer, st daemon.Status, colour bool) {
-	p := st.Pipeline
-	paint := func(c, s string) string {
-		if !colour || c == "" {
-			return s
-		}
-		return c + s + ansiReset
+	pt := painter(colour)
+	printStatusHead(w, st, pt)
+	header := []string{"SOURCE", "KIND", "STATE", "WHY", "LAST POLL", "LAST SUCCESS", "LAG", "CURSOR", "REC/MIN", "BYTES/MIN", "PENDING", "DLQ", "RESTARTS"}
+	rows := [][]string{header}
+	colours := []string{""}
+	var notes []string
+	for _, s := range st.Sources {
+		row, c := sourceRow(s, st.Time)
+		rows, colours = append(rows, row), append(colours, c)
+		notes = append(notes, sourceNotes(s, st.Time, pt)...)
 	}
+	printStatusTable(w, rows, colours, pt)
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintln(w, n)
+		}
+	}
+}
+
+// painter colours text with ANSI codes when it is true.
+type painter bool
+
+// paint returns s in colour c, or s as it is.
+func (p painter) paint(c, s string) string {
+	if !p || c == "" {
+		return s
+	}
+	return c + s + ansiReset
+}
+
+// printStatusHead prints the status's first lines: the daemon, its
+// config, the queue and the processors.
+func printStatusHead(w io.Writer, st daemon.Status, pt painter) {
+	p := st.Pipeline
 	draining := ""
 	if p.Draining {
-		draining = paint(ansiYellow, ", draining")
+		draining = pt.paint(ansiYellow, ", draining")
 	}
 	fmt.Fprintf(w, "ingestor %s, %s%s\n", st.Version, st.Time.Local().Format(time.RFC3339), draining)
 	if c := st.Config; c.File != "" {
 		line := fmt.Sprintf("config: %s, applied %s", c.File, ago(c.LastReloadSuccessAt, st.Time))
 		if !c.LastReloadSuccessful && c.LastReloadAt != nil {
-			line = paint(ansiRed, fmt.Sprintf("config: %s: the last reload (%s) was REFUSED; running the config applied %s:\n  %s",
+			line = pt.paint(ansiRed, fmt.Sprintf("config: %s: the last reload (%s) was REFUSED; running the config applied %s:\n  %s",
 				c.File, ago(*c.LastReloadAt, st.Time), ago(c.LastReloadSuccessAt, st.Time),
 				strings.ReplaceAll(c.LastReloadError, "\n", "\n  ")))
 		}
@@ -167,81 +195,90 @@ func printStatus(w io.Writer, st daemon.Status, colour bool) {
 	if p.LastAck != nil {
 		lastAck = ago(*p.LastAck, st.Time)
 	}
-	raw := paint(ansiGreen, "up")
+	raw := pt.paint(ansiGreen, "up")
 	if !p.RawStoreUp {
-		raw = paint(ansiRed, "DOWN")
+		raw = pt.paint(ansiRed, "DOWN")
 	}
 	pending := fmt.Sprintf("%d/%d", p.PendingEvents, p.MaxPendingEvents)
 	if p.PendingEvents >= p.MaxPendingEvents {
-		pending = paint(ansiRed, pending+" (full)")
+		pending = pt.paint(ansiRed, pending+" (full)")
 	}
 	fmt.Fprintf(w, "queue: %s pending events, %d frames, %d in flight, oldest %s, %.1f acks/s, %d dead letters\n",
 		pending, p.PendingFrames, p.InflightFrames, oldest, p.AcksPerSecond, p.DeadLetters)
 	fmt.Fprintf(w, "processors: %d connected, last ack %s; raw store %s\n\n", p.ProcessorsConnected, lastAck, raw)
+}
 
-	header := []string{"SOURCE", "KIND", "STATE", "WHY", "LAST POLL", "LAST SUCCESS", "LAG", "CURSOR", "REC/MIN", "BYTES/MIN", "PENDING", "DLQ", "RESTARTS"}
-	rows := [][]string{header}
-	colours := []string{""}
-	var notes []string
-	for _, s := range st.Sources {
-		name, c := s.Name, stateColour(s.State)
-		if s.Late {
-			name += " (late)"
-			c = ansiYellow
-		}
-		why := s.Reason
-		if s.Until != nil {
-			why = strings.TrimSpace(why + " " + ago(*s.Until, st.Time))
-		}
-		lastPoll, lag := "-", "-"
-		switch {
-		case s.LastPoll != nil:
-			lastPoll = ago(*s.LastPoll, st.Time)
-		case s.LastRequest != nil: // a push source
-			lastPoll = ago(*s.LastRequest, st.Time)
-		}
-		lastSuccess := "never"
-		if s.LastSuccess != nil {
-			lastSuccess = ago(*s.LastSuccess, st.Time)
-		}
-		if s.LagSeconds != nil {
-			lag = since(*s.LagSeconds)
-		}
-		rows = append(rows, []string{name, s.Kind, s.State, cmp.Or(why, "-"), lastPoll, lastSuccess, lag, clipCell(cmp.Or(s.Cursor, "-"), 24),
-			strconv.FormatInt(s.RecordsLastMinute, 10), strconv.FormatInt(s.BytesLastMinute, 10),
-			strconv.FormatInt(s.PendingEvents, 10), strconv.FormatInt(s.DeadLetters, 10), strconv.Itoa(s.Restarts)})
-		colours = append(colours, c)
-		if s.Detail != "" {
-			notes = append(notes, fmt.Sprintf("%s: %s", s.Name, s.Detail))
-		}
-		if s.LastError != "" && s.LastErrorAt != nil {
-			note := fmt.Sprintf("%s: last error %s: %s", s.Name, ago(*s.LastErrorAt, st.Time), s.LastError)
-			if s.State == actors.StateFailing {
-				note = paint(ansiRed, note)
-			}
-			notes = append(notes, note)
-		}
-		if d := s.Devices; d != nil && (d.Gaps > 0 || d.Resets > 0 || len(d.Notable) > 0) {
-			note := fmt.Sprintf("%s: %d devices, %d seq gaps (%d events lost before the daemon), %d resets", s.Name, d.Devices, d.Gaps, d.Lost, d.Resets)
-			for _, dev := range d.Notable {
-				note += fmt.Sprintf("; %s at seq %d", dev.Device, dev.LastSeq)
-				if dev.Gaps > 0 {
-					note += fmt.Sprintf(", %d gaps", dev.Gaps)
-				}
-				if len(dev.Missing) > 0 {
-					note += fmt.Sprintf(", missing %v", dev.Missing)
-				}
-			}
-			if d.Gaps > 0 {
-				note = paint(ansiYellow, note)
-			}
-			notes = append(notes, note)
-		}
-		if s.LastPanic != "" && s.LastPanicAt != nil {
-			notes = append(notes, paint(ansiRed, fmt.Sprintf("%s: last panic %s: %s", s.Name, ago(*s.LastPanicAt, st.Time), s.LastPanic)))
-		}
+// sourceRow returns a source's row of the table and the colour of its
+// name and state.
+func sourceRow(s daemon.SourceStatus, now time.Time) ([]string, string) {
+	name, c := s.Name, stateColour(s.State)
+	if s.Late {
+		name += " (late)"
+		c = ansiYellow
 	}
-	widths := make([]int, len(header))
+	why := s.Reason
+	if s.Until != nil {
+		why = strings.TrimSpace(why + " " + ago(*s.Until, now))
+	}
+	lastPoll, lag := "-", "-"
+	switch {
+	case s.LastPoll != nil:
+		lastPoll = ago(*s.LastPoll, now)
+	case s.LastRequest != nil: // a push source
+		lastPoll = ago(*s.LastRequest, now)
+	}
+	lastSuccess := "never"
+	if s.LastSuccess != nil {
+		lastSuccess = ago(*s.LastSuccess, now)
+	}
+	if s.LagSeconds != nil {
+		lag = since(*s.LagSeconds)
+	}
+	return []string{name, s.Kind, s.State, cmp.Or(why, "-"), lastPoll, lastSuccess, lag, clipCell(cmp.Or(s.Cursor, "-"), 24),
+		strconv.FormatInt(s.RecordsLastMinute, 10), strconv.FormatInt(s.BytesLastMinute, 10),
+		strconv.FormatInt(s.PendingEvents, 10), strconv.FormatInt(s.DeadLetters, 10), strconv.Itoa(s.Restarts)}, c
+}
+
+// sourceNotes returns the lines printed under the table about a source:
+// its detail, its last error, its devices' gaps, its last panic.
+func sourceNotes(s daemon.SourceStatus, now time.Time, pt painter) []string {
+	var notes []string
+	if s.Detail != "" {
+		notes = append(notes, fmt.Sprintf("%s: %s", s.Name, s.Detail))
+	}
+	if s.LastError != "" && s.LastErrorAt != nil {
+		note := fmt.Sprintf("%s: last error %s: %s", s.Name, ago(*s.LastErrorAt, now), s.LastError)
+		if s.State == actors.StateFailing {
+			note = pt.paint(ansiRed, note)
+		}
+		notes = append(notes, note)
+	}
+	if d := s.Devices; d != nil && (d.Gaps > 0 || d.Resets > 0 || len(d.Notable) > 0) {
+		note := fmt.Sprintf("%s: %d devices, %d seq gaps (%d events lost before the daemon), %d resets", s.Name, d.Devices, d.Gaps, d.Lost, d.Resets)
+		for _, dev := range d.Notable {
+			note += fmt.Sprintf("; %s at seq %d", dev.Device, dev.LastSeq)
+			if dev.Gaps > 0 {
+				note += fmt.Sprintf(", %d gaps", dev.Gaps)
+			}
+			if len(dev.Missing) > 0 {
+				note += fmt.Sprintf(", missing %v", dev.Missing)
+			}
+		}
+		if d.Gaps > 0 {
+			note = pt.paint(ansiYellow, note)
+		}
+		notes = append(notes, note)
+	}
+	if s.LastPanic != "" && s.LastPanicAt != nil {
+		notes = append(notes, pt.paint(ansiRed, fmt.Sprintf("%s: last panic %s: %s", s.Name, ago(*s.LastPanicAt, now), s.LastPanic)))
+	}
+	return notes
+}
+
+// printStatusTable prints rows in columns, the numbers (from REC/MIN on)
+// aligned right, each source's name and state in its colour.
+func printStatusTable(w io.Writer, rows [][]string, colours []string, pt painter) {
+	widths := make([]int, len(rows[0]))
 	for _, r := range rows {
 		for i, cell := range r {
 			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
@@ -258,7 +295,7 @@ func printStatus(w io.Writer, st daemon.Status, colour bool) {
 				cell += pad
 			}
 			if (i == 0 || i == 2) && n > 0 {
-				cell = paint(colours[n], cell)
+				cell = pt.paint(colours[n], cell)
 			}
 			line.WriteString(cell)
 			if i < len(r)-1 {
@@ -266,12 +303,6 @@ func printStatus(w io.Writer, st daemon.Status, colour bool) {
 			}
 		}
 		fmt.Fprintln(w, strings.TrimRight(line.String(), " "))
-	}
-	if len(notes) > 0 {
-		fmt.Fprintln(w)
-		for _, n := range notes {
-			fmt.Fprintln(w, n)
-		}
 	}
 }
 
