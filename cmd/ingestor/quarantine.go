@@ -99,46 +99,51 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ingestor quarantine: %v\n", err)
 		}
 	}()
+	return execQuarantine(ctx, b, quarantineOptions{sub: sub, source: *source, limit: *limit, id: id, json: *output == "json"}, stdout, stderr)
+}
+
+// quarantineOptions are what an ingestor quarantine command line asks for.
+type quarantineOptions struct {
+	sub, source string
+	limit       int
+	id          int64 // show's
+	json        bool  // -o json
+}
+
+// execQuarantine runs o's command on b and returns the exit status.
+func execQuarantine(ctx context.Context, b quarantineBackend, o quarantineOptions, stdout, stderr io.Writer) int {
 	var out any
-	switch sub {
+	var err error
+	switch o.sub {
 	case "list":
-		list, err := b.List(ctx, *source, *limit)
-		if err != nil {
-			fmt.Fprintf(stderr, "ingestor quarantine list: %v\n", err)
-			return 1
-		}
-		out = list
-		if *output == "" {
+		var list []queue.Rejected
+		if list, err = b.List(ctx, o.source, o.limit); err == nil && !o.json {
 			printQuarantineTable(stdout, list)
 			return 0
 		}
+		out = list
 	case "show":
-		e, err := b.Show(ctx, id)
-		if err != nil {
-			fmt.Fprintf(stderr, "ingestor quarantine show: %v\n", err)
-			return 1
-		}
-		out = e
-		if *output == "" {
+		var e queue.Rejected
+		if e, err = b.Show(ctx, o.id); err == nil && !o.json {
 			printRejected(stdout, e)
 			return 0
 		}
+		out = e
 	case "clear":
-		n, err := b.Clear(ctx, *source)
-		if err != nil {
-			fmt.Fprintf(stderr, "ingestor quarantine clear: %v\n", err)
-			return 1
-		}
-		out = map[string]int{"cleared": n}
-		if *output == "" {
-			fmt.Fprintf(stdout, "%d quarantined delivery(ies) of %s cleared\n", n, *source)
+		var n int
+		if n, err = b.Clear(ctx, o.source); err == nil && !o.json {
+			fmt.Fprintf(stdout, "%d quarantined delivery(ies) of %s cleared\n", n, o.source)
 			return 0
 		}
+		out = map[string]int{"cleared": n}
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		fmt.Fprintf(stderr, "ingestor quarantine %s: %v\n", sub, err)
+	if err == nil {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(out)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ingestor quarantine %s: %v\n", o.sub, err)
 		return 1
 	}
 	return 0
