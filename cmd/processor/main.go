@@ -262,37 +262,11 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 		h = slog.NewJSONHandler(logOut, &slog.HandlerOptions{ReplaceAttr: logattr.DurationSeconds})
 	}
 	log := slog.New(h)
-	o := processor.Options{
-		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
-		Workers: cfg.workers, DropAcks: cfg.dropAcks, DedupeRetention: cfg.retention,
-		// No handler here keeps an Event or its Payload (the store's
-		// insert copies it), so frames are received into reused memory.
-		RecycleFrames: true,
+	o, stopTracing, err := clientOptions(ctx, &cfg, log)
+	if err != nil {
+		return err
 	}
-	if cfg.curveServerKey != "" {
-		if o.CurveServerKey, err = processor.ReadCurveKey(cfg.curveServerKey); err != nil {
-			return fmt.Errorf("-curve-server-key: %w", err)
-		}
-		if o.CurveSecretKey, err = curvekey.ReadSecret(cfg.curveSecretKey); err != nil {
-			return fmt.Errorf("-curve-secret-key: %w", err)
-		}
-	}
-	if cfg.otlpEndpoint != "" {
-		// Sampling follows the daemon: only events it traced get a span.
-		tr, err := otlp.Start(ctx, ingestorconfig.Telemetry{Endpoint: cfg.otlpEndpoint, Protocol: cfg.otlpProtocol,
-			SamplingRatio: 1, ServiceName: "ingestor-processor", ExportTimeout: 10 * time.Second}, buildinfo.Read().String(), log)
-		if err != nil {
-			return fmt.Errorf("-otlp-endpoint: %w", err)
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tr.Shutdown(sctx); err != nil {
-				log.Warn("tracing: exporting the last spans failed", "err", err)
-			}
-		}()
-		o.TracerProvider = tr.Provider()
-	}
+	defer stopTracing()
 	var clients clientSet
 	var members processor.Members
 	if cfg.etcd != "" {
@@ -316,17 +290,6 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 			return err
 		}
 	}
-	// received records ev, when -record asks, and applies -fail-keys and
-	// -fail-retryable-keys.
-	received := func(ev *processor.Event) error {
-		if rec != nil {
-			if err := rec.record(ev); err != nil {
-				return err
-			}
-		}
-		return cfg.injectFailure(ev)
-	}
-
 	counts := &counter{bySource: make(map[string]int64)}
 	if cfg.countOut != "" {
 		counts.keys = make(map[string]*keySet)
@@ -335,32 +298,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 	reportCtx, stopReport := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { report(reportCtx, log, clients.stats, counts, cfg.logEvery) })
-	var store *eventStore
-	var runOne func(ctx context.Context, c *processor.Client) error
-	if cfg.sqlite == "" {
-		runOne = func(ctx context.Context, c *processor.Client) error {
-			return c.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
-				if err := received(ev); err != nil {
-					return err
-				}
-				counts.count(ev)
-				return nil
-			})
-		}
-	} else if store, err = openEventStore(ctx, cfg.sqlite, cfg.sqliteCount, log); err == nil {
-		runOne = func(ctx context.Context, c *processor.Client) error {
-			return c.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
-				if err := received(ev); err != nil {
-					return err
-				}
-				if err := store.insert(ctx, tx, ev); err != nil {
-					return err
-				}
-				counts.count(ev)
-				return nil
-			})
-		}
-	}
+	store, runOne, err := cfg.handler(ctx, rec, counts, log)
 	switch {
 	case err != nil:
 	case members != nil:
@@ -373,10 +311,96 @@ func run(ctx context.Context, args []string, logOut io.Writer) (err error) {
 	}
 	stopReport()
 	wg.Wait()
+	return errors.Join(err, cfg.summarize(ctx, log, time.Since(start), counts, clients.stats(), store, rec))
+}
 
-	elapsed := time.Since(start)
+// clientOptions returns the processor clients' options for cfg, and a
+// function that flushes the last spans when tracing is on.
+func clientOptions(ctx context.Context, cfg *config, log *slog.Logger) (processor.Options, func(), error) {
+	o := processor.Options{
+		Endpoint: cfg.connect, AckEndpoint: cfg.ack, Logger: log,
+		Workers: cfg.workers, DropAcks: cfg.dropAcks, DedupeRetention: cfg.retention,
+		// No handler here keeps an Event or its Payload (the store's
+		// insert copies it), so frames are received into reused memory.
+		RecycleFrames: true,
+	}
+	var err error
+	if cfg.curveServerKey != "" {
+		if o.CurveServerKey, err = processor.ReadCurveKey(cfg.curveServerKey); err != nil {
+			return o, nil, fmt.Errorf("-curve-server-key: %w", err)
+		}
+		if o.CurveSecretKey, err = curvekey.ReadSecret(cfg.curveSecretKey); err != nil {
+			return o, nil, fmt.Errorf("-curve-secret-key: %w", err)
+		}
+	}
+	if cfg.otlpEndpoint == "" {
+		return o, func() {}, nil
+	}
+	// Sampling follows the daemon: only events it traced get a span.
+	tr, err := otlp.Start(ctx, ingestorconfig.Telemetry{Endpoint: cfg.otlpEndpoint, Protocol: cfg.otlpProtocol,
+		SamplingRatio: 1, ServiceName: "ingestor-processor", ExportTimeout: 10 * time.Second}, buildinfo.Read().String(), log)
+	if err != nil {
+		return o, nil, fmt.Errorf("-otlp-endpoint: %w", err)
+	}
+	o.TracerProvider = tr.Provider()
+	return o, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(sctx); err != nil {
+			log.Warn("tracing: exporting the last spans failed", "err", err)
+		}
+	}, nil
+}
+
+// handler returns how a client runs: counting each event, and with
+// -sqlite inserting it into the store in the ack's transaction; rec (if
+// any) records each event first, and -fail-keys and -fail-retryable-keys
+// apply.
+func (cfg *config) handler(ctx context.Context, rec *recorder, counts *counter, log *slog.Logger) (
+	*eventStore, func(context.Context, *processor.Client) error, error) {
+	received := func(ev *processor.Event) error {
+		if rec != nil {
+			if err := rec.record(ev); err != nil {
+				return err
+			}
+		}
+		return cfg.injectFailure(ev)
+	}
+	if cfg.sqlite == "" {
+		return nil, func(ctx context.Context, c *processor.Client) error {
+			return c.Run(ctx, func(ctx context.Context, ev *processor.Event) error {
+				if err := received(ev); err != nil {
+					return err
+				}
+				counts.count(ev)
+				return nil
+			})
+		}, nil
+	}
+	store, err := openEventStore(ctx, cfg.sqlite, cfg.sqliteCount, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, func(ctx context.Context, c *processor.Client) error {
+		return c.RunTx(ctx, store.db, func(ctx context.Context, tx *sql.Tx, ev *processor.Event) error {
+			if err := received(ev); err != nil {
+				return err
+			}
+			if err := store.insert(ctx, tx, ev); err != nil {
+				return err
+			}
+			counts.count(ev)
+			return nil
+		})
+	}, nil
+}
+
+// summarize closes the store and the recorder, writes -count-out and
+// -memprofile, and logs the run's summary.
+func (cfg *config) summarize(ctx context.Context, log *slog.Logger, elapsed time.Duration, counts *counter, st processor.Stats,
+	store *eventStore, rec *recorder) error {
+	var err error
 	total, bySource := counts.snapshot()
-	st := clients.stats()
 	attrs := []any{"elapsed", elapsed.Round(time.Millisecond), "events", total,
 		"events_per_sec", rate(total, elapsed), sources(bySource),
 		"frames", st.Frames, "acked", st.Acked, "failed", st.Failed, "permanent", st.Permanent,
