@@ -190,6 +190,8 @@ type scaleMember struct {
 	client *clientv3.Client
 	coord  *cluster.Coordinator
 	reg    *prometheus.Registry // its coordinator's metrics
+	// stopped is set by stop, on the goroutine that runs the mode.
+	stopped bool
 }
 
 // counters sums the members' counter vectors named name by the value of
@@ -300,7 +302,6 @@ func clusterScale(ctx context.Context, o options, endpoint string, etcdPid int, 
 	if err := killOne(ctx, o, members, res); err != nil {
 		return nil, err
 	}
-	members[len(members)-1] = nil // stopped by killOne
 	return res, nil
 }
 
@@ -321,8 +322,12 @@ func startScaleMember(endpoint, name string, sources []string, compact time.Dura
 	return &scaleMember{host: h, client: client, coord: c, reg: reg}, nil
 }
 
-// stop shuts m's coordinator down and closes its client.
+// stop shuts m's coordinator down and closes its client, once.
 func (m *scaleMember) stop() {
+	if m.stopped {
+		return
+	}
+	m.stopped = true
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_ = m.coord.Shutdown(sctx)
 	cancel()
