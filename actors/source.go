@@ -345,64 +345,8 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		a.maybeDrained(ctx)
 		return
 	}
-	if bad, ok := sources.AsMalformed(m.err); ok {
-		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "malformed").Inc()
-		a.deps.Metrics.malformed.WithLabelValues(a.cfg.Name).Inc()
-		a.failures = 0
-		retries := a.cfg.MalformedRetries
-		if !bad.Refetch {
-			retries = 0 // a stream's message cannot be fetched again
-		}
-		attempt, deadLetter := a.malformed.malformed(m.cursor, retries)
-		if !deadLetter {
-			// The cursor has not moved: the same request goes out again.
-			wait := a.retry.Delay(attempt - 1)
-			a.log.Warn("malformed payload; fetching the page again", "reason", bad.Reason, "bytes", len(bad.Body),
-				"attempt", attempt, "malformed_retries", a.cfg.MalformedRetries, "retry_in", wait)
-			a.failing(ctx, m.err, wait)
-			return
-		}
-		a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body), "attempts", attempt)
-		// Keeping the payload holds a window slot like a batch, so an
-		// outage of the raw store stops the polls instead of piling up
-		// malformed bodies in memory.
-		a.inflight++
-		ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, cursor: m.cursor, err: bad, abandon: a.abandon})
-		a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), "")
-		return
-	}
-	var wait *sources.WaitError
-	if errors.As(m.err, &wait) {
-		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "wait").Inc()
-		d := max(time.Until(wait.Until), 0)
-		a.log.Info("upstream asked to wait", "err", wait.Err, "until", wait.Until, "wait", d.Round(time.Millisecond))
-		a.wait(ctx, cmp.Or(wait.Reason, ReasonRetryAfter), d, wait.Err.Error())
-		return
-	}
-	var perm *sources.PermanentError
-	if errors.As(m.err, &perm) {
-		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
-		d := backoff.Jitter(a.retry.Max, 0.1)
-		if a.failures == 0 || !a.permanent {
-			a.log.Error("fetch refused: this looks like a configuration problem (poll_url, headers, credentials); not retrying hot",
-				"err", m.err, "retry_in", d)
-		}
-		a.failures++
-		a.permanent = true
-		a.failing(ctx, m.err, d)
-		return
-	}
 	if m.err != nil {
-		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
-		wait := a.retry.Delay(a.failures)
-		if a.failures == 0 || a.permanent {
-			a.log.Warn("fetch failed; backing off", "err", m.err, "retry_in", wait)
-		} else {
-			a.log.Debug("fetch failed again", "err", m.err, "failures", a.failures+1, "retry_in", wait)
-		}
-		a.failures++
-		a.permanent = false
-		a.failing(ctx, m.err, wait)
+		a.fetchFailed(ctx, m)
 		return
 	}
 	if a.failures > 0 {
@@ -435,6 +379,75 @@ func (a *SourceActor) fetched(ctx actor.Context, m *fetchDone) {
 		return
 	}
 	a.scheduleNext(ctx, b)
+}
+
+// fetchFailed handles a fetch that ended with m.err: a malformed payload,
+// an upstream's request to wait, a refusal that retrying soon will not
+// fix, or a failure to back off from.
+func (a *SourceActor) fetchFailed(ctx actor.Context, m *fetchDone) {
+	if bad, ok := sources.AsMalformed(m.err); ok {
+		a.fetchedMalformed(ctx, m, bad)
+		return
+	}
+	var wait *sources.WaitError
+	if errors.As(m.err, &wait) {
+		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "wait").Inc()
+		d := max(time.Until(wait.Until), 0)
+		a.log.Info("upstream asked to wait", "err", wait.Err, "until", wait.Until, "wait", d.Round(time.Millisecond))
+		a.wait(ctx, cmp.Or(wait.Reason, ReasonRetryAfter), d, wait.Err.Error())
+		return
+	}
+	var perm *sources.PermanentError
+	if errors.As(m.err, &perm) {
+		a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
+		d := backoff.Jitter(a.retry.Max, 0.1)
+		if a.failures == 0 || !a.permanent {
+			a.log.Error("fetch refused: this looks like a configuration problem (poll_url, headers, credentials); not retrying hot",
+				"err", m.err, "retry_in", d)
+		}
+		a.failures++
+		a.permanent = true
+		a.failing(ctx, m.err, d)
+		return
+	}
+	a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "error").Inc()
+	d := a.retry.Delay(a.failures)
+	if a.failures == 0 || a.permanent {
+		a.log.Warn("fetch failed; backing off", "err", m.err, "retry_in", d)
+	} else {
+		a.log.Debug("fetch failed again", "err", m.err, "failures", a.failures+1, "retry_in", d)
+	}
+	a.failures++
+	a.permanent = false
+	a.failing(ctx, m.err, d)
+}
+
+// fetchedMalformed fetches a malformed page again (its cursor has not
+// moved) up to malformed_retries times, then dead-letters it.
+func (a *SourceActor) fetchedMalformed(ctx actor.Context, m *fetchDone, bad *sources.MalformedError) {
+	a.deps.Metrics.polls.WithLabelValues(a.cfg.Name, "malformed").Inc()
+	a.deps.Metrics.malformed.WithLabelValues(a.cfg.Name).Inc()
+	a.failures = 0
+	retries := a.cfg.MalformedRetries
+	if !bad.Refetch {
+		retries = 0 // a stream's message cannot be fetched again
+	}
+	attempt, deadLetter := a.malformed.malformed(m.cursor, retries)
+	if !deadLetter {
+		// The cursor has not moved: the same request goes out again.
+		wait := a.retry.Delay(attempt - 1)
+		a.log.Warn("malformed payload; fetching the page again", "reason", bad.Reason, "bytes", len(bad.Body),
+			"attempt", attempt, "malformed_retries", a.cfg.MalformedRetries, "retry_in", wait)
+		a.failing(ctx, m.err, wait)
+		return
+	}
+	a.log.Warn("malformed payload dead-lettered", "reason", bad.Reason, "bytes", len(bad.Body), "attempts", attempt)
+	// Keeping the payload holds a window slot like a batch, so an
+	// outage of the raw store stops the polls instead of piling up
+	// malformed bodies in memory.
+	a.inflight++
+	ctx.Request(a.deps.PersistRaw, &deadLetterPayload{gen: a.gen, source: a.cfg.Name, cursor: m.cursor, err: bad, abandon: a.abandon})
+	a.wait(ctx, ReasonInterval, backoff.Jitter(a.cfg.Interval, a.cfg.Jitter), "")
 }
 
 // scheduleNext schedules the fetch after b, a successful one's batch (nil

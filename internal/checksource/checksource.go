@@ -76,22 +76,10 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 		p.printf("warning: ${ENV} references are not expanded for a disabled source: the values are used as written\n")
 	}
 
-	cursor, from := o.Cursor, "from -cursor"
-	if !o.HasCursor {
-		qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
-		var ok bool
-		cursor, ok, err = durableCursor(ctx, qpath, sc.Name)
-		switch {
-		case err != nil:
-			p.printf("problem: %v\n", err)
-			return res, err
-		case ok:
-			from = "durable cursor in " + qpath
-		case fileExists(qpath):
-			from = "no durable cursor in " + qpath
-		default:
-			from = "no queue at " + qpath + ": as on a first start"
-		}
+	cursor, from, err := startCursor(ctx, cfg, sc.Name, o)
+	if err != nil {
+		p.printf("problem: %v\n", err)
+		return res, err
 	}
 	p.printf("cursor: %q (%s)\n", cursor, from)
 	res.Cursor = cursor
@@ -156,6 +144,27 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 	res.Requests, _ = p.traced()
 	p.printf("\nok: %d page(s), %d request(s), %d record(s), next cursor %q\n", res.Pages, res.Requests, res.Records, res.Cursor)
 	return res, p.writeErr()
+}
+
+// startCursor returns the cursor the check starts from, and where it
+// comes from: -cursor, else the durable cursor in the data dir's queue,
+// else none (as on a first start).
+func startCursor(ctx context.Context, cfg *config.Config, source string, o Options) (cursor, from string, err error) {
+	if o.HasCursor {
+		return o.Cursor, "from -cursor", nil
+	}
+	qpath := filepath.Join(cfg.Daemon.DataDir, "queue.db")
+	cursor, ok, err := durableCursor(ctx, qpath, source)
+	switch {
+	case err != nil:
+		return "", "", err
+	case ok:
+		return cursor, "durable cursor in " + qpath, nil
+	case fileExists(qpath):
+		return cursor, "no durable cursor in " + qpath, nil
+	default:
+		return cursor, "no queue at " + qpath + ": as on a first start", nil
+	}
 }
 
 func unchanged(same bool) string {
