@@ -69,19 +69,29 @@ func cmdDLQ(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return 1
 	}
+	return onBackend("dlq", stderr,
+		func(ctx context.Context) (dlqBackend, func() error, error) { return openDLQ(ctx, cfg) },
+		func(ctx context.Context, b dlqBackend) int { return execDLQ(ctx, b, o, stdin, stdout, stderr) })
+}
+
+// onBackend opens the backend of the command name (dlq, quarantine: the
+// running daemon or the queue), runs run on it under a context that
+// SIGINT and SIGTERM end, closes it and returns run's exit status.
+func onBackend[B any](name string, stderr io.Writer, open func(context.Context) (B, func() error, error),
+	run func(context.Context, B) int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	b, closeB, err := openDLQ(ctx, cfg)
+	b, closeB, err := open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "ingestor dlq: %v\n", err)
+		fmt.Fprintf(stderr, "ingestor %s: %v\n", name, err)
 		return 1
 	}
 	defer func() {
 		if err := closeB(); err != nil {
-			fmt.Fprintf(stderr, "ingestor dlq: %v\n", err)
+			fmt.Fprintf(stderr, "ingestor %s: %v\n", name, err)
 		}
 	}()
-	return execDLQ(ctx, b, o, stdin, stdout, stderr)
+	return run(ctx, b)
 }
 
 // dlqOptions are what an ingestor dlq command line asks for.

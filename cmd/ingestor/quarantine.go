@@ -7,11 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -87,19 +85,10 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	if cfg == nil {
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	b, closeB, err := openQuarantine(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "ingestor quarantine: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := closeB(); err != nil {
-			fmt.Fprintf(stderr, "ingestor quarantine: %v\n", err)
-		}
-	}()
-	return execQuarantine(ctx, b, quarantineOptions{sub: sub, source: *source, limit: *limit, id: id, json: *output == "json"}, stdout, stderr)
+	o := quarantineOptions{sub: sub, source: *source, limit: *limit, id: id, json: *output == "json"}
+	return onBackend("quarantine", stderr,
+		func(context.Context) (quarantineBackend, func() error, error) { return openQuarantine(cfg) },
+		func(ctx context.Context, b quarantineBackend) int { return execQuarantine(ctx, b, o, stdout, stderr) })
 }
 
 // quarantineOptions are what an ingestor quarantine command line asks for.
