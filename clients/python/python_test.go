@@ -166,7 +166,8 @@ func TestPythonUnitTests(t *testing.T) {
 		"INGESTOR_TEST_ETCD="+etcd.Endpoint, "INGESTOR_TEST_ETCD_AUTH="+etcdAuth.Endpoint)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
+		// The failing tests' names last, where a cut log still shows them.
+		t.Fatalf("python3 -m unittest: %v\n%s\nfailed: %s", err, out, strings.Join(failedUnitTests(string(out)), "; "))
 	}
 	if !strings.Contains(string(out), "\nOK") {
 		t.Fatalf("python3 -m unittest did not report OK:\n%s", out)
@@ -519,6 +520,23 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// failedUnitTests returns unittest's "ERROR: test (module.Class)" and
+// "FAIL: ..." headers in out, each with the last line of its traceback
+// (the exception).
+func failedUnitTests(out string) []string {
+	var failed []string
+	blocks := strings.Split(out, "\n======================================================================\n")
+	for _, b := range blocks[1:] {
+		head, rest, _ := strings.Cut(b, "\n")
+		if !strings.HasPrefix(head, "ERROR: ") && !strings.HasPrefix(head, "FAIL: ") {
+			continue
+		}
+		rest, _, _ = strings.Cut(rest, "\n----------------------------------------------------------------------\nRan ")
+		failed = append(failed, head+": "+lastLines(rest, 1))
+	}
+	return failed
 }
 
 func lastLines(s string, n int) string {

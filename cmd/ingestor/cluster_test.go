@@ -460,7 +460,7 @@ func TestClusterStopsPollingWhileEtcdIsDown(t *testing.T) {
 		}
 		// 2 s plus the interval is the target (0.5-1.5 s measured on a
 		// quiet machine; internal/cluster TestCoordinatorRejoinsAtOnceAfterAnEtcdOutage
-		// holds the member to 2 s); a second more absorbs make test's
+		// holds the member to half its lease TTL); a second more absorbs make test's
 		// load, where 2.7 s was seen with other packages running.
 		if d := at.Sub(up); d > 3*time.Second+50*time.Millisecond {
 			t.Errorf("source %s polled again %v after etcd was back, want within 2s plus the interval (3s on a loaded machine)", src, d.Round(time.Millisecond))

@@ -255,20 +255,28 @@ func TestCoordinatorCheckpointsOnlySettledCursors(t *testing.T) {
 // TestCoordinatorRejoinsAtOnceAfterAnEtcdOutage: etcd down past the lease
 // stops the member's sources; once etcd answers again the member revokes
 // its lost lease and joins at once, instead of waiting for etcd to expire
-// it ("member name is taken" for a whole TTL): its source runs again
-// within 2 s of etcd's return.
+// it ("member name is taken" for a whole TTL): etcd renews every lease to
+// its full TTL when it starts, so a member that waited would run its
+// sources again a TTL (8 s) after etcd's return. The bound is half of
+// that: about 2 s is usual (docs/cluster.md; 0.01-1.2 s here, the gRPC
+// reconnect backoff is at most a second), and make test's load on a fast
+// machine has pushed it past 2 s once.
 func TestCoordinatorRejoinsAtOnceAfterAnEtcdOutage(t *testing.T) {
+	const ttl = 8 * time.Second
 	etcd := etcdtest.Start(t)
 	host := newMemHost(3)
-	cd := startCoordinator(t, etcd.Endpoint, "m1", host, cluster.CoordinatorOptions{LeaseTTL: 5 * time.Second})
+	cd := startCoordinator(t, etcd.Endpoint, "m1", host, cluster.CoordinatorOptions{LeaseTTL: ttl})
 	testsync.WaitFor(t, "the sources to run", 30*time.Second, func() bool { return len(host.runningSet()) == 3 })
 	etcd.Stop()
 	testsync.WaitFor(t, "the member to stop its sources", 30*time.Second, func() bool { return len(host.runningSet()) == 0 })
 	etcd.Restart()
 	back := time.Now()
 	testsync.WaitFor(t, "the sources to run again", 30*time.Second, func() bool { return len(host.runningSet()) == 3 })
-	if took := time.Since(back); took > 2*time.Second {
-		t.Fatalf("the sources ran again %v after etcd was back, want within 2s", took.Round(time.Millisecond))
+	took := time.Since(back)
+	t.Logf("the sources ran again %v after etcd was back", took.Round(time.Millisecond))
+	if took >= ttl/2 {
+		t.Fatalf("the sources ran again %v after etcd was back, want well within the lease TTL %v "+
+			"(a member that waits for its old lease to expire takes a TTL)", took.Round(time.Millisecond), ttl)
 	}
 	if got := cd.metric("ingestor_cluster_lease_lost_total"); got != 1 {
 		t.Errorf("ingestor_cluster_lease_lost_total = %v, want 1", got)

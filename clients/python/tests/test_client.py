@@ -44,10 +44,17 @@ class FakeDaemon:
         self.ctx.term()
 
     def send(self, *parts):
-        self.push.send_multipart([p.encode() if isinstance(p, str) else p for p in parts])
+        try:
+            self.push.send_multipart([p.encode() if isinstance(p, str) else p for p in parts])
+        except zmq.Again:
+            raise AssertionError(f"no processor took a frame from {self.endpoint} within {TIMEOUT_MS} ms "
+                                 "(none connected, or its queue stayed full)") from None
 
     def ack(self):
-        return json.loads(self.pull.recv())
+        try:
+            return json.loads(self.pull.recv())
+        except zmq.Again:
+            raise AssertionError(f"no ack came to {self.ack_endpoint} within {TIMEOUT_MS} ms") from None
 
 
 def start(test, client, handler, tx_db=None):
