@@ -34,11 +34,16 @@ class FakeDaemon:
         self.push.setsockopt(zmq.SNDTIMEO, TIMEOUT_MS)
         self.push.bind("tcp://127.0.0.1:*")
         self.pull.bind("tcp://127.0.0.1:*")
+        # What the push socket saw, for a send that times out.
+        self.push_events = self.push.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
+                                                        zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.endpoint = self.push.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.ack_endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         test.addCleanup(self.close)
 
     def close(self):
+        self.push.disable_monitor()
+        self.push_events.close(0)
         self.push.close()
         self.pull.close()
         self.ctx.term()
@@ -48,7 +53,17 @@ class FakeDaemon:
             self.push.send_multipart([p.encode() if isinstance(p, str) else p for p in parts])
         except zmq.Again:
             raise AssertionError(f"no processor took a frame from {self.endpoint} within {TIMEOUT_MS} ms "
-                                 "(none connected, or its queue stayed full)") from None
+                                 f"(none connected, or its queue stayed full); the socket saw: {self._push_events()}") from None
+
+    def _push_events(self):
+        from zmq.utils.monitor import recv_monitor_message
+        seen = []
+        while True:
+            try:
+                m = recv_monitor_message(self.push_events, zmq.NOBLOCK)
+            except zmq.Again:
+                return seen
+            seen.append(f"{zmq.Event(m['event']).name} {m['endpoint'].decode()}")
 
     def ack(self):
         try:
