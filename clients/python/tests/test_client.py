@@ -34,9 +34,11 @@ class FakeDaemon:
         self.push.setsockopt(zmq.SNDTIMEO, TIMEOUT_MS)
         self.push.bind("tcp://127.0.0.1:*")
         self.pull.bind("tcp://127.0.0.1:*")
-        # What the push socket saw, for a send that times out.
+        # What the push socket saw (wait_for_peers, and a send that times
+        # out says it).
         self.push_events = self.push.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
                                                         zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.seen = []
         self.endpoint = self.push.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.ack_endpoint = self.pull.getsockopt(zmq.LAST_ENDPOINT).decode()
         test.addCleanup(self.close)
@@ -52,18 +54,41 @@ class FakeDaemon:
         try:
             self.push.send_multipart([p.encode() if isinstance(p, str) else p for p in parts])
         except zmq.Again:
+            self._read_events(0)
             raise AssertionError(f"no processor took a frame from {self.endpoint} within {TIMEOUT_MS} ms "
-                                 f"(none connected, or its queue stayed full); the socket saw: {self._push_events()}") from None
+                                 f"(none connected, or its queue stayed full); the socket saw: {self.seen}") from None
 
-    def _push_events(self):
+    def wait_for_peers(self, connected, disconnected=0):
+        """Waits until processors have connected to the push socket (their
+        handshake done) connected times in all and disconnected
+        disconnected times. A frame sent to a processor that has closed
+        its socket but whose disconnect the push socket has not seen yet
+        is lost (the daemon would send it again after its ack timeout;
+        this fake does not)."""
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+
+        def count(name):
+            return sum(e.startswith(name + " ") for e in self.seen)
+
+        while count("HANDSHAKE_SUCCEEDED") < connected or count("DISCONNECTED") < disconnected:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"the push socket {self.endpoint} did not see {connected} processors connect "
+                                     f"and {disconnected} leave within {TIMEOUT_MS} ms; it saw: {self.seen}")
+            self._read_events(left)
+
+    def _read_events(self, timeout):
+        """Adds the push socket's events to seen, waiting up to timeout
+        seconds for the first."""
         from zmq.utils.monitor import recv_monitor_message
-        seen = []
+        if not self.push_events.poll(int(timeout * 1000)):
+            return
         while True:
             try:
                 m = recv_monitor_message(self.push_events, zmq.NOBLOCK)
             except zmq.Again:
-                return seen
-            seen.append(f"{zmq.Event(m['event']).name} {m['endpoint'].decode()}")
+                return
+            self.seen.append(f"{zmq.Event(m['event']).name} {m['endpoint'].decode()}")
 
     def ack(self):
         try:

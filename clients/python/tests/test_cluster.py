@@ -86,6 +86,9 @@ class ClusterTest(unittest.TestCase):
         # the moved endpoints, acks as a.
         members.set(ip.Member("a", b.endpoint, b.ack_endpoint))
         self.assertEqual(c.following(), ["a"])
+        # b's first client has closed its socket; a frame sent before b
+        # sees it go would be lost in its queue.
+        b.wait_for_peers(connected=2, disconnected=1)
         b.send(frame(fid="2", events=[event("a2")]))
         self.assertEqual(b.ack()["frames"], [2])
         self.assertEqual(seen, ["a1", "b1", "a2"])
