@@ -29,28 +29,7 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 		bad("signature", "must be \"github\", \"stripe\", \"slack\", \"standard\", \"shopify\", \"hmac\" or \"hmac_sha256\", not %q", s.Signature)
 		return errs
 	}
-	switch {
-	case s.Secret != "" && s.Secrets != nil:
-		bad("secrets", "set secret or secrets, not both")
-	case s.Signature != "" && s.Secret == "" && s.Secrets == nil:
-		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\"; or secrets, to rotate it)", s.Signature)
-	case s.Signature == "" && s.Secret != "":
-		bad("secret", "is only used with a signature: set signature")
-	case s.Signature == "" && s.Secrets != nil:
-		bad("secrets", "is only used with a signature: set signature")
-	case s.Secrets != nil && len(s.Secrets) == 0:
-		bad("secrets", "must list at least one secret (e.g. [\"${NEW_SECRET}\", \"${OLD_SECRET}\"])")
-	case s.Secrets != nil:
-		for i, sec := range s.Secrets {
-			if _, err := s.signingKey(sec); err != nil {
-				bad("secrets."+strconv.Itoa(i), "%v", err)
-			}
-		}
-	case s.Secret != "":
-		if _, err := s.signingKey(WebhookSecret{Value: s.Secret}); err != nil {
-			bad("secret", "%v", err)
-		}
-	}
+	s.validateSecrets(bad)
 	switch s.Challenge {
 	case "", ChallengeSlack, ChallengeNone:
 	case ChallengeCRCSHA256:
@@ -78,6 +57,41 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 		}
 		return errs
 	}
+	s.validateHMAC(bad)
+	return errs
+}
+
+// validateSecrets reports through bad the problems with secret and
+// secrets: one of them with a signature, neither without, each usable.
+func (s *WebhookSpec) validateSecrets(bad func(key, msg string, args ...any)) {
+	switch {
+	case s.Secret != "" && s.Secrets != nil:
+		bad("secrets", "set secret or secrets, not both")
+	case s.Signature != "" && s.Secret == "" && s.Secrets == nil:
+		bad("secret", "is required with signature = %q (e.g. \"${WEBHOOK_SECRET}\"; or secrets, to rotate it)", s.Signature)
+	case s.Signature == "" && s.Secret != "":
+		bad("secret", "is only used with a signature: set signature")
+	case s.Signature == "" && s.Secrets != nil:
+		bad("secrets", "is only used with a signature: set signature")
+	case s.Secrets != nil && len(s.Secrets) == 0:
+		bad("secrets", "must list at least one secret (e.g. [\"${NEW_SECRET}\", \"${OLD_SECRET}\"])")
+	case s.Secrets != nil:
+		for i, sec := range s.Secrets {
+			if _, err := s.signingKey(sec); err != nil {
+				bad("secrets."+strconv.Itoa(i), "%v", err)
+			}
+		}
+	case s.Secret != "":
+		if _, err := s.signingKey(WebhookSecret{Value: s.Secret}); err != nil {
+			bad("secret", "%v", err)
+		}
+	}
+}
+
+// validateHMAC reports through bad the problems with the keys of
+// signature = "hmac": algorithm, encoding, signed_content and the headers
+// its placeholders need.
+func (s *WebhookSpec) validateHMAC(bad func(key, msg string, args ...any)) {
 	switch s.Algorithm {
 	case "", "sha1", "sha256", "sha512":
 	default:
@@ -91,7 +105,7 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 	parts, err := s.SignedContentParts()
 	if err != nil {
 		bad("signed_content", "%v", err)
-		return errs
+		return
 	}
 	uses := map[string]bool{}
 	for _, p := range parts {
@@ -111,7 +125,6 @@ func (s *WebhookSpec) validateSignature() []FieldError {
 	if uses[PlaceholderID] && s.IDHeader == "" {
 		bad("id_header", "is required when signed_content has {id}: it names the header holding the id (e.g. \"X-Event-Id\")")
 	}
-	return errs
 }
 
 // WebhookSecret is one secret of WebhookSpec.Secrets. In TOML it is a

@@ -117,29 +117,9 @@ func clusterRun(ctx context.Context, o options, dir, etcdEndpoint string, etcd *
 		return nil, err
 	}
 	name := fmt.Sprintf("bench-%d", n)
-	var members []*child
-	var metrics, names []string
-	for i := 1; i <= n; i++ {
-		names = append(names, fmt.Sprintf("m%d", i))
-		mdir := filepath.Join(dir, fmt.Sprintf("m%d", i))
-		if err := os.MkdirAll(mdir, 0o755); err != nil {
-			return nil, err
-		}
-		cfg, err := clusterConfig(mdir, r.firehose, etcdEndpoint, name, fmt.Sprintf("m%d", i), o.sources)
-		if err != nil {
-			return nil, err
-		}
-		m, err := startChild(fmt.Sprintf("ingestor m%d", i), exec.Command(ingestorBin, "run", "-c", cfg), filepath.Join(mdir, "ingestor.log"))
-		if err != nil {
-			return nil, err
-		}
-		r.children = append(r.children, m)
-		members = append(members, m)
-		addr, err := childHTTPAddr(ctx, m)
-		if err != nil {
-			return nil, err
-		}
-		metrics = append(metrics, "http://"+addr+"/metrics")
+	members, metrics, names, err := r.startClusterMembers(ctx, ingestorBin, etcdEndpoint, name, n)
+	if err != nil {
+		return nil, err
 	}
 	countOut := filepath.Join(dir, "processor-counts.json")
 	procs, err := startChild("processor", exec.Command(processorBin, "-etcd", etcdEndpoint, "-cluster", name,
@@ -157,6 +137,54 @@ func clusterRun(ctx context.Context, o options, dir, etcdEndpoint string, etcd *
 	}
 
 	res = &clusterResult{Members: n, Sources: o.sources, Events: o.events * int64(o.sources)}
+	if err := r.measureCluster(ctx, res, metrics, members, procs, etcd); err != nil {
+		return nil, err
+	}
+	// The members drain, then the processor writes its counts.
+	for _, m := range members {
+		if err := m.stop(2 * time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	if res.Received, err = stopProcessor(procs, countOut); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// startClusterMembers starts n members of cluster name, m1..mn, each in
+// its own directory under r.dir, and returns them, their metrics URLs and
+// their names.
+func (r *realRun) startClusterMembers(ctx context.Context, ingestorBin, etcdEndpoint, name string, n int) (members []*child, metrics, names []string, err error) {
+	for i := 1; i <= n; i++ {
+		names = append(names, fmt.Sprintf("m%d", i))
+		mdir := filepath.Join(r.dir, fmt.Sprintf("m%d", i))
+		if err := os.MkdirAll(mdir, 0o755); err != nil {
+			return nil, nil, nil, err
+		}
+		cfg, err := clusterConfig(mdir, r.firehose, etcdEndpoint, name, fmt.Sprintf("m%d", i), r.o.sources)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		m, err := startChild(fmt.Sprintf("ingestor m%d", i), exec.Command(ingestorBin, "run", "-c", cfg), filepath.Join(mdir, "ingestor.log"))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		r.children = append(r.children, m)
+		members = append(members, m)
+		addr, err := childHTTPAddr(ctx, m)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		metrics = append(metrics, "http://"+addr+"/metrics")
+	}
+	return members, metrics, names, nil
+}
+
+// measureCluster releases res.Events from the firehose, waits until the
+// members have queued and delivered them all, and fills res's rates and
+// CPU per million events of the members, the processor and etcd.
+func (r *realRun) measureCluster(ctx context.Context, res *clusterResult, metrics []string, members []*child, procs, etcd *child) error {
 	cpu := func() (daemons, proc, etcdCPU float64, err error) {
 		for _, m := range members {
 			t, err := procCPUTicks(m.cmd.Process.Pid)
@@ -173,48 +201,38 @@ func clusterRun(ctx context.Context, o options, dir, etcdEndpoint string, etcd *
 	}
 	s0, err := scrapeCluster(ctx, metrics)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m0, p0, e0, err := cpu()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := r.control(ctx, fmt.Sprintf("/release?n=%d", o.events)); err != nil {
-		return nil, err
+	if err := r.control(ctx, fmt.Sprintf("/release?n=%d", r.o.events)); err != nil {
+		return err
 	}
 	begin := time.Now()
 	want := float64(res.Events)
 	if err := waitCluster(ctx, metrics, r.children, func(s clusterScrape) bool {
 		return s.events-s0.events >= want && s.pending == 0
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	wall := time.Since(begin)
 	m1, p1, e1, err := cpu()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s1, err := scrapeCluster(ctx, metrics)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	ticks := clockTicks()
-	perMillion := 1e6 / want / ticks
+	perMillion := 1e6 / want / clockTicks()
 	res.EventsPerSec = round(want/wall.Seconds(), 0)
 	res.DaemonsCPUPerMillion = round((m1-m0)*perMillion, 2)
 	res.ProcessorCPUPerMillion = round((p1-p0)*perMillion, 2)
 	res.EtcdCPUPerMillion = round((e1-e0)*perMillion, 2)
 	res.CheckpointsPerSec = round((s1.checkpoints-s0.checkpoints)/wall.Seconds(), 1)
-	// The members drain, then the processor writes its counts.
-	for _, m := range members {
-		if err := m.stop(2 * time.Minute); err != nil {
-			return nil, err
-		}
-	}
-	if res.Received, err = stopProcessor(procs, countOut); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return nil
 }
 
 // clusterConfig writes member's config into dir: sources s00.. polling

@@ -302,49 +302,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, cleanup()) }()
-	if o.mode == modeSoak {
-		return runSoak(ctx, o, dir, stdout, stderr)
+	if runMode, ok := ownProcessModes[o.mode]; ok {
+		return runMode(ctx, o, dir, stdout, stderr)
 	}
-	if o.mode == modeOverload {
-		return runOverload(ctx, o, dir, stdout, stderr)
+	return runInProcess(ctx, o, dir, stdout, stderr)
+}
+
+// ownProcessModes are the modes that start their processes themselves (or
+// run in their own way); the others run the daemon in this process
+// (runInProcess).
+var ownProcessModes = map[string]func(ctx context.Context, o options, dir string, stdout, stderr io.Writer) error{
+	modeSoak:         runSoak,
+	modeOverload:     runOverload,
+	modeCompare:      runCompare,
+	modeMemory:       runMemory,
+	modeClusterScale: runClusterScale,
+	modeCluster:      runClusterMode,
+	modeReal:         runRealMode,
+}
+
+// runClusterMode runs -mode cluster and prints its runs.
+func runClusterMode(ctx context.Context, o options, dir string, stdout, stderr io.Writer) error {
+	runs, err := benchCluster(ctx, o, dir, stderr)
+	if err != nil {
+		return err
 	}
-	if o.mode == modeCompare {
-		return runCompare(ctx, o, dir, stdout, stderr)
+	if o.json {
+		return printJSONLine(stdout, runs)
 	}
-	if o.mode == modeMemory {
-		return runMemory(ctx, o, dir, stdout, stderr)
+	return printCluster(stdout, o, runs)
+}
+
+// runRealMode runs -mode real, prints it and fails unless the processor
+// received every event exactly once.
+func runRealMode(ctx context.Context, o options, dir string, stdout, stderr io.Writer) error {
+	res, err := benchReal(ctx, o, dir, stderr)
+	if err != nil {
+		return err
 	}
-	if o.mode == modeClusterScale {
-		return runClusterScale(ctx, o, dir, stdout, stderr)
-	}
-	if o.mode == modeCluster {
-		runs, err := benchCluster(ctx, o, dir, stderr)
-		if err != nil {
+	if o.json {
+		if err := printJSONLine(stdout, res); err != nil {
 			return err
 		}
-		if o.json {
-			return printJSONLine(stdout, runs)
-		}
-		return printCluster(stdout, o, runs)
+	} else if err := printReal(stdout, res); err != nil {
+		return err
 	}
-	if o.mode == modeReal {
-		res, err := benchReal(ctx, o, dir, stderr)
-		if err != nil {
-			return err
-		}
-		if o.json {
-			if err := printJSONLine(stdout, res); err != nil {
-				return err
-			}
-		} else if err := printReal(stdout, res); err != nil {
-			return err
-		}
-		if !res.exactlyOnce() {
-			return fmt.Errorf("exactly-once check failed: the processor received %d events with %d distinct keys, want %d of each",
-				res.Received.Events, res.Received.DistinctKeys, res.Events+res.HalfEvents)
-		}
-		return nil
+	if !res.exactlyOnce() {
+		return fmt.Errorf("exactly-once check failed: the processor received %d events with %d distinct keys, want %d of each",
+			res.Received.Events, res.Received.DistinctKeys, res.Events+res.HalfEvents)
 	}
+	return nil
+}
+
+// runInProcess runs the modes whose daemon runs in this process, with
+// the in-process processors: the default (polled) mode, rehydrate,
+// webhook and webhook-ceiling.
+func runInProcess(ctx context.Context, o options, dir string, stdout, stderr io.Writer) (err error) {
 	co := o
 	if o.mode == modeRehydrate || o.mode == modeWebhook || o.mode == modeWebhookCeiling {
 		co.sources = 0 // the daemon only opens the backlog, or takes webhooks
@@ -365,17 +378,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		defer func() { err = errors.Join(err, stopProfile()) }()
 	}
-	if o.mode == modeRehydrate {
+	switch o.mode {
+	case modeRehydrate:
 		res, err := rehydrate(ctx, o, cfg, log, stderr)
 		if err != nil {
 			return err
 		}
 		return printRehydrate(stdout, res, o.json)
-	}
-	if o.mode == modeWebhookCeiling {
+	case modeWebhookCeiling:
 		return runWebhookCeiling(ctx, o, dir, log, stdout)
-	}
-	if o.mode == modeWebhook {
+	case modeWebhook:
 		res, err := benchWebhook(ctx, o, cfg, log)
 		if err != nil {
 			return err
@@ -478,17 +490,7 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	var start time.Time
 	var waitErr error
 	if o.mode == modeProcessorDown {
-		waitErr = w.wait("queueing the backlog with no processor running",
-			func() bool { return pending() >= o.backlog }, pending)
-		if waitErr == nil {
-			size := pending() // every one of these was fetched before start
-			start = time.Now()
-			res.Backlog = &backlogResult{Events: size, FillSeconds: round(start.Sub(daemonStart).Seconds(), 3),
-				RSSQueuedMiB: round(currentRSSMiB(), 1)}
-			rec.watchBacklog(start, size)
-			fmt.Fprintf(progress, "ingestor-bench: %d events queued with no processor in %.2f s, RSS %.1f MiB; starting %d processors\n",
-				size, res.Backlog.FillSeconds, res.Backlog.RSSQueuedMiB, o.processors)
-		}
+		start, waitErr = fillBacklog(w, o, res, rec, pending, daemonStart, progress)
 	}
 	if waitErr == nil {
 		if start.IsZero() {
@@ -497,12 +499,7 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 		waitErr = procs.start(o.processors)
 	}
 	if waitErr == nil && res.Backlog != nil {
-		waitErr = w.wait("draining the backlog", func() bool { return isClosed(rec.drained) }, acked)
-		if waitErr == nil {
-			u, err := getUsage()
-			waitErr = err
-			res.Backlog.setDrain(rec.drainedAt.Sub(start), u.user+u.sys-u0.user-u0.sys, currentRSSMiB())
-		}
+		waitErr = drainBacklog(w, res, rec, acked, start, u0)
 	}
 	if waitErr == nil {
 		waitErr = w.wait("acking events", func() bool { return isClosed(rec.reached) }, acked)
@@ -534,6 +531,38 @@ func bench(ctx context.Context, o options, cfg *config.Config, log *slog.Logger,
 	}
 	res.finish(rec, ackedAtEnd, end.Sub(start), u0, u1, pending(), procs.totals())
 	return res, nil
+}
+
+// fillBacklog waits, with no processor running, until -backlog events
+// are queued, records the backlog in res and returns the time the
+// processors start.
+func fillBacklog(w *watchdog, o options, res *result, rec *recorder, pending func() int64, daemonStart time.Time, progress io.Writer) (time.Time, error) {
+	if err := w.wait("queueing the backlog with no processor running",
+		func() bool { return pending() >= o.backlog }, pending); err != nil {
+		return time.Time{}, err
+	}
+	size := pending() // every one of these was fetched before start
+	start := time.Now()
+	res.Backlog = &backlogResult{Events: size, FillSeconds: round(start.Sub(daemonStart).Seconds(), 3),
+		RSSQueuedMiB: round(currentRSSMiB(), 1)}
+	rec.watchBacklog(start, size)
+	fmt.Fprintf(progress, "ingestor-bench: %d events queued with no processor in %.2f s, RSS %.1f MiB; starting %d processors\n",
+		size, res.Backlog.FillSeconds, res.Backlog.RSSQueuedMiB, o.processors)
+	return start, nil
+}
+
+// drainBacklog waits until the processors have acked the backlog and
+// records how long that took, the CPU since u0 and the RSS.
+func drainBacklog(w *watchdog, res *result, rec *recorder, acked func() int64, start time.Time, u0 usage) error {
+	if err := w.wait("draining the backlog", func() bool { return isClosed(rec.drained) }, acked); err != nil {
+		return err
+	}
+	u, err := getUsage()
+	if err != nil {
+		return err
+	}
+	res.Backlog.setDrain(rec.drainedAt.Sub(start), u.user+u.sys-u0.user-u0.sys, currentRSSMiB())
+	return nil
 }
 
 // printJSONLine prints v as one line of JSON.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -194,12 +193,8 @@ func benchOverload(ctx context.Context, o options, dir string, progress io.Write
 		return nil, err
 	}
 	dcmd := exec.Command(ingestorBin, "run", "-c", cfg)
-	if o.cpuProfile != "" {
-		abs, err := filepath.Abs(o.cpuProfile)
-		if err != nil {
-			return nil, fmt.Errorf("-cpuprofile: %w", err)
-		}
-		dcmd.Env = append(os.Environ(), cpuprofile.DaemonEnv+"="+abs)
+	if err := profileEnv(dcmd, "-cpuprofile", o.cpuProfile, cpuprofile.DaemonEnv); err != nil {
+		return nil, err
 	}
 	if r.daemon, err = startChild("ingestor", dcmd, filepath.Join(dir, "ingestor.log")); err != nil {
 		return nil, err

@@ -404,36 +404,9 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 		return nil, err
 	}
 	countOut := filepath.Join(dir, "processor-counts.json")
-	pub, ack := "ipc://"+filepath.Join(dir, "pub.sock"), "ipc://"+filepath.Join(dir, "ack.sock")
-	pcmd := exec.Command(processorBin, "-connect", pub, "-ack", ack, "-count-out", countOut, "-log-every", "1h")
-	if o.processorCPUProfile != "" {
-		abs, err := filepath.Abs(o.processorCPUProfile)
-		if err != nil {
-			return nil, fmt.Errorf("-processor-cpuprofile: %w", err)
-		}
-		pcmd.Env = append(os.Environ(), cpuprofile.ProcessorEnv+"="+abs)
-	}
-	if r.procs, err = startChild("processor", pcmd, filepath.Join(dir, "processor.log")); err != nil {
+	if err := r.startRealChildren(ctx, ingestorBin, processorBin, cfgPath, countOut); err != nil {
 		return nil, err
 	}
-	r.children = append(r.children, r.procs)
-	dcmd := exec.Command(ingestorBin, "run", "-c", cfgPath)
-	if o.cpuProfile != "" {
-		abs, err := filepath.Abs(o.cpuProfile)
-		if err != nil {
-			return nil, fmt.Errorf("-cpuprofile: %w", err)
-		}
-		dcmd.Env = append(os.Environ(), cpuprofile.DaemonEnv+"="+abs)
-	}
-	if r.daemon, err = startChild("ingestor", dcmd, filepath.Join(dir, "ingestor.log")); err != nil {
-		return nil, err
-	}
-	r.children = append(r.children, r.daemon)
-	addr, err := r.daemonAddr(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r.metrics = "http://" + addr + "/metrics"
 
 	res = &realResult{Events: o.events, EventSize: o.eventSize, PageSize: o.pageSize, HalfEvents: o.halfEvents, TraceRatio: o.traceRatio}
 	if err := r.measure(ctx, res); err != nil {
@@ -448,6 +421,51 @@ func benchReal(ctx context.Context, o options, dir string, stderr io.Writer) (re
 		return nil, err
 	}
 	return res, nil
+}
+
+// startRealChildren starts bin/processor on the ipc endpoints in r.dir,
+// writing its counts to countOut at exit, then the daemon on cfgPath, each
+// profiled when -processor-cpuprofile or -cpuprofile asks, and waits for
+// the daemon's HTTP address.
+func (r *realRun) startRealChildren(ctx context.Context, ingestorBin, processorBin, cfgPath, countOut string) error {
+	pub, ack := "ipc://"+filepath.Join(r.dir, "pub.sock"), "ipc://"+filepath.Join(r.dir, "ack.sock")
+	pcmd := exec.Command(processorBin, "-connect", pub, "-ack", ack, "-count-out", countOut, "-log-every", "1h")
+	if err := profileEnv(pcmd, "-processor-cpuprofile", r.o.processorCPUProfile, cpuprofile.ProcessorEnv); err != nil {
+		return err
+	}
+	var err error
+	if r.procs, err = startChild("processor", pcmd, filepath.Join(r.dir, "processor.log")); err != nil {
+		return err
+	}
+	r.children = append(r.children, r.procs)
+	dcmd := exec.Command(ingestorBin, "run", "-c", cfgPath)
+	if err := profileEnv(dcmd, "-cpuprofile", r.o.cpuProfile, cpuprofile.DaemonEnv); err != nil {
+		return err
+	}
+	if r.daemon, err = startChild("ingestor", dcmd, filepath.Join(r.dir, "ingestor.log")); err != nil {
+		return err
+	}
+	r.children = append(r.children, r.daemon)
+	addr, err := r.daemonAddr(ctx)
+	if err != nil {
+		return err
+	}
+	r.metrics = "http://" + addr + "/metrics"
+	return nil
+}
+
+// profileEnv has cmd write a CPU profile to path (given as flag) through
+// the environment variable env; an empty path leaves cmd as it is.
+func profileEnv(cmd *exec.Cmd, flag, path, env string) error {
+	if path == "" {
+		return nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	cmd.Env = append(os.Environ(), env+"="+abs)
+	return nil
 }
 
 // stopProcessor stops procs, a bin/processor, and reads the counts it

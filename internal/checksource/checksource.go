@@ -101,6 +101,18 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 		}
 	}()
 
+	if err := p.fetchPages(ctx, src, sc, cursor, o, &res); err != nil {
+		return res, err
+	}
+	res.Requests, _ = p.traced()
+	p.printf("\nok: %d page(s), %d request(s), %d record(s), next cursor %q\n", res.Pages, res.Requests, res.Records, res.Cursor)
+	return res, p.writeErr()
+}
+
+// fetchPages fetches pages from src, from cursor, until one says there is
+// no more or -max-pages is reached, printing each and counting them in
+// res. It returns the first failure (the request that failed is printed).
+func (p *printer) fetchPages(ctx context.Context, src sources.Source, sc config.Source, cursor string, o Options, res *Result) error {
 	for page := 1; ; page++ {
 		p.printf("\npage %d (cursor %q)\n", page, cursor)
 		fctx, cancel := context.WithTimeout(ctx, sc.Timeout)
@@ -111,7 +123,7 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 			requests, status := p.traced()
 			res.Requests = requests
 			p.problem(err, status, sc)
-			return res, err // the source's errors name it
+			return err // the source's errors name it
 		}
 		if b == nil {
 			b = &sources.Batch{}
@@ -121,7 +133,7 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 			// handshake refused, say, which its reader retries in the
 			// background while the fetch itself reports nothing.
 			res.Requests, _ = p.traced()
-			return res, p.failedRequest(ev, sc)
+			return p.failedRequest(ev, sc)
 		}
 		res.Records += b.RecordCount()
 		p.records(b, o.Verbose)
@@ -133,17 +145,14 @@ func Run(ctx context.Context, cfg *config.Config, name string, out io.Writer, o 
 		p.printf("  next cursor: %q%s\n", next, unchanged(next == cursor))
 		p.printf("  more: %v\n", b.More)
 		if !b.More {
-			break
+			return nil
 		}
 		if page == o.MaxPages {
 			p.printf("\nstopped after %d pages (-max-pages); the daemon would go on fetching\n", page)
-			break
+			return nil
 		}
 		cursor = next
 	}
-	res.Requests, _ = p.traced()
-	p.printf("\nok: %d page(s), %d request(s), %d record(s), next cursor %q\n", res.Pages, res.Requests, res.Records, res.Cursor)
-	return res, p.writeErr()
 }
 
 // startCursor returns the cursor the check starts from, and where it

@@ -76,32 +76,7 @@ func DecodeEnvelope(msg []byte) (env Envelope, err error) {
 		if verr != nil {
 			return verr
 		}
-		if key == "seq" {
-			if kind == jsonscan.Number {
-				if n, perr := strconv.ParseInt(string(val), 10, 64); perr == nil && n > 0 {
-					env.Seq = n
-				}
-			}
-			return nil
-		}
-		if key == "schema_version" {
-			if kind != jsonscan.Number {
-				return fmt.Errorf("schema_version must be the number %d, not %s", SchemaVersion, kindPhrase(kind))
-			}
-			if v, perr := strconv.ParseFloat(string(val), 64); perr != nil || v != SchemaVersion {
-				return fmt.Errorf("schema_version %s is not supported (only %d is)", val, SchemaVersion)
-			}
-			return nil
-		}
-		if kind != jsonscan.String {
-			return fmt.Errorf("%s must be a string, not %s", key, kindPhrase(kind))
-		}
-		s, uerr := jsonscan.Unquote(val)
-		if uerr != nil {
-			return fmt.Errorf("%s: %w", key, uerr)
-		}
-		*strs[key] = s
-		return nil
+		return readEnvelopeField(&env, strs, key, val, kind)
 	})
 	if err == nil {
 		err = d.End()
@@ -113,23 +88,65 @@ func DecodeEnvelope(msg []byte) (env Envelope, err error) {
 	if err != nil {
 		return env, err
 	}
-	for i, key := range envelopeFields {
-		if !seen[i] && key != "schema_version" && key != "seq" && key != "traceparent" && key != "tracestate" {
-			return env, fmt.Errorf("%s is missing", key)
-		}
-	}
-	for _, key := range []string{"event_id", "type", "ts", "session_id", "device_id"} {
-		switch v := *strs[key]; {
-		case v == "":
-			return env, fmt.Errorf("%s is empty", key)
-		case len(v) > MaxIDBytes:
-			return env, fmt.Errorf("%s is longer than %d bytes", key, MaxIDBytes)
-		}
+	if err := checkEnvelopeFields(&seen, strs); err != nil {
+		return env, err
 	}
 	if env.TS, err = time.Parse(time.RFC3339, ts); err != nil {
 		return env, fmt.Errorf("ts %q is not an RFC 3339 time such as \"2026-01-02T15:04:05Z\"", ts)
 	}
 	return env, nil
+}
+
+// readEnvelopeField stores val, the value of the envelope's field key
+// (not payload), in env: seq and schema_version are numbers, the others
+// strings, which go where strs says.
+func readEnvelopeField(env *Envelope, strs map[string]*string, key string, val []byte, kind jsonscan.Kind) error {
+	switch key {
+	case "seq":
+		if kind == jsonscan.Number {
+			if n, perr := strconv.ParseInt(string(val), 10, 64); perr == nil && n > 0 {
+				env.Seq = n
+			}
+		}
+		return nil
+	case "schema_version":
+		if kind != jsonscan.Number {
+			return fmt.Errorf("schema_version must be the number %d, not %s", SchemaVersion, kindPhrase(kind))
+		}
+		if v, perr := strconv.ParseFloat(string(val), 64); perr != nil || v != SchemaVersion {
+			return fmt.Errorf("schema_version %s is not supported (only %d is)", val, SchemaVersion)
+		}
+		return nil
+	}
+	if kind != jsonscan.String {
+		return fmt.Errorf("%s must be a string, not %s", key, kindPhrase(kind))
+	}
+	s, uerr := jsonscan.Unquote(val)
+	if uerr != nil {
+		return fmt.Errorf("%s: %w", key, uerr)
+	}
+	*strs[key] = s
+	return nil
+}
+
+// checkEnvelopeFields reports the first required field the envelope does
+// not have (seen, by index in envelopeFields), or whose string is empty
+// or too long.
+func checkEnvelopeFields(seen *[len(envelopeFields)]bool, strs map[string]*string) error {
+	for i, key := range envelopeFields {
+		if !seen[i] && key != "schema_version" && key != "seq" && key != "traceparent" && key != "tracestate" {
+			return fmt.Errorf("%s is missing", key)
+		}
+	}
+	for _, key := range []string{"event_id", "type", "ts", "session_id", "device_id"} {
+		switch v := *strs[key]; {
+		case v == "":
+			return fmt.Errorf("%s is empty", key)
+		case len(v) > MaxIDBytes:
+			return fmt.Errorf("%s is longer than %d bytes", key, MaxIDBytes)
+		}
+	}
+	return nil
 }
 
 // fieldIndex returns the index of key in envelopeFields, or -1.

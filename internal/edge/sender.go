@@ -88,16 +88,10 @@ func (s *sender) run(ctx context.Context) {
 // session runs one connection until it fails or ctx ends. It reports
 // whether the daemon answered at least one envelope on it.
 func (s *sender) session(ctx context.Context) (answered bool, err error) {
-	dctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
-	conn, resp, err := websocket.Dial(dctx, s.url, &websocket.DialOptions{HTTPHeader: s.header, HTTPClient: s.client})
-	cancel()
+	conn, err := s.dial(ctx)
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
-			return false, fmt.Errorf("connect to %s: the daemon refused the token (HTTP 401): check token or token_file", s.url)
-		}
-		return false, fmt.Errorf("connect to %s: %w", s.url, err)
+		return false, err
 	}
-	conn.SetReadLimit(64 << 10)
 	s.m.connected.Set(1)
 	defer s.m.connected.Set(0)
 	s.m.connects.Inc()
@@ -138,25 +132,9 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 		if err := s.fill(ctx, conn, w); err != nil {
 			return answered, err
 		}
-		resetTimer(dueTimer, time.Hour)
-		if len(w.inflight) < s.window {
-			due, ok, err := s.ob.nextDue(ctx)
-			if err != nil {
-				return answered, err
-			}
-			if ok {
-				resetTimer(dueTimer, time.Until(due))
-			}
-		}
-		resetTimer(ackTimer, time.Hour)
-		oldest := ""
-		for eid, f := range w.inflight {
-			if oldest == "" || f.sentAt.Before(w.inflight[oldest].sentAt) {
-				oldest = eid
-			}
-		}
-		if oldest != "" {
-			resetTimer(ackTimer, time.Until(w.inflight[oldest].sentAt.Add(s.ackTimeout)))
+		oldest, err := s.armTimers(ctx, w, dueTimer, ackTimer)
+		if err != nil {
+			return answered, err
 		}
 		select {
 		case <-ctx.Done():
@@ -176,6 +154,48 @@ func (s *sender) session(ctx context.Context) (answered bool, err error) {
 			return answered, fmt.Errorf("no answer for event %s within ack_timeout %v", oldest, s.ackTimeout)
 		}
 	}
+}
+
+// dial opens the WebSocket connection to the daemon, within the write
+// timeout.
+func (s *sender) dial(ctx context.Context) (*websocket.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, s.url, &websocket.DialOptions{HTTPHeader: s.header, HTTPClient: s.client})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			return nil, fmt.Errorf("connect to %s: the daemon refused the token (HTTP 401): check token or token_file", s.url)
+		}
+		return nil, fmt.Errorf("connect to %s: %w", s.url, err)
+	}
+	conn.SetReadLimit(64 << 10)
+	return conn, nil
+}
+
+// armTimers sets due to fire when the outbox's next row is due (if the
+// window has room) and ack when the oldest unanswered row's ack timeout
+// ends, which it returns the event_id of ("" when none is in flight).
+func (s *sender) armTimers(ctx context.Context, w *window, due, ack *time.Timer) (oldest string, err error) {
+	resetTimer(due, time.Hour)
+	if len(w.inflight) < s.window {
+		at, ok, err := s.ob.nextDue(ctx)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			resetTimer(due, time.Until(at))
+		}
+	}
+	resetTimer(ack, time.Hour)
+	for eid, f := range w.inflight {
+		if oldest == "" || f.sentAt.Before(w.inflight[oldest].sentAt) {
+			oldest = eid
+		}
+	}
+	if oldest != "" {
+		resetTimer(ack, time.Until(w.inflight[oldest].sentAt.Add(s.ackTimeout)))
+	}
+	return oldest, nil
 }
 
 // resetTimer makes t fire after d.

@@ -326,32 +326,7 @@ func (s *Server) normal(r *http.Request) response {
 	if !ok {
 		return badRequest()
 	}
-	var n int
-	switch s.opts.Paging {
-	case PageLink, PageBodyURL:
-		n, ok = atoi(q.Get("after"), from)
-		from = max(from, n)
-	case PageBodyToken:
-		if tok := q.Get("token"); tok != "" {
-			n, ok = atoi(strings.TrimPrefix(tok, "tok-"), -1)
-			ok = ok && strings.HasPrefix(tok, "tok-") && n >= from
-			from = n
-		}
-	case PageBodyCursor:
-		from = 0
-		if c := q.Get("cursor"); c != "" {
-			raw, err := base64.URLEncoding.DecodeString(c)
-			from, ok = atoi(strings.TrimPrefix(string(raw), "seq:"), -1)
-			ok = ok && err == nil && strings.HasPrefix(string(raw), "seq:")
-		}
-	case PagePage:
-		n, ok = atoi(q.Get("page"), 1)
-		ok = ok && n >= 1
-		from += (n - 1) * s.opts.PageSize
-	case PageOffset:
-		n, ok = atoi(q.Get("offset"), 0)
-		from += n
-	}
+	from, ok = s.pageStart(q, from)
 	if !ok || from < 0 {
 		return badRequest()
 	}
@@ -360,22 +335,7 @@ func (s *Server) normal(r *http.Request) response {
 	more := last < total
 	h.Set("X-Last-Seq", strconv.Itoa(last))
 
-	var recs []byte
-	if s.opts.NDJSON {
-		h.Set("Content-Type", "application/x-ndjson")
-		for i := from + 1; i <= last; i++ {
-			recs = append(append(recs, Record(i)...), '\n')
-		}
-	} else {
-		recs = append(recs, '[')
-		for i := from + 1; i <= last; i++ {
-			if i > from+1 {
-				recs = append(recs, ',')
-			}
-			recs = append(recs, Record(i)...)
-		}
-		recs = append(recs, ']')
-	}
+	recs := s.records(h, from, last)
 	next := ""
 	if more && (s.opts.Paging == PageLink || s.opts.Paging == PageBodyURL) {
 		nq := r.URL.Query()
@@ -403,6 +363,61 @@ func (s *Server) normal(r *http.Request) response {
 		s.mu.Unlock()
 	}
 	return response{status: http.StatusOK, header: h, body: body}
+}
+
+// pageStart returns the sequence a page starts after: from (the cursor)
+// moved by the request's paging parameter q names, and whether that
+// parameter is valid.
+func (s *Server) pageStart(q url.Values, from int) (int, bool) {
+	ok := true
+	var n int
+	switch s.opts.Paging {
+	case PageLink, PageBodyURL:
+		n, ok = atoi(q.Get("after"), from)
+		from = max(from, n)
+	case PageBodyToken:
+		if tok := q.Get("token"); tok != "" {
+			n, ok = atoi(strings.TrimPrefix(tok, "tok-"), -1)
+			ok = ok && strings.HasPrefix(tok, "tok-") && n >= from
+			from = n
+		}
+	case PageBodyCursor:
+		from = 0
+		if c := q.Get("cursor"); c != "" {
+			raw, err := base64.URLEncoding.DecodeString(c)
+			from, ok = atoi(strings.TrimPrefix(string(raw), "seq:"), -1)
+			ok = ok && err == nil && strings.HasPrefix(string(raw), "seq:")
+		}
+	case PagePage:
+		n, ok = atoi(q.Get("page"), 1)
+		ok = ok && n >= 1
+		from += (n - 1) * s.opts.PageSize
+	case PageOffset:
+		n, ok = atoi(q.Get("offset"), 0)
+		from += n
+	}
+	return from, ok
+}
+
+// records returns records from+1..last as a JSON array, or as NDJSON
+// (then setting h's Content-Type) when the server serves that.
+func (s *Server) records(h http.Header, from, last int) []byte {
+	var recs []byte
+	if s.opts.NDJSON {
+		h.Set("Content-Type", "application/x-ndjson")
+		for i := from + 1; i <= last; i++ {
+			recs = append(append(recs, Record(i)...), '\n')
+		}
+		return recs
+	}
+	recs = append(recs, '[')
+	for i := from + 1; i <= last; i++ {
+		if i > from+1 {
+			recs = append(recs, ',')
+		}
+		recs = append(recs, Record(i)...)
+	}
+	return append(recs, ']')
 }
 
 func badRequest() response {
