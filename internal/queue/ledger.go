@@ -314,18 +314,17 @@ func (q *Queue) switchGeneration(tx *sql.Tx, now time.Time) (int64, error) {
 
 // pruneRetained deletes the raw-object rows, trace contexts and verdicts
 // that no frame_log row and no dead event needs any more: everything below
-// the oldest of them (raw objects are committed in seq order).
+// the oldest frame_log row (raw objects are committed in seq order) but
+// the dead events' own rows. A dead letter left for weeks so keeps its
+// rows only, not every newer one.
 func pruneRetained(tx *sql.Tx) error {
 	for _, stmt := range []string{
-		`DELETE FROM raw_objects WHERE id < min(
-			coalesce((SELECT raw_id FROM frame_log ORDER BY first_seq LIMIT 1), (SELECT max(id) + 1 FROM raw_objects)),
-			coalesce((SELECT min(raw_id) FROM event_marks WHERE dead = 1), (SELECT max(id) + 1 FROM raw_objects)))`,
-		`DELETE FROM event_traces WHERE seq < min(
-			coalesce((SELECT first_seq FROM frame_log ORDER BY first_seq LIMIT 1), (SELECT max(seq) + 1 FROM event_traces)),
-			coalesce((SELECT min(seq) FROM event_marks WHERE dead = 1), (SELECT max(seq) + 1 FROM event_traces)))`,
-		`DELETE FROM event_verdicts WHERE seq < min(
-			coalesce((SELECT first_seq FROM frame_log ORDER BY first_seq LIMIT 1), (SELECT max(seq) + 1 FROM event_verdicts)),
-			coalesce((SELECT min(seq) FROM event_marks WHERE dead = 1), (SELECT max(seq) + 1 FROM event_verdicts)))`,
+		`DELETE FROM raw_objects WHERE id < coalesce((SELECT raw_id FROM frame_log ORDER BY first_seq LIMIT 1), (SELECT max(id) + 1 FROM raw_objects))
+			AND id NOT IN (SELECT raw_id FROM event_marks WHERE dead = 1)`,
+		`DELETE FROM event_traces WHERE seq < coalesce((SELECT first_seq FROM frame_log ORDER BY first_seq LIMIT 1), (SELECT max(seq) + 1 FROM event_traces))
+			AND seq NOT IN (SELECT seq FROM event_marks WHERE dead = 1)`,
+		`DELETE FROM event_verdicts WHERE seq < coalesce((SELECT first_seq FROM frame_log ORDER BY first_seq LIMIT 1), (SELECT max(seq) + 1 FROM event_verdicts))
+			AND seq NOT IN (SELECT seq FROM event_marks WHERE dead = 1)`,
 	} {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("prune: %w", err)

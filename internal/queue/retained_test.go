@@ -1,0 +1,93 @@
+package queue
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestAnOldDeadLetterPinsOnlyItsOwnRows: a dead letter nobody handles for
+// weeks must not keep every newer raw-object row, trace context and
+// verdict in queue.db. One event of the first batch is dead-lettered;
+// then batch after batch (each with a raw object, a trace context and a
+// verdict per event) is acked and forgotten by the generation switch.
+// The three tables must stay as small as the last two generations plus
+// the dead event's rows, whatever the number of batches, and the dead
+// letter must still replay from its raw object. Before, Prune deleted
+// only below the oldest dead event, so they grew by a row per batch (and
+// per event) for as long as the dead letter stayed.
+func TestAnOldDeadLetterPinsOnlyItsOwnRows(t *testing.T) {
+	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 4, DedupeWindow: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx := t.Context()
+	v := &Verdict{Scheme: "github", Secret: 0, ReceivedAt: time.Now().UTC()}
+	signed := func(from int) Batch {
+		b := batch("a", from, 4, "")
+		for i := range b.Events {
+			b.Events[i].Verdict = v
+			b.Events[i].Traceparent = fmt.Sprintf("00-%032x-%016x-01", from+i+1, from+i+1)
+		}
+		return b
+	}
+	frames, err := q.Append(ctx, signed(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := frames[0]
+	var acks []KeyAck
+	for _, e := range first.Events[1:] {
+		acks = append(acks, KeyAck{Frame: first.ID, Source: "a", Key: e.Key})
+	}
+	if _, err := q.Ack(ctx, nil, acks); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.DeadLetterFrame(ctx, first.ID, "not acked after 3 deliveries"); err != nil {
+		t.Fatal(err)
+	}
+	count := func(table string) int {
+		var n int
+		if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const rounds = 30
+	for round := 1; round <= rounds; round++ {
+		frames, err := q.Append(ctx, signed(round*10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Ack(ctx, []int64{frames[0].ID}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Prune(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The dead event's rows, and at most the two generations' batches.
+	for table, most := range map[string]int{"raw_objects": 1 + 2, "event_traces": 1 + 2*4, "event_verdicts": 1 + 2*4} {
+		if n := count(table); n > most {
+			t.Errorf("%s holds %d rows after %d acked and forgotten batches behind one dead letter, want at most %d", table, n, rounds, most)
+		}
+	}
+	dead := first.Events[0].Seq
+	for _, table := range []string{"event_traces", "event_verdicts"} {
+		var n int
+		if err := q.rdb.QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE seq = ?`, dead).Scan(&n); err != nil || n != 1 {
+			t.Errorf("%s has %d rows of the dead event (err %v), want its 1", table, n, err)
+		}
+	}
+	t.Logf("after %d batches: raw_objects %d, event_traces %d, event_verdicts %d rows", rounds, count("raw_objects"), count("event_traces"), count("event_verdicts"))
+	_, replayed, err := q.ReplayDeadLetters(ctx, DLQFilter{Source: "a"})
+	if err != nil || len(replayed) != 1 || len(replayed[0].Events) != 1 {
+		t.Fatalf("replaying the old dead letter: %+v, %v", replayed, err)
+	}
+	loaded, ok, err := q.LoadFrame(ctx, replayed[0].ID)
+	if err != nil || !ok || len(loaded.Events) != 1 || loaded.Events[0].Key != "k0" || loaded.Events[0].RawKey != "a/raw-0" || loaded.Events[0].RawOff != 0 {
+		t.Fatalf("the replayed frame = %+v (ok %v, err %v), want k0 from a/raw-0 at 0", loaded, ok, err)
+	}
+}
