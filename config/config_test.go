@@ -83,7 +83,7 @@ func TestGoodFiles(t *testing.T) {
 				Publish: Publish{Endpoint: "tcp://127.0.0.1:5557", AckEndpoint: "tcp://127.0.0.1:5558",
 					HighWaterMark: 1000, EventsPerFrame: 100, AckTimeout: 30 * time.Second,
 					MaxInflightFrames: 256, MaxPendingEvents: 10_000_000, Synchronous: "full",
-					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, AckMaxMessageBytes: 4 << 20, FrameCacheBytes: 16 << 20},
+					DedupeWindow: time.Hour, PruneInterval: 30 * time.Second, DeadLetterRetention: 7 * 24 * time.Hour, AckMaxMessageBytes: 4 << 20, FrameCacheBytes: 16 << 20},
 				Push:      Push{Addr: "127.0.0.1:9465"},
 				Cluster:   Cluster{Name: "ingestor", LeaseTTL: 10 * time.Second, CheckpointInterval: time.Second, RebalanceDelay: 30 * time.Second, CompactInterval: 5 * time.Minute, MaxTxnOps: 128},
 				Telemetry: Telemetry{Protocol: "grpc", SamplingRatio: 1, ServiceName: "ingestor", ExportTimeout: 10 * time.Second},
@@ -116,7 +116,7 @@ func TestGoodFiles(t *testing.T) {
 			wantPub := Publish{Endpoint: "ipc:///run/ingestor/events.sock", AckEndpoint: "tcp://0.0.0.0:6001",
 				HighWaterMark: 5000, EventsPerFrame: 500, AckTimeout: 45 * time.Second, MaxDeliveries: 10,
 				MaxInflightFrames: 64, MaxPendingEvents: 2_000_000, Synchronous: "normal",
-				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second, AckMaxMessageBytes: 8 << 20, FrameCacheBytes: 16 << 20}
+				DedupeWindow: 6 * time.Hour, PruneInterval: 150 * time.Second, DeadLetterRetention: 0, AckMaxMessageBytes: 8 << 20, FrameCacheBytes: 16 << 20}
 			if cfg.Publish != wantPub {
 				t.Errorf("publish = %+v, want %+v", cfg.Publish, wantPub)
 			}
@@ -139,9 +139,9 @@ func TestGoodFiles(t *testing.T) {
 			if !reflect.DeepEqual(orders.Spec, wantSpec) {
 				t.Errorf("orders-eu spec = %+v, want %+v", orders.Spec, wantSpec)
 			}
-			if orders.Line != 40 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
+			if orders.Line != 41 || orders.Interval != 5*time.Second || orders.Jitter != 0 ||
 				orders.Timeout != 3*time.Second || orders.InflightBatches != 8 {
-				t.Errorf("orders-eu = %+v, want line 40 and [defaults] 5s 0%% 3s 8", orders)
+				t.Errorf("orders-eu = %+v, want line 41 and [defaults] 5s 0%% 3s 8", orders)
 			}
 			synth := source(t, cfg, "synthetic")
 			if synth.Enabled || !reflect.DeepEqual(synth.Spec, &sources.DemoSpec{EventsPerTick: 10, EventSize: 64, MalformedEvery: 3}) {
@@ -516,6 +516,7 @@ func TestBadFiles(t *testing.T) {
 			`bad_retention.bad.toml:5: raw_store.retention: must be "0" (keep every raw payload) or a duration of at least 1m0s such as "24h" or "168h", not "30s"`,
 			`bad_retention.bad.toml:8: publish.dedupe_window: must be a duration such as "500ms", "30s" or "1m30s", not "a week"`,
 			`bad_retention.bad.toml:9: publish.prune_interval: must be positive, not "0s"`,
+			`bad_retention.bad.toml:10: publish.dead_letter_retention: must be "0" (keep every replayed and resolved dead letter) or a duration of at least 1s such as "168h" or "720h", not "forever"`,
 		}},
 		"bad_raw_store_url.bad.toml": {want: []string{
 			`bad_raw_store_url.bad.toml:2: raw_store.url: must be file://DIR or s3://bucket[/prefix], not "/var/lib/ingestor/raw"`,

@@ -146,17 +146,24 @@ func (d *decoder) rawStore(top map[string]toml.Primitive, dataDir string) RawSto
 // retention parses [raw_store] retention: "0" keeps every raw payload,
 // otherwise a duration of at least MinRawRetention.
 func (d *decoder) retention(path []string, v duration) time.Duration {
+	return d.keepFor(path, v, DefaultRawRetention, MinRawRetention, "keep every raw payload", `"24h" or "168h"`)
+}
+
+// keepFor parses a retention at path: "0" keeps everything (zero says
+// what, for the error), otherwise a duration of at least least (examples
+// gives two). A mistake is reported and def returned.
+func (d *decoder) keepFor(path []string, v duration, def, least time.Duration, zero, examples string) time.Duration {
 	if d.covered(path) {
-		return DefaultRawRetention
+		return def
 	}
 	if strings.TrimSpace(string(v)) == "0" {
 		return 0
 	}
 	dur, err := time.ParseDuration(string(v))
-	if err != nil || dur < MinRawRetention {
-		d.errAt(path, `must be "0" (keep every raw payload) or a duration of at least %v such as "24h" or "168h", not %s`,
-			MinRawRetention, d.show(path, string(v)))
-		return DefaultRawRetention
+	if err != nil || dur < least {
+		d.errAt(path, `must be "0" (%s) or a duration of at least %v such as %s, not %s`,
+			zero, least, examples, d.show(path, string(v)))
+		return def
 	}
 	return dur
 }
@@ -206,6 +213,7 @@ type publishTOML struct {
 	Synchronous        string   `toml:"synchronous"`
 	DedupeWindow       duration `toml:"dedupe_window"`
 	PruneInterval      duration `toml:"prune_interval"`
+	DeadLetterKeep     duration `toml:"dead_letter_retention"`
 	AckMaxMessageBytes int64    `toml:"ack_max_message_bytes"`
 	FrameCacheBytes    int64    `toml:"frame_cache_bytes"`
 	CurveSecretKey     string   `toml:"curve_secret_key_file"`
@@ -225,6 +233,7 @@ func publishDefaults() publishTOML {
 		Synchronous:       "full",
 		DedupeWindow:      "1h",
 		PruneInterval:     "30s",
+		DeadLetterKeep:    "168h",
 		FrameCacheBytes:   DefaultFrameCacheBytes,
 	}
 }
@@ -258,17 +267,19 @@ func (d *decoder) publish(top map[string]toml.Primitive) Publish {
 		ackMax = t.AckMaxMessageBytes
 	}
 	return Publish{
-		Endpoint:                t.Endpoint,
-		AckEndpoint:             t.AckEndpoint,
-		HighWaterMark:           t.HighWaterMark,
-		EventsPerFrame:          t.EventsPerFrame,
-		AckTimeout:              d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
-		MaxDeliveries:           t.MaxDeliveries,
-		MaxInflightFrames:       t.MaxInflightFrames,
-		MaxPendingEvents:        t.MaxPendingEvents,
-		Synchronous:             t.Synchronous,
-		DedupeWindow:            d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
-		PruneInterval:           d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+		Endpoint:          t.Endpoint,
+		AckEndpoint:       t.AckEndpoint,
+		HighWaterMark:     t.HighWaterMark,
+		EventsPerFrame:    t.EventsPerFrame,
+		AckTimeout:        d.duration(child(p, "ack_timeout"), t.AckTimeout, 30*time.Second),
+		MaxDeliveries:     t.MaxDeliveries,
+		MaxInflightFrames: t.MaxInflightFrames,
+		MaxPendingEvents:  t.MaxPendingEvents,
+		Synchronous:       t.Synchronous,
+		DedupeWindow:      d.duration(child(p, "dedupe_window"), t.DedupeWindow, time.Hour),
+		PruneInterval:     d.duration(child(p, "prune_interval"), t.PruneInterval, 30*time.Second),
+		DeadLetterRetention: d.keepFor(child(p, "dead_letter_retention"), t.DeadLetterKeep, DefaultDeadLetterRetention,
+			MinDeadLetterRetention, "keep every replayed and resolved dead letter", `"168h" or "720h"`),
 		AckMaxMessageBytes:      ackMax,
 		FrameCacheBytes:         t.FrameCacheBytes,
 		CurveSecretKeyFile:      t.CurveSecretKey,

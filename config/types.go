@@ -103,6 +103,15 @@ type RawStore struct {
 // payloads to replay or inspect, 24 times the default dedupe window.
 const DefaultRawRetention = 24 * time.Hour
 
+// DefaultDeadLetterRetention is [publish] dead_letter_retention's
+// default: a week of replayed and resolved dead letters.
+const DefaultDeadLetterRetention = 7 * 24 * time.Hour
+
+// MinDeadLetterRetention is the least [publish] dead_letter_retention.
+// Unlike raw retention it guards nothing but history: an inactive dead
+// letter needs nothing more from the queue or the raw store.
+const MinDeadLetterRetention = time.Second
+
 // MinRawRetention is the least [raw_store] retention: a batch is committed
 // (or given up and fetched again) within seconds of its raw write, and an
 // object younger than this is never pruned whatever else holds.
@@ -136,6 +145,12 @@ type Publish struct {
 	// PruneInterval is how often remembered events older than DedupeWindow
 	// are deleted. Default 30s.
 	PruneInterval time.Duration
+	// DeadLetterRetention is how long a dead letter stays readable after
+	// it was replayed or resolved; then it is deleted, and its raw object
+	// with it once raw retention passes. Active dead letters stay until
+	// replayed or dropped. 0 keeps them all. Default
+	// DefaultDeadLetterRetention, at least MinDeadLetterRetention.
+	DeadLetterRetention time.Duration
 	// CurveSecretKeyFile holds the daemon's CURVE secret key in Z85; with
 	// it, both sockets are CURVE servers. Default "": plain sockets.
 	CurveSecretKeyFile string

@@ -489,11 +489,10 @@ func (d *Daemon) rawPruner() *rawretention.Pruner {
 		Logger: d.log, Registerer: d.reg})
 }
 
-// pruneBatch is how many remembered events one prune transaction deletes
-// at most; small enough that appends queued behind it wait only briefly.
 // prune forgets remembered events past the dedupe window every
 // prune_interval (a switch of the ledger's generations, which forgets a
-// window's events at once: queue.Prune). Beside it, raw (when not nil)
+// window's events at once: queue.Prune), and deletes the dead letters
+// inactive past their retention. Beside it, raw (when not nil)
 // deletes the raw payloads past [raw_store] retention that the queue
 // does not need. It returns once both have stopped.
 func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
@@ -517,6 +516,23 @@ func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
 		case n > 0:
 			d.log.Info("queue ledger: forgot a generation of remembered events", "events", n, "dedupe_window", d.cfg.Publish.DedupeWindow)
 		}
+		d.expireDeadLetters(ctx)
+	}
+}
+
+// expireDeadLetters deletes the dead letters replayed or resolved more
+// than [publish] dead_letter_retention ago (none when it is 0).
+func (d *Daemon) expireDeadLetters(ctx context.Context) {
+	keep := d.cfg.Publish.DeadLetterRetention
+	if keep <= 0 {
+		return
+	}
+	n, err := d.queue.ExpireDeadLetters(ctx, time.Now().Add(-keep))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		d.log.Warn("expire dead letters", "err", err)
+	case n > 0:
+		d.log.Info("dead letters: deleted the replayed and resolved ones past their retention", "deleted", n, "dead_letter_retention", keep)
 	}
 }
 

@@ -142,3 +142,64 @@ malformed_retries = 0
 		t.Fatalf("dead letters %+v, want one of source bad seen again since created", dl)
 	}
 }
+
+// TestResolvedDeadLetterExpires: a malformed page is dead-lettered, then
+// resolved by the good page; past dead_letter_retention (1 s here) the
+// daemon deletes the entry, and its raw payload is no longer one the
+// queue needs, so raw retention may delete it. An active dead letter of
+// another source, older still, stays. Before, resolved and replayed
+// entries stayed for good, and the raw store kept their payloads.
+func TestResolvedDeadLetterExpires(t *testing.T) {
+	feed := testupstream.New(t, 50, 100)
+	feed.ServeMalformed(testupstream.Truncated, testupstream.Truncated, testupstream.Truncated, testupstream.Truncated)
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"not": "an array"`) //nolint:errcheck // the client's problem
+	}))
+	t.Cleanup(bad.Close)
+	h := startDaemon(t, "", "prune_interval = \"100ms\"\ndead_letter_retention = \"1s\"\n", fmt.Sprintf(`
+[source.bad]
+kind = "http_poll"
+poll_url = %q
+interval = "1h"
+start_jitter = "0s"
+id_field = "id"
+malformed_retries = 0
+`, bad.URL)+httpSource("flaky", feed.URL))
+	seen := newSeenSet()
+	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
+		seen.add(ev.Key)
+		return nil
+	})
+	testsync.WaitFor(t, "every record delivered", 30*time.Second, func() bool { return seen.len() == 50 })
+	var resolved queue.DeadLetter
+	testsync.WaitFor(t, "the flaky page's dead letter resolved", 10*time.Second, func() bool {
+		for _, dl := range allDeadLetters(t, h) {
+			if dl.Source == "flaky" && !dl.ResolvedAt.IsZero() {
+				resolved = dl
+				return true
+			}
+		}
+		return false
+	})
+	testsync.WaitFor(t, "the resolved dead letter deleted", 30*time.Second, func() bool {
+		_, err := h.d.Queue().DeadLetterByID(t.Context(), resolved.ID)
+		return err != nil
+	})
+	if took := time.Since(resolved.ResolvedAt); took < time.Second {
+		t.Errorf("the resolved dead letter was deleted %v after it was resolved, before its 1s retention", took)
+	}
+	keys, err := h.d.Queue().RawKeysInUse(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys[resolved.RawKey] {
+		t.Errorf("the expired dead letter's payload %s is still in use", resolved.RawKey)
+	}
+	active, err := h.d.Queue().DeadLetters(t.Context(), 10)
+	if err != nil || len(active) != 1 || active[0].Source != "bad" || !keys[active[0].RawKey] {
+		t.Fatalf("active dead letters = %+v (%v), want the bad source's, its payload in use", active, err)
+	}
+	if !strings.Contains(h.logs.String(), "dead letters: deleted the replayed and resolved ones past their retention") {
+		t.Error("the deletion was not logged")
+	}
+}

@@ -278,6 +278,28 @@ func (q *Queue) DropDeadLetters(ctx context.Context, f DLQFilter) (int, error) {
 	return n, nil
 }
 
+// ExpireDeadLetters deletes the dead letters that stopped being active
+// (replayed, or resolved by a later fetch) before before: their history
+// has been readable long enough, and with them goes the last reference to
+// their raw objects, which raw retention then deletes. Active ones stay
+// until they are replayed or dropped. It returns how many it deleted.
+func (q *Queue) ExpireDeadLetters(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	r := &request{apply: func(tx *sql.Tx) error {
+		res, err := tx.Exec(`DELETE FROM dead_letters WHERE (replayed_at != 0 AND replayed_at < ?1) OR (resolved_at != 0 AND resolved_at < ?1)`,
+			before.UnixNano())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return 0, fmt.Errorf("expire dead letters: %w", err)
+	}
+	return n, nil
+}
+
 // DLQRequest selects the dead letters to replay or drop: IDs, a filter, or
 // All. An empty request is refused, so that a slip never selects
 // everything.

@@ -91,3 +91,57 @@ func TestAnOldDeadLetterPinsOnlyItsOwnRows(t *testing.T) {
 		t.Fatalf("the replayed frame = %+v (ok %v, err %v), want k0 from a/raw-0 at 0", loaded, ok, err)
 	}
 }
+
+// TestExpireDeadLettersKeepsActiveOnes: a replayed and a resolved dead
+// letter are deleted once they have been inactive past the cutoff, and
+// their raw objects are no longer in use; an active one stays, however
+// old.
+func TestExpireDeadLettersKeepsActiveOnes(t *testing.T) {
+	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 4, DedupeWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ctx := t.Context()
+	frames, err := q.Append(ctx, batch("a", 0, 2, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.DeadLetterFrame(ctx, frames[0].ID, "poison"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dl := range []struct{ raw, cursor string }{{"deadletter/a/resolved", "c1"}, {"deadletter/a/active", "c2"}} {
+		if err := q.DeadLetter(ctx, "a", "malformed", dl.raw, dl.cursor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := q.ResolveDeadLetters(ctx, "a", "c1"); err != nil || n != 1 {
+		t.Fatalf("resolve = %d, %v", n, err)
+	}
+	if _, _, err := q.ReplayDeadLetters(ctx, DLQFilter{Source: "a", Reason: "poison"}); err != nil {
+		t.Fatal(err)
+	}
+	inUse := func() map[string]bool {
+		keys, err := q.RawKeysInUse(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if keys := inUse(); !keys["deadletter/a/resolved"] || !keys["deadletter/a/active"] {
+		t.Fatalf("raw keys in use before expiry = %v, want both payload dead letters'", keys)
+	}
+	if n, err := q.ExpireDeadLetters(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("expiring what turned inactive over an hour ago: %d, %v; want none", n, err)
+	}
+	if n, err := q.ExpireDeadLetters(ctx, time.Now().Add(time.Second)); err != nil || n != 3 {
+		t.Fatalf("expiring every inactive one: %d, %v; want the 2 replayed events' entries and the resolved payload", n, err)
+	}
+	all, err := q.ListDeadLetters(ctx, DLQFilter{IncludeReplayed: true})
+	if err != nil || len(all) != 1 || all[0].RawKey != "deadletter/a/active" {
+		t.Fatalf("dead letters after expiry = %+v, %v; want only the active one", all, err)
+	}
+	if keys := inUse(); keys["deadletter/a/resolved"] || !keys["deadletter/a/active"] {
+		t.Fatalf("raw keys in use after expiry = %v, want the active one's only", keys)
+	}
+}
