@@ -170,7 +170,7 @@ func TestGoodFiles(t *testing.T) {
 			env: map[string]string{"DEVICES_TOKEN": "devices-0123456789abcdef", "DEVICE_TOKENS_FILE": "../testdata/config/device-tokens"},
 			check: func(t *testing.T, cfg *Config) {
 				want := &sources.WSIngressSpec{MaxMessageBytes: 1 << 20, Token: "devices-0123456789abcdef",
-					TokensFile: "../testdata/config/device-tokens", MaxInflight: 8, ReadTimeout: "30s", PingInterval: "10s", MaxConnections: 500, SeqGapGrace: "1m"}
+					TokensFile: "../testdata/config/device-tokens", MaxInflight: 8, ReadTimeout: "30s", PingInterval: "10s", MaxConnections: 500, SeqGapGrace: "1m", DeviceRetention: "720h"}
 				if got := source(t, cfg, "devices").Spec; !reflect.DeepEqual(got, want) {
 					t.Errorf("spec = %+v, want %+v", got, want)
 				}
@@ -394,8 +394,9 @@ func TestBadFiles(t *testing.T) {
 			`ws_ingress.bad.toml:7: source "devices": ping_interval: must be shorter than read_timeout (10s)`,
 			`ws_ingress.bad.toml:8: source "devices": max_connections: must be between 1 and 1000000`,
 			`ws_ingress.bad.toml:9: source "devices": max_message_bytes: must be between 1 and 67108864`,
-			`ws_ingress.bad.toml:13: source "gateway": read_timeout: must be a positive duration such as "30s", not "soon"`,
-			`ws_ingress.bad.toml:14: source "gateway": seq_gap_grace: must be a duration from "0s" to "24h", such as "1m", not "-1s"`,
+			`ws_ingress.bad.toml:11: source "devices": device_retention: must be "0" (keep every device) or a duration longer than seq_gap_grace (1h), such as "720h", not "30m"`,
+			`ws_ingress.bad.toml:15: source "gateway": read_timeout: must be a positive duration such as "30s", not "soon"`,
+			`ws_ingress.bad.toml:16: source "gateway": seq_gap_grace: must be a duration from "0s" to "24h", such as "1m", not "-1s"`,
 		}, absent: []string{"tiny-tok", "0123456789abcdef"}},
 		"webhook.bad.toml": {want: []string{
 			`webhook.bad.toml:3: source "paths": id_field: must be a dotted path such as "id" or "meta.id", not "meta..id"`,

@@ -50,11 +50,30 @@ type WSIngressSpec struct {
 	// reported lost: envelopes in flight may be stored out of order.
 	// Default "1m"; "0s" reports a gap at once.
 	SeqGapGrace string `toml:"seq_gap_grace"`
+	// DeviceRetention is how long a device may store nothing before the
+	// daemon forgets its seq tracking (its row in the queue database); one
+	// that comes back starts again as a new device. "0" keeps every
+	// device's row for good. Default "720h" (30 days); longer than
+	// SeqGapGrace.
+	DeviceRetention string `toml:"device_retention"`
 }
 
 func newWSIngressSpec() *WSIngressSpec {
 	return &WSIngressSpec{MaxMessageBytes: devicewire.DefaultMaxEnvelopeBytes, MaxInflight: devicewire.DefaultWindow,
-		ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000, SeqGapGrace: "1m"}
+		ReadTimeout: "60s", PingInterval: "20s", MaxConnections: 10_000, SeqGapGrace: "1m", DeviceRetention: "720h"}
+}
+
+// DeviceKeep returns DeviceRetention parsed: 0 keeps every device (30 days
+// if it does not parse: Validate refuses that).
+func (s *WSIngressSpec) DeviceKeep() time.Duration {
+	if strings.TrimSpace(s.DeviceRetention) == "0" {
+		return 0
+	}
+	d, err := time.ParseDuration(s.DeviceRetention)
+	if err != nil {
+		return 30 * 24 * time.Hour
+	}
+	return d
 }
 
 // maxSeqGapGrace bounds seq_gap_grace.
@@ -103,8 +122,15 @@ func (s *WSIngressSpec) validate(offline bool) ([]FieldError, []string) {
 	if s.MaxConnections < 1 || s.MaxConnections > 1_000_000 {
 		errs = append(errs, FieldError{"max_connections", "must be between 1 and 1000000"})
 	}
-	if d, err := time.ParseDuration(s.SeqGapGrace); err != nil || d < 0 || d > maxSeqGapGrace {
+	grace, err := time.ParseDuration(s.SeqGapGrace)
+	if err != nil || grace < 0 || grace > maxSeqGapGrace {
 		errs = append(errs, FieldError{"seq_gap_grace", fmt.Sprintf("must be a duration from \"0s\" to \"24h\", such as \"1m\", not %q", s.SeqGapGrace)})
+	}
+	if strings.TrimSpace(s.DeviceRetention) != "0" {
+		if d, err := time.ParseDuration(s.DeviceRetention); err != nil || d <= grace {
+			errs = append(errs, FieldError{"device_retention", fmt.Sprintf("must be \"0\" (keep every device) or a duration longer than seq_gap_grace (%s), such as \"720h\", not %q",
+				s.SeqGapGrace, s.DeviceRetention)})
+		}
 	}
 	ping, pingOK := positiveDuration(&errs, "ping_interval", s.PingInterval)
 	read, readOK := positiveDuration(&errs, "read_timeout", s.ReadTimeout)

@@ -67,19 +67,22 @@ type Daemon struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	// tracing is OpenTelemetry tracing ([telemetry]); off, a no-op.
-	tracing  *otlp.Tracing
-	queue    *queue.Queue
-	raw      rawstore.Store
-	zctx     *zmq.Context
-	curve    *delivery.CurveServer // nil without CURVE
-	sender   *delivery.Sender
-	system   *actor.ActorSystem
-	pipeline *actors.Pipeline
-	httpSrv  *opsServer   // serves daemon.http_addr
-	adminSrv *opsServer   // serves daemon.admin_addr when set
-	inbox    *push.Inbox  // nil without an enabled push source
-	pushSrv  *push.Server // serves push.addr when a push source is enabled
-	coord    *clusterMode // nil outside cluster mode
+	tracing *otlp.Tracing
+	queue   *queue.Queue
+	// devicesForgotten is when the prune loop last forgot each ws_ingress
+	// source's silent devices; only that loop uses it.
+	devicesForgotten map[string]time.Time
+	raw              rawstore.Store
+	zctx             *zmq.Context
+	curve            *delivery.CurveServer // nil without CURVE
+	sender           *delivery.Sender
+	system           *actor.ActorSystem
+	pipeline         *actors.Pipeline
+	httpSrv          *opsServer   // serves daemon.http_addr
+	adminSrv         *opsServer   // serves daemon.admin_addr when set
+	inbox            *push.Inbox  // nil without an enabled push source
+	pushSrv          *push.Server // serves push.addr when a push source is enabled
+	coord            *clusterMode // nil outside cluster mode
 	// clusterMetrics are registered in every daemon.
 	clusterMetrics *cluster.Metrics
 	ready          atomic.Bool
@@ -133,7 +136,8 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (d *Daemon, err e
 	if msg := cfg.Daemon.AdminProblem(); msg != "" {
 		return nil, fmt.Errorf("refusing to start: daemon.%s %s", adminKey(cfg.Daemon.AdminAddr), msg)
 	}
-	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), started: time.Now(), limiters: cfg.Limiters()}
+	d = &Daemon{cfg: cfg, log: log, reg: prometheus.NewRegistry(), started: time.Now(), limiters: cfg.Limiters(),
+		devicesForgotten: map[string]time.Time{}}
 	d.cfgNow.Store(cfg)
 	opened := d // the error returns below set d to nil
 	defer func() {
@@ -517,6 +521,35 @@ func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
 			d.log.Info("queue ledger: forgot a generation of remembered events", "events", n, "dedupe_window", d.cfg.Publish.DedupeWindow)
 		}
 		d.expireDeadLetters(ctx)
+		d.forgetDevices(ctx)
+	}
+}
+
+// forgetDevices deletes the seq tracking of the devices of each ws_ingress
+// source that stored nothing for its device_retention (none when it is 0),
+// looking at most every tenth of that retention.
+func (d *Daemon) forgetDevices(ctx context.Context) {
+	now := time.Now()
+	for _, sc := range d.currentConfig().Sources {
+		spec, ok := sc.Spec.(*sources.WSIngressSpec)
+		keep := time.Duration(0)
+		if ok {
+			keep = spec.DeviceKeep()
+		}
+		if keep <= 0 || now.Before(d.devicesForgotten[sc.Name].Add(keep/10)) {
+			continue
+		}
+		d.devicesForgotten[sc.Name] = now
+		n, unreported, err := d.queue.ForgetDevices(ctx, sc.Name, now.Add(-keep))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.log.Warn("forget silent devices", "source", sc.Name, "err", err)
+		case unreported > 0:
+			d.log.Warn("devices: forgot the devices silent past their retention; they still missed seqs never reported lost",
+				"source", sc.Name, "devices", n, "unreported_seqs", unreported, "device_retention", keep)
+		case n > 0:
+			d.log.Info("devices: forgot the devices silent past their retention", "source", sc.Name, "devices", n, "device_retention", keep)
+		}
 	}
 }
 

@@ -155,3 +155,68 @@ func TestDocsDeviceExample(t *testing.T) {
 		t.Errorf("envelopes of pump-1 = %v, want 1", v)
 	}
 }
+
+// TestSilentDevicesAreForgotten: with device_retention "2s", a device that
+// sent seqs 1 and 3 (2 missing) and then nothing is forgotten by the
+// daemon (its unreported seq logged), while a device that keeps sending
+// stays tracked; the forgotten one, back with seq 9, starts again with no
+// gap or reset reported. Before, every device kept its row for good.
+func TestSilentDevicesAreForgotten(t *testing.T) {
+	h := startDaemon(t, "", "prune_interval = \"100ms\"\n", `
+[push]
+addr = "127.0.0.1:0"
+
+[source.devices]
+kind = "ws_ingress"
+token = "fleet-token-0123456789"
+seq_gap_grace = "1s"
+device_retention = "2s"
+`)
+	h.startProcessor(func(context.Context, *processor.Event) error { return nil })
+	hdr := http.Header{"Authorization": {"Bearer fleet-token-0123456789"}}
+	conn, _, err := websocket.Dial(t.Context(), "ws://"+h.d.PushAddr()+"/ingest/devices/ws", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow() //nolint:errcheck // the test's end
+	n := 0
+	send := func(dev string, seq int) {
+		t.Helper()
+		n++
+		msg := fmt.Sprintf(`{"schema_version":1,"event_id":"e-%d","type":"t","ts":"2026-11-28T10:00:00Z","session_id":"s","device_id":%q,"seq":%d,"payload":{}}`, n, dev, seq)
+		if err := conn.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if _, b, err := conn.Read(t.Context()); err != nil || !strings.Contains(string(b), `"stored"`) {
+			t.Fatalf("answer %s, %v; want stored", b, err)
+		}
+	}
+	send("gone", 1)
+	send("gone", 3)
+	tracked := func() int64 {
+		s, err := h.d.Queue().DeviceSeqs(t.Context(), "devices", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Devices
+	}
+	seq := 0
+	testsync.WaitFor(t, "the silent device forgotten", 30*time.Second, func() bool {
+		seq++
+		send("live", seq) // the live device keeps sending
+		return tracked() == 1
+	})
+	if s, err := h.d.Queue().DeviceSeqs(t.Context(), "devices", 10); err != nil || len(s.Notable) != 0 {
+		t.Errorf("devices after forgetting = %+v, %v; want the live one only, with nothing notable", s, err)
+	}
+
+	if !strings.Contains(h.logs.String(), "unreported_seqs=1") {
+		t.Errorf("the forgotten device's missing seq 2 was not logged:\n%s", h.logs.String())
+	}
+	send("gone", 9)
+	if s, err := h.d.Queue().DeviceSeqs(t.Context(), "devices", 10); err != nil || s.Devices != 2 || len(s.Notable) != 0 {
+		t.Errorf("after the forgotten device came back: %+v, %v; want 2 devices, no gap or reset", s, err)
+	}
+	// Everything acked, so that the shutdown has nothing to wait for.
+	testsync.WaitFor(t, "the queue empty", 30*time.Second, func() bool { return h.d.Queue().PendingEvents() == 0 })
+}

@@ -282,3 +282,28 @@ func (q *Queue) DeviceSeqs(ctx context.Context, source string, limit int) (Devic
 	}
 	return s, nil
 }
+
+// ForgetDevices deletes the rows of source's devices that stored nothing
+// since before: a device silent that long is taken as gone, so that a
+// fleet whose devices come and go keeps rows for the live ones only. One
+// that comes back starts again as a new device (the numbers below its
+// next seq are a quiet range, never reported). It returns how many it
+// forgot, and how many seqs they still missed and never reported (the
+// device sent nothing after the grace that would have reported them).
+func (q *Queue) ForgetDevices(ctx context.Context, source string, before time.Time) (devices, unreported int64, err error) {
+	r := &request{apply: func(tx *sql.Tx) error {
+		devices, unreported = 0, 0
+		err := tx.QueryRow(`SELECT count(*), coalesce(sum((SELECT coalesce(sum(json_extract(m.value, '$[1]') - json_extract(m.value, '$[0]') + 1), 0)
+			FROM json_each(d.missing) m WHERE json_extract(m.value, '$[3]') = 0)), 0)
+			FROM device_seqs d WHERE d.source = ?1 AND d.updated_at < ?2`, source, before.UnixNano()).Scan(&devices, &unreported)
+		if err != nil || devices == 0 {
+			return err
+		}
+		_, err = tx.Exec(`DELETE FROM device_seqs WHERE source = ?1 AND updated_at < ?2`, source, before.UnixNano())
+		return err
+	}}
+	if err := q.submit(ctx, r, nil); err != nil {
+		return 0, 0, fmt.Errorf("forget devices of %q: %w", source, err)
+	}
+	return devices, unreported, nil
+}

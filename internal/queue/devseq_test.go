@@ -159,3 +159,39 @@ func TestDeviceSeqsSummary(t *testing.T) {
 		t.Errorf("unknown source: %+v, %v", sum, err)
 	}
 }
+
+// TestForgetDevicesKeepsTheLiveOnes: devices silent since the cutoff are
+// forgotten (with the seqs they still missed counted, the quiet range
+// below a first seq not), the others stay; a forgotten device that comes
+// back starts again as a new one, with no gap or reset reported.
+func TestForgetDevicesKeepsTheLiveOnes(t *testing.T) {
+	q := openTest(t, filepath.Join(t.TempDir(), "q.db"), 10)
+	ctx := t.Context()
+	var findings []SeqFinding
+	add := func(device, tag string, seqs ...int64) {
+		t.Helper()
+		if _, err := q.Append(ctx, seqBatch("devices", device, tag, time.Hour, &findings, seqs...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("gone", "", 3, 4, 7) // 1-2 quiet, 5-6 missing
+	add("quiet", "", 1)
+	cutoff := time.Now()
+	add("live", "", 1, 2)
+	devices, unreported, err := q.ForgetDevices(ctx, "devices", cutoff)
+	if err != nil || devices != 2 || unreported != 2 {
+		t.Fatalf("ForgetDevices = %d devices, %d unreported seqs, %v; want 2 (gone and quiet) and 2 (5-6)", devices, unreported, err)
+	}
+	s, err := q.DeviceSeqs(ctx, "devices", 10)
+	if err != nil || s.Devices != 1 {
+		t.Fatalf("devices tracked after forgetting = %+v, %v; want live only", s, err)
+	}
+	findings = nil
+	add("gone", "back", 9)
+	if len(findings) != 0 {
+		t.Errorf("a forgotten device coming back reported %+v, want nothing", findings)
+	}
+	if devices, _, err := q.ForgetDevices(ctx, "devices", cutoff); err != nil || devices != 0 {
+		t.Errorf("forgetting again with the same cutoff: %d, %v; want none", devices, err)
+	}
+}
