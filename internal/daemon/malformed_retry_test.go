@@ -118,19 +118,7 @@ malformed_every = 2
 // identical entries in 70 s before); the malformed counter still counts
 // every one.
 func TestPersistentlyMalformedUpstreamIsOneDeadLetter(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"not": "an array"`) //nolint:errcheck // the client's problem
-	}))
-	t.Cleanup(up.Close)
-	h := startDaemon(t, "", "", fmt.Sprintf(`
-[source.bad]
-kind = "http_poll"
-poll_url = %q
-interval = "20ms"
-id_field = "id"
-malformed_retries = 0
-`, up.URL))
+	h := startDaemon(t, "", "", malformedSource(t, "bad", "20ms"))
 	testsync.WaitFor(t, "five malformed pages", 30*time.Second, func() bool {
 		return metric(t, h.d.Registry(), "ingestor_source_malformed_total", "source", "bad") >= 5
 	})
@@ -143,6 +131,25 @@ malformed_retries = 0
 	}
 }
 
+// malformedSource is an http_poll source name polling, every interval
+// and with malformed_retries 0, an upstream whose every answer is
+// malformed JSON.
+func malformedSource(t *testing.T, name, interval string) string {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"not": "an array"`) //nolint:errcheck // the client's problem
+	}))
+	t.Cleanup(up.Close)
+	return fmt.Sprintf(`
+[source.%s]
+kind = "http_poll"
+poll_url = %q
+interval = %q
+id_field = "id"
+malformed_retries = 0
+`, name, up.URL, interval)
+}
+
 // TestResolvedDeadLetterExpires: a malformed page is dead-lettered, then
 // resolved by the good page; past dead_letter_retention (1 s here) the
 // daemon deletes the entry, and its raw payload is no longer one the
@@ -152,19 +159,8 @@ malformed_retries = 0
 func TestResolvedDeadLetterExpires(t *testing.T) {
 	feed := testupstream.New(t, 50, 100)
 	feed.ServeMalformed(testupstream.Truncated, testupstream.Truncated, testupstream.Truncated, testupstream.Truncated)
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"not": "an array"`) //nolint:errcheck // the client's problem
-	}))
-	t.Cleanup(bad.Close)
-	h := startDaemon(t, "", "prune_interval = \"100ms\"\ndead_letter_retention = \"1s\"\n", fmt.Sprintf(`
-[source.bad]
-kind = "http_poll"
-poll_url = %q
-interval = "1h"
-start_jitter = "0s"
-id_field = "id"
-malformed_retries = 0
-`, bad.URL)+httpSource("flaky", feed.URL))
+	h := startDaemon(t, "", "prune_interval = \"100ms\"\ndead_letter_retention = \"1s\"\n",
+		malformedSource(t, "bad", "1h")+"start_jitter = \"0s\"\n"+httpSource("flaky", feed.URL))
 	seen := newSeenSet()
 	h.startProcessor(func(_ context.Context, ev *processor.Event) error {
 		seen.add(ev.Key)
