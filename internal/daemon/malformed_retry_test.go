@@ -177,6 +177,10 @@ func TestResolvedDeadLetterExpires(t *testing.T) {
 		}
 		return false
 	})
+	testsync.WaitFor(t, "the bad source's dead letter", 10*time.Second, func() bool {
+		active, err := h.d.Queue().DeadLetters(t.Context(), 10)
+		return err == nil && len(active) > 0
+	})
 	testsync.WaitFor(t, "the resolved dead letter deleted", 30*time.Second, func() bool {
 		_, err := h.d.Queue().DeadLetterByID(t.Context(), resolved.ID)
 		return err != nil
