@@ -195,8 +195,8 @@ func benchCeiling(ctx context.Context, o options, dir string) (*webhookResult, e
 	if err := errors.Join(loadErr, uerr, c.stop(sctx)); err != nil {
 		return nil, err
 	}
-	var stored int64
-	if err := countRows(filepath.Join(dir, "ceiling.db"), &stored); err != nil {
+	stored, err := countRows(filepath.Join(dir, "ceiling.db"), "events")
+	if err != nil {
 		return nil, err
 	}
 	if stored != int64(len(lat)) {
@@ -208,19 +208,6 @@ func benchCeiling(ctx context.Context, o options, dir string) (*webhookResult, e
 		res.GroupCommitsPerSec = round(float64(c.groups)/wall.Seconds(), 0)
 	}
 	return res, nil
-}
-
-// countRows counts the ceiling database's events.
-func countRows(path string, n *int64) error {
-	dsn, err := sqliteuri.File(path, "mode=ro")
-	if err != nil {
-		return err
-	}
-	db, err := sql.Open("sqlite3", dsn)
-	if err != nil {
-		return err
-	}
-	return errors.Join(db.QueryRow(`SELECT count(*) FROM events`).Scan(n), db.Close())
 }
 
 // ceilingRound runs the ceiling for round, in a subdirectory of dir. The

@@ -106,6 +106,13 @@ func (o *soakOptions) check(duration time.Duration) error {
 // three (12.2 to 16.6 MiB).
 func soakDedupeWindow(retention time.Duration) time.Duration { return retention / 3 }
 
+// soakDeviceRetention is the soak's device_retention for a raw retention
+// of retention: a third of it, 20 s for a retention of 1m, shorter than a
+// device id's life in the soak (deviceReconnectEvery envelopes, 25 s at
+// the default -push-rate), so that at most two ids of each device are
+// tracked at once while the ids it left are forgotten.
+func soakDeviceRetention(retention time.Duration) time.Duration { return retention / 3 }
+
 // soakConfig writes the daemon's config into dir and checks it loads.
 func soakConfig(dir, upstream string, o soakOptions) (string, error) {
 	rawRetention := o.retention.String()
@@ -132,6 +139,8 @@ id_field = "id"
 
 [source.devices]
 kind = "ws_ingress"
+seq_gap_grace = "5s"
+device_retention = %s
 
 [source.stream]
 kind = "websocket"
@@ -141,7 +150,7 @@ id_field = "id"
 cursor_field = "seq"
 time_field = "ts"
 
-`, tomlString("ws"+upstream[len("http"):]+"/stream?since={cursor}"))
+`, tomlString(soakDeviceRetention(o.retention).String()), tomlString("ws"+upstream[len("http"):]+"/stream?since={cursor}"))
 	text += poll("firehose", "/events", "1ms", "cursor_field = \"seq\"\ncursor_param = \"since\"\ntime_field = \"ts\"\ntimeout = \"5m\"\njitter = \"0%\"")
 	text += poll("quiet", "/quiet", "1s", "")
 	text += poll("broken", "/broken", "1s", "malformed_retries = 0")
@@ -257,6 +266,7 @@ func (r *soakRun) soak(ctx context.Context, progress io.Writer) (*soakResult, er
 			"big": r.up.bigServed.Load() * int64(r.so.bigPage),
 		},
 		Refusals: r.push.refusals.Load(), DLQDrops: r.drops, StreamConnections: r.up.stream.conns.Load(),
+		Devices: r.so.devices,
 	}
 	return res, err
 }

@@ -121,7 +121,10 @@ func (p *soakPush) post(ctx context.Context, client *http.Client, url string, bo
 const deviceReconnectEvery = 500
 
 // device sends envelopes of device dI, one at a time, until ctx ends,
-// reconnecting every deviceReconnectEvery envelopes.
+// reconnecting every deviceReconnectEvery envelopes. Every that many
+// envelopes it also takes a new device id (dI.G, its seq from 1 again),
+// as a fleet whose devices come and go: the ids it leaves are forgotten
+// after the source's device_retention.
 func (p *soakPush) device(ctx context.Context, i int, perSecond float64) error {
 	url := "ws://" + p.addr + "/ingest/devices/ws"
 	var c *websocket.Conn
@@ -135,8 +138,9 @@ func (p *soakPush) device(ctx context.Context, i int, perSecond float64) error {
 			_ = c.Close(websocket.StatusNormalClosure, "")
 			c = nil
 		}
-		env := fmt.Appendf(nil, `{"schema_version":1,"event_id":"d%d-%d","type":"flow","ts":%q,"session_id":"soak","device_id":"d%d","seq":%d,"payload":{"l_min":%d}}`,
-			i, n, time.Now().UTC().Format(time.RFC3339Nano), i, n, n%100)
+		gen, seq := (n-1)/deviceReconnectEvery, (n-1)%deviceReconnectEvery+1
+		env := fmt.Appendf(nil, `{"schema_version":1,"event_id":"d%d-%d","type":"flow","ts":%q,"session_id":"soak","device_id":"d%d.%d","seq":%d,"payload":{"l_min":%d}}`,
+			i, n, time.Now().UTC().Format(time.RFC3339Nano), i, gen, seq, n%100)
 		if err := p.deliver(ctx, &c, url, env, "stored"); err != nil {
 			return fmt.Errorf("device %d: %w", i, err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ingestorhq/ingestor/internal/sqliteuri"
 )
 
 // soakSample is one sample of the soak: sizes in bytes, RSS in bytes.
@@ -29,6 +32,9 @@ type soakSample struct {
 	Goroutines   int64 `json:"daemon_goroutines"`
 	// Events is the daemon's events committed so far (not checked).
 	Events int64 `json:"events"`
+	// DeviceRows is the devices whose seqs the queue tracks (rows of
+	// device_seqs), checked against the load's devices (soakResult.check).
+	DeviceRows int64 `json:"device_rows"`
 }
 
 // soakSeries are the series: name, unit, the value of a sample in that
@@ -53,6 +59,9 @@ var soakSeries = []struct {
 	{"daemon fds", "", func(s soakSample) float64 { return float64(s.DaemonFDs) }, false},
 	{"processor fds", "", func(s soakSample) float64 { return float64(s.ProcessorFDs) }, false},
 	{"goroutines", "", func(s soakSample) float64 { return float64(s.Goroutines) }, false},
+	// A few dozen rows move by whole devices: a ratio of such small
+	// numbers decides nothing, so check bounds them per device instead.
+	{"device rows", "", func(s soakSample) float64 { return float64(s.DeviceRows) }, true},
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
@@ -92,11 +101,33 @@ func (r *soakRun) sample(ctx context.Context, at time.Duration, progress io.Writ
 		return err
 	}
 	s.Goroutines, s.Events = int64(m.goroutines), int64(m.events)
+	if s.DeviceRows, err = countRows(filepath.Join(data, "queue.db"), "device_seqs"); err != nil {
+		return err
+	}
 	r.samples = append(r.samples, s)
 	_, err = fmt.Fprintf(progress, "soak %6s: events %9d  raw %7.1f MiB  queue %6.1f MiB  processor db %6.1f + %4.1f MiB  peak RSS %6.1f / %6.1f MiB  fds %3d / %3d  goroutines %4d\n",
 		at.Round(time.Second), s.Events, mib(s.RawBytes), mib(s.QueueBytes), mib(s.ProcessorDBBytes), mib(s.ProcessorWAL),
 		mib(s.DaemonRSS), mib(s.ProcessorRSS), s.DaemonFDs, s.ProcessorFDs, s.Goroutines)
 	return err
+}
+
+// countRows counts the rows of table in the SQLite database at path,
+// opened read-only beside the daemon that writes it.
+func countRows(path, table string) (int64, error) {
+	dsn, err := sqliteuri.File(path, "mode=ro&_busy_timeout=5000")
+	if err != nil {
+		return 0, err
+	}
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = db.Close() }()
+	var n int64
+	if err := db.QueryRow(`SELECT count(*) FROM ` + table).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s in %s: %w", table, path, err)
+	}
+	return n, nil
 }
 
 // walFiles returns a SQLite database's file and its -wal and -shm.
@@ -158,7 +189,16 @@ type soakResult struct {
 	// counts their actors' restarts.
 	Late     []string `json:"late"`
 	Restarts int64    `json:"restarts"`
+	// Devices is the load's devices, each taking a new id now and then:
+	// after the warm-up the queue may track at most maxIDsPerDevice ids
+	// of each (device_retention forgets the ones left).
+	Devices int `json:"devices"`
 }
+
+// maxIDsPerDevice bounds the device ids tracked per soak device: the one
+// in use and the one before it, within device_retention of its last
+// envelope, and one more for a sweep that has not come yet.
+const maxIDsPerDevice = 3
 
 // total returns the events sent in all.
 func (r *soakResult) total() int64 {
@@ -217,6 +257,11 @@ func (r *soakResult) check() error {
 				series.name, f.LastMax, series.unit, f.Ratio, ref, series.unit, r.Limit))
 		}
 		r.Flatness = append(r.Flatness, f)
+	}
+	deviceRows := maxOf(measured, func(s soakSample) float64 { return float64(s.DeviceRows) })
+	if most := maxIDsPerDevice * r.Devices; r.Devices > 0 && deviceRows > float64(most) {
+		problems = append(problems, fmt.Sprintf("device rows grew: %.0f device ids tracked after the warm-up, more than %d for %d devices",
+			deviceRows, most, r.Devices))
 	}
 	for _, src := range slices.Sorted(maps.Keys(r.Sent)) {
 		if r.Applied[src] != r.Sent[src] {

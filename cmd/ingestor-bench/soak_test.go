@@ -23,6 +23,17 @@ func flatSamples(n int, growth int64) []soakSample {
 	return out
 }
 
+// deviceRows is flatSamples(n, 0) with from device rows at the first
+// sample and every third sample step more (5 devices each taking a new
+// id every 30 s).
+func deviceRows(n int, from, step int64) []soakSample {
+	s := flatSamples(n, 0)
+	for i := range s {
+		s[i].DeviceRows = from + int64(i/3)*step
+	}
+	return s
+}
+
 // bursts is flatSamples(30, 0) with one daemon RSS burst in the warm-up,
 // in the first and in the last third, of the given MiB.
 func bursts(warm, first, last int64) []soakSample {
@@ -56,6 +67,9 @@ func TestSoakCheckFails(t *testing.T) {
 		{"a burst that peaked low in the first third", soakResult{Samples: bursts(280, 226, 286), Warmup: time.Minute, Limit: 1.2, Sent: sent, Applied: sent}, ""},
 		{"bursts growing past the warm-up's", soakResult{Samples: bursts(280, 300, 370), Warmup: time.Minute, Limit: 1.2, Sent: sent, Applied: sent}, "daemon peak RSS grew"},
 		{"too few samples", soakResult{Samples: flatSamples(10, 0), Warmup: time.Minute, Limit: 1.2, Sent: sent, Applied: sent}, "too few"},
+		{"device ids forgotten", soakResult{Samples: deviceRows(30, 10, 0), Warmup: time.Minute, Limit: 1.2, Sent: sent, Applied: sent, Devices: 5}, ""},
+		{"device ids kept", soakResult{Samples: deviceRows(30, 10, 5), Warmup: time.Minute, Limit: 1.2, Sent: sent, Applied: sent, Devices: 5},
+			"device rows grew: 55 device ids tracked after the warm-up, more than 15 for 5 devices"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.res.check()
