@@ -70,19 +70,21 @@ type Daemon struct {
 	tracing *otlp.Tracing
 	queue   *queue.Queue
 	// devicesForgotten is when the prune loop last forgot each ws_ingress
-	// source's silent devices; only that loop uses it.
-	devicesForgotten map[string]time.Time
-	raw              rawstore.Store
-	zctx             *zmq.Context
-	curve            *delivery.CurveServer // nil without CURVE
-	sender           *delivery.Sender
-	system           *actor.ActorSystem
-	pipeline         *actors.Pipeline
-	httpSrv          *opsServer   // serves daemon.http_addr
-	adminSrv         *opsServer   // serves daemon.admin_addr when set
-	inbox            *push.Inbox  // nil without an enabled push source
-	pushSrv          *push.Server // serves push.addr when a push source is enabled
-	coord            *clusterMode // nil outside cluster mode
+	// source's silent devices, deadLettersExpired when it last expired
+	// dead letters; only that loop uses them.
+	devicesForgotten   map[string]time.Time
+	deadLettersExpired time.Time
+	raw                rawstore.Store
+	zctx               *zmq.Context
+	curve              *delivery.CurveServer // nil without CURVE
+	sender             *delivery.Sender
+	system             *actor.ActorSystem
+	pipeline           *actors.Pipeline
+	httpSrv            *opsServer   // serves daemon.http_addr
+	adminSrv           *opsServer   // serves daemon.admin_addr when set
+	inbox              *push.Inbox  // nil without an enabled push source
+	pushSrv            *push.Server // serves push.addr when a push source is enabled
+	coord              *clusterMode // nil outside cluster mode
 	// clusterMetrics are registered in every daemon.
 	clusterMetrics *cluster.Metrics
 	ready          atomic.Bool
@@ -496,7 +498,8 @@ func (d *Daemon) rawPruner() *rawretention.Pruner {
 // prune forgets remembered events past the dedupe window every
 // prune_interval (a switch of the ledger's generations, which forgets a
 // window's events at once: queue.Prune), and deletes the dead letters
-// inactive past their retention. Beside it, raw (when not nil)
+// inactive past their retention and the seq rows of devices silent past
+// theirs. Beside it, raw (when not nil)
 // deletes the raw payloads past [raw_store] retention that the queue
 // does not need. It returns once both have stopped.
 func (d *Daemon) prune(ctx context.Context, raw *rawretention.Pruner) {
@@ -554,13 +557,15 @@ func (d *Daemon) forgetDevices(ctx context.Context) {
 }
 
 // expireDeadLetters deletes the dead letters replayed or resolved more
-// than [publish] dead_letter_retention ago (none when it is 0).
+// than [publish] dead_letter_retention ago (none when it is 0), looking at
+// most every tenth of that retention.
 func (d *Daemon) expireDeadLetters(ctx context.Context) {
-	keep := d.cfg.Publish.DeadLetterRetention
-	if keep <= 0 {
+	keep, now := d.cfg.Publish.DeadLetterRetention, time.Now()
+	if keep <= 0 || now.Before(d.deadLettersExpired.Add(keep/10)) {
 		return
 	}
-	n, err := d.queue.ExpireDeadLetters(ctx, time.Now().Add(-keep))
+	d.deadLettersExpired = now
+	n, err := d.queue.ExpireDeadLetters(ctx, now.Add(-keep))
 	switch {
 	case err != nil && ctx.Err() == nil:
 		d.log.Warn("expire dead letters", "err", err)
