@@ -173,11 +173,7 @@ func TestGenerationsRememberKeys(t *testing.T) {
 // keys: raw-object rows, trace contexts and verdicts of forgotten events
 // go, those of remembered or dead ones stay.
 func TestPruneKeepsWhatStillNeedsIt(t *testing.T) {
-	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 4, DedupeWindow: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWindow(t, filepath.Join(t.TempDir(), "q.db"), 4, time.Nanosecond)
 	ctx := t.Context()
 	old := keysBatch("s", "s/raw-old", seqKeys("o", 4)...)
 	old.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -14,7 +14,13 @@ import (
 
 func openTest(t testing.TB, path string, perFrame int) *Queue {
 	t.Helper()
-	q, err := Open(Options{Path: path, EventsPerFrame: perFrame})
+	return openWindow(t, path, perFrame, 0)
+}
+
+// openWindow is openTest with a dedupe window (0: the default).
+func openWindow(t testing.TB, path string, perFrame int, window time.Duration) *Queue {
+	t.Helper()
+	q, err := Open(Options{Path: path, EventsPerFrame: perFrame, DedupeWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +142,7 @@ func TestAckFramesAndKeysAndReopen(t *testing.T) {
 }
 
 func TestDeadLetterFrameAndPrune(t *testing.T) {
-	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 10, DedupeWindow: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWindow(t, filepath.Join(t.TempDir(), "q.db"), 10, time.Nanosecond)
 	ctx := t.Context()
 	frames, err := q.Append(ctx, batch("a", 0, 20, ""))
 	if err != nil {

@@ -18,11 +18,7 @@ import (
 // only below the oldest dead event, so they grew by a row per batch (and
 // per event) for as long as the dead letter stayed.
 func TestAnOldDeadLetterPinsOnlyItsOwnRows(t *testing.T) {
-	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 4, DedupeWindow: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWindow(t, filepath.Join(t.TempDir(), "q.db"), 4, time.Nanosecond)
 	ctx := t.Context()
 	v := &Verdict{Scheme: "github", Secret: 0, ReceivedAt: time.Now().UTC()}
 	signed := func(from int) Batch {
@@ -97,11 +93,7 @@ func TestAnOldDeadLetterPinsOnlyItsOwnRows(t *testing.T) {
 // their raw objects are no longer in use; an active one stays, however
 // old.
 func TestExpireDeadLettersKeepsActiveOnes(t *testing.T) {
-	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 4, DedupeWindow: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWindow(t, filepath.Join(t.TempDir(), "q.db"), 4, time.Hour)
 	ctx := t.Context()
 	frames, err := q.Append(ctx, batch("a", 0, 2, ""))
 	if err != nil {

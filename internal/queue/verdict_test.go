@@ -12,11 +12,7 @@ import (
 // new event's verdict (a duplicate keeps the first), none for the others,
 // and Prune deletes the verdicts of the events it deletes.
 func TestVerdictStoredWithEvent(t *testing.T) {
-	q, err := Open(Options{Path: filepath.Join(t.TempDir(), "q.db"), EventsPerFrame: 10, DedupeWindow: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
+	q := openWindow(t, filepath.Join(t.TempDir(), "q.db"), 10, time.Nanosecond)
 	ctx := t.Context()
 	received := time.Date(2026, 11, 24, 21, 0, 0, 123, time.UTC)
 	v := &Verdict{Scheme: "slack", Secret: 1, SignedAt: time.Unix(1531420618, 0).UTC(), ReceivedAt: received}
